@@ -1,0 +1,137 @@
+// Package contract is Rota's wire contract: the resource names, labels,
+// annotation keys and the versioned JSON documents that the extender, the
+// device plugin and the admission webhook exchange through the API server.
+// Nothing else in Rota spells these strings.
+//
+// The package is pure: it imports only the standard library.
+package contract
+
+import (
+	"fmt"
+	"regexp"
+)
+
+// DefaultDomain is the resource and label domain used when none is configured.
+const DefaultDomain = "example.com"
+
+// DefaultMemoryUnitMiB is the size of one example.com/gpu-memory unit: 1 GiB.
+const DefaultMemoryUnitMiB MiB = 1024
+
+// Version is the version written into every annotation document Rota writes.
+// Readers accept exactly the versions listed in SupportedVersions.
+const Version = "v1"
+
+// SupportedVersions lists the annotation versions this build can read.
+var SupportedVersions = []string{Version}
+
+// MaxGangSize bounds the member count of one gang.
+const MaxGangSize = 10000
+
+// MiB is an amount of memory in mebibytes. Memory is never passed as a bare int.
+type MiB int64
+
+// GiB returns m in gibibytes, rounded down.
+func (m MiB) GiB() int64 { return int64(m) / 1024 }
+
+// String formats m for people: "18 GiB" when it is a whole number of GiB, else "1536 MiB".
+func (m MiB) String() string {
+	if m%1024 == 0 {
+		return fmt.Sprintf("%d GiB", int64(m)/1024)
+	}
+	return fmt.Sprintf("%d MiB", int64(m))
+}
+
+// Names holds every resource name, label and annotation key for one domain.
+// Build it with NewNames; the zero value is not usable.
+type Names struct {
+	Domain string
+
+	// Extended resources advertised by the device plugin.
+	GPU       string // whole GPUs, exclusive
+	GPUMemory string // memory units on ONE shared GPU
+
+	// Node annotation with the GPU topology (JSON Topology document).
+	TopologyAnnotation string
+	// Pod annotation with the extender's choice (JSON Assignment document).
+	AssignmentAnnotation string
+
+	// Gang membership: a label naming the gang and an annotation with its size.
+	GangLabel          string
+	GangSizeAnnotation string
+	// PodGroupLabel is scheduler-plugins' pod group label, accepted as a gang.
+	PodGroupLabel string
+
+	// TeamLabel on a Namespace (or on a Pod where the admin allows overrides).
+	TeamLabel string
+	// PreemptibleLabel marks pods that may be evicted for higher priority work.
+	PreemptibleLabel string
+
+	// GPUHealthAnnotation on a Node lets an admin force a GPU back to healthy
+	// ("<uuid>=healthy,...").
+	GPUHealthAnnotation string
+}
+
+// PodGroupLabel is the label scheduler-plugins' coscheduling uses; it does not
+// depend on Rota's domain.
+const PodGroupLabel = "scheduling.x-k8s.io/pod-group"
+
+var domainRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$`)
+
+// NewNames builds the names for a DNS domain such as "example.com".
+func NewNames(domain string) (Names, error) {
+	if domain == "" {
+		domain = DefaultDomain
+	}
+	if len(domain) > 200 || !domainRE.MatchString(domain) {
+		return Names{}, &FieldError{Field: "domain", Value: domain,
+			Problem: "is not a lowercase DNS domain with at least one dot",
+			Fix:     "use a domain you own, for example " + DefaultDomain}
+	}
+	return Names{
+		Domain:               domain,
+		GPU:                  domain + "/gpu",
+		GPUMemory:            domain + "/gpu-memory",
+		TopologyAnnotation:   domain + "/gpu-topology",
+		AssignmentAnnotation: domain + "/gpu-assignment",
+		GangLabel:            domain + "/gang",
+		GangSizeAnnotation:   domain + "/gang-size",
+		PodGroupLabel:        PodGroupLabel,
+		TeamLabel:            domain + "/team",
+		PreemptibleLabel:     domain + "/preemptible",
+		GPUHealthAnnotation:  domain + "/gpu-health-override",
+	}, nil
+}
+
+// MustNames is NewNames for compile-time constants in tests and defaults.
+// It panics on a bad domain, so only use it with literals.
+func MustNames(domain string) Names {
+	n, err := NewNames(domain)
+	if err != nil {
+		panic(err)
+	}
+	return n
+}
+
+// Default holds the names for DefaultDomain.
+var Default = MustNames(DefaultDomain)
+
+// ParseGangSize reads the gang-size annotation value.
+func ParseGangSize(field, s string) (int, error) {
+	if s == "" {
+		return 0, fieldErr(field, nil, "is missing", "write the number of pods in the gang, e.g. \"16\"")
+	}
+	n := 0
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0, fieldErr(field, s, "is not a whole number", "write the number of pods in the gang, e.g. \"16\"")
+		}
+		n = n*10 + int(c-'0')
+		if n > MaxGangSize {
+			break
+		}
+	}
+	if n < 1 || n > MaxGangSize {
+		return 0, fieldErr(field, s, "is out of range", fmt.Sprintf("a gang has 1..%d pods", MaxGangSize))
+	}
+	return n, nil
+}

@@ -1,0 +1,181 @@
+package contract
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+)
+
+// Health of one GPU as published in the topology annotation.
+type Health string
+
+const (
+	Healthy   Health = "Healthy"
+	Unhealthy Health = "Unhealthy"
+)
+
+// MaxGPUsPerNode bounds the GPU list of one node document.
+const MaxGPUsPerNode = 64
+
+// MaxAnnotationBytes bounds any annotation document Rota parses.
+const MaxAnnotationBytes = 256 << 10
+
+// Topology is the Node annotation the device plugin writes and the extender
+// reads: the node's GPUs, how they are connected, and their health.
+type Topology struct {
+	Version string `json:"version"`
+	// MemoryUnitMiB is the size of one gpu-memory unit on this node.
+	MemoryUnitMiB MiB `json:"memoryUnitMiB"`
+	// GPUs are listed by index; indexes are unique.
+	GPUs []TopologyGPU `json:"gpus"`
+	// Leaf and Rack copy the node's topology label values (informational;
+	// placement reads the labels of the Node itself).
+	Leaf string `json:"leaf,omitempty"`
+	Rack string `json:"rack,omitempty"`
+	// Generation increases each time the device plugin publishes a change.
+	Generation int64 `json:"generation,omitempty"`
+}
+
+// TopologyGPU describes one GPU of a node.
+type TopologyGPU struct {
+	Index     int    `json:"index"`
+	UUID      string `json:"uuid"`
+	Model     string `json:"model"`
+	MemoryMiB MiB    `json:"memoryMiB"`
+	// NUMA is the NUMA node the GPU hangs off; -1 when unknown.
+	NUMA int `json:"numa"`
+	// Island numbers the NVLink island (GPUs connected by NVLink share one);
+	// GPUs without NVLink each form an island of their own.
+	Island int `json:"island"`
+	// Peers lists the indexes of the GPUs this one reaches over NVLink.
+	Peers  []int  `json:"peers,omitempty"`
+	Health Health `json:"health"`
+	// Reason says why the GPU is unhealthy, e.g. "XID 79".
+	Reason string `json:"reason,omitempty"`
+}
+
+// ParseTopology decodes and validates a node topology annotation.
+func ParseTopology(data []byte) (Topology, error) {
+	var t Topology
+	if err := strictDecode(data, "topology", &t); err != nil {
+		return Topology{}, err
+	}
+	if err := t.Validate(); err != nil {
+		return Topology{}, err
+	}
+	return t, nil
+}
+
+// Marshal encodes t (after validating it) as the annotation value.
+func (t Topology) Marshal() ([]byte, error) {
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	return json.Marshal(t)
+}
+
+// Validate checks every field and returns the first problem as a *FieldError.
+func (t Topology) Validate() error {
+	if err := checkVersion("topology.version", t.Version); err != nil {
+		return err
+	}
+	if t.MemoryUnitMiB <= 0 {
+		return fieldErr("topology.memoryUnitMiB", t.MemoryUnitMiB, "is not positive",
+			"write the size of one gpu-memory unit in MiB, for example 1024 for 1 GiB")
+	}
+	if len(t.GPUs) > MaxGPUsPerNode {
+		return fieldErr("topology.gpus", len(t.GPUs), fmt.Sprintf("GPUs are more than %d", MaxGPUsPerNode),
+			"list only the GPUs of this node")
+	}
+	seenIdx := make(map[int]bool, len(t.GPUs))
+	seenUUID := make(map[string]bool, len(t.GPUs))
+	for i, g := range t.GPUs {
+		f := fmt.Sprintf("topology.gpus[%d]", i)
+		if g.Index < 0 || g.Index >= MaxGPUsPerNode {
+			return fieldErr(f+".index", g.Index, "is out of range", fmt.Sprintf("use 0..%d", MaxGPUsPerNode-1))
+		}
+		if seenIdx[g.Index] {
+			return fieldErr(f+".index", g.Index, "is a duplicate GPU index", "give every GPU its own index")
+		}
+		seenIdx[g.Index] = true
+		if g.UUID == "" {
+			return fieldErr(f+".uuid", nil, "is empty", "write the GPU UUID reported by NVML, e.g. GPU-8f2c…")
+		}
+		if seenUUID[g.UUID] {
+			return fieldErr(f+".uuid", g.UUID, "is a duplicate GPU UUID", "give every GPU its own UUID")
+		}
+		seenUUID[g.UUID] = true
+		if g.MemoryMiB <= 0 {
+			return fieldErr(f+".memoryMiB", g.MemoryMiB, "is not positive", "write the GPU's total memory in MiB, e.g. 81920")
+		}
+		if g.MemoryMiB < t.MemoryUnitMiB {
+			return fieldErr(f+".memoryMiB", g.MemoryMiB, "is smaller than one memory unit",
+				fmt.Sprintf("use a memory unit of at most %d MiB", g.MemoryMiB))
+		}
+		if g.Health != Healthy && g.Health != Unhealthy {
+			return fieldErr(f+".health", g.Health, "is not a known health", `write "Healthy" or "Unhealthy"`)
+		}
+		if g.NUMA < -1 {
+			return fieldErr(f+".numa", g.NUMA, "is negative", "write the NUMA node, or -1 when unknown")
+		}
+		if g.Island < 0 {
+			return fieldErr(f+".island", g.Island, "is negative", "number NVLink islands from 0")
+		}
+	}
+	for i, g := range t.GPUs {
+		for j, p := range g.Peers {
+			f := fmt.Sprintf("topology.gpus[%d].peers[%d]", i, j)
+			if !seenIdx[p] {
+				return fieldErr(f, p, "names a GPU that does not exist on this node",
+					"list only indexes of this node's GPUs")
+			}
+			if p == g.Index {
+				return fieldErr(f, p, "names the GPU itself", "list only other GPUs")
+			}
+		}
+	}
+	return nil
+}
+
+// GPUByIndex returns the GPU with index idx.
+func (t Topology) GPUByIndex(idx int) (TopologyGPU, bool) {
+	i := slices.IndexFunc(t.GPUs, func(g TopologyGPU) bool { return g.Index == idx })
+	if i < 0 {
+		return TopologyGPU{}, false
+	}
+	return t.GPUs[i], true
+}
+
+func checkVersion(field, v string) error {
+	if v == "" {
+		return fieldErr(field, nil, "is missing", fmt.Sprintf("write %q", Version))
+	}
+	if !slices.Contains(SupportedVersions, v) {
+		return fmt.Errorf("%w: %w", ErrUnsupportedVersion,
+			fieldErr(field, v, "is not a version this Rota reads", fmt.Sprintf("write one of %v", SupportedVersions)))
+	}
+	return nil
+}
+
+// strictDecode decodes one JSON object, rejecting unknown fields, trailing
+// data and oversized input, and reports errors with the document name.
+func strictDecode(data []byte, doc string, v any) error {
+	if len(data) == 0 {
+		return fieldErr(doc, nil, "is empty", "write a JSON object")
+	}
+	if len(data) > MaxAnnotationBytes {
+		return fieldErr(doc, fmt.Sprintf("%d bytes", len(data)), "is too large",
+			fmt.Sprintf("keep it under %d bytes", MaxAnnotationBytes))
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return &FieldError{Field: doc, Problem: "is not valid JSON: " + err.Error(),
+			Fix: "write the JSON document Rota documents for this annotation"}
+	}
+	if dec.More() {
+		return &FieldError{Field: doc, Problem: "has data after the JSON object", Fix: "write exactly one JSON object"}
+	}
+	return nil
+}

@@ -1,0 +1,103 @@
+package ledger
+
+import (
+	"fmt"
+	"sort"
+)
+
+// Check verifies DESIGN.md invariants 1 and 2 over the whole ledger and
+// returns one error per violation (nil when all hold). Tests call it after
+// every step; the extender exports its result as a metric.
+//
+//  1. On every GPU the assigned memory is at most its capacity, and a GPU
+//     owned whole carries no other allocation. The cached per-GPU use must
+//     equal the use recomputed from the allocations.
+//  2. A gang that holds any reservation holds one for every member: it is
+//     never partly reserved.
+func (l *Ledger) Check() []error {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	var errs []error
+	names := make([]string, 0, len(l.nodes))
+	for n := range l.nodes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		ni := l.nodes[name]
+		want := make([]GPUUse, len(ni.Node.GPUs))
+		for _, a := range l.allocs {
+			if a.Node != name {
+				continue
+			}
+			if ni.Allocs[a.PodUID] != a {
+				errs = append(errs, fmt.Errorf("node %s: allocation of %s missing from the node view", name, nameOr(a)))
+			}
+			for _, g := range a.GPUs {
+				s := ni.Node.Slot(g.Index)
+				if s < 0 {
+					errs = append(errs, fmt.Errorf("node %s: %s holds GPU %d that the node does not have", name, nameOr(a), g.Index))
+					continue
+				}
+				want[s].UsedMiB += g.MemoryMiB
+				want[s].Pods++
+				if a.Whole {
+					want[s].Exclusive = true
+				}
+			}
+		}
+		if len(ni.Allocs) != countOn(l.allocs, name) {
+			errs = append(errs, fmt.Errorf("node %s: node view lists %d allocations, ledger %d", name, len(ni.Allocs), countOn(l.allocs, name)))
+		}
+		for s, w := range want {
+			g := ni.Node.GPUs[s]
+			if w.UsedMiB > g.MemoryMiB {
+				errs = append(errs, fmt.Errorf("node %s GPU %d: %s assigned, capacity %s", name, g.Index, w.UsedMiB, g.MemoryMiB))
+			}
+			if w.Exclusive && w.Pods > 1 {
+				errs = append(errs, fmt.Errorf("node %s GPU %d: owned whole but held by %d pods", name, g.Index, w.Pods))
+			}
+			if w != ni.Use[s] {
+				errs = append(errs, fmt.Errorf("node %s GPU %d: cached use %+v, recomputed %+v", name, g.Index, ni.Use[s], w))
+			}
+		}
+	}
+	type gangCount struct{ size, held, reserved int }
+	gangs := map[string]*gangCount{}
+	for _, a := range l.allocs {
+		if a.Gang == "" {
+			continue
+		}
+		gc := gangs[a.Gang]
+		if gc == nil {
+			gc = &gangCount{size: a.GangSize}
+			gangs[a.Gang] = gc
+		}
+		gc.held++
+		if a.State == Reserved {
+			gc.reserved++
+		}
+	}
+	keys := make([]string, 0, len(gangs))
+	for k := range gangs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		gc := gangs[k]
+		if gc.reserved > 0 && gc.held < gc.size {
+			errs = append(errs, fmt.Errorf("gang %s: partly reserved, %d of %d members hold GPUs", k, gc.held, gc.size))
+		}
+	}
+	return errs
+}
+
+func countOn(allocs map[string]*Allocation, node string) int {
+	c := 0
+	for _, a := range allocs {
+		if a.Node == node {
+			c++
+		}
+	}
+	return c
+}

@@ -1,0 +1,123 @@
+package placement
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/rota-sched/rota/pkg/ledger"
+)
+
+// Victims picks the pods to evict from node ni so that r fits there: only
+// allocations eligible says may go, lowest priority first, then the smallest
+// holdings. For a memory share it frees one GPU (the GPU whose victims are
+// fewest and least important); for whole GPUs it evicts greedily and then
+// returns any victim whose eviction turned out unnecessary. It reports false
+// when no eligible set makes room.
+func Victims(r Request, ni *ledger.NodeInfo, eligible func(*ledger.Allocation) bool) ([]*ledger.Allocation, bool) {
+	if _, reason := Fit(r, ni); reason == nil {
+		return nil, true
+	}
+	var cands []*ledger.Allocation
+	for _, a := range ni.Allocs {
+		if eligible(a) {
+			cands = append(cands, a)
+		}
+	}
+	slices.SortFunc(cands, victimOrder)
+	if !r.Whole() && !r.GPUFree() {
+		return shareVictims(r, ni, cands)
+	}
+	var chosen []*ledger.Allocation
+	cur := ni
+	for _, a := range cands {
+		chosen = append(chosen, a)
+		cur = cur.Without(a.PodUID)
+		if _, reason := Fit(r, cur); reason == nil {
+			break
+		}
+	}
+	if _, reason := Fit(r, cur); reason != nil {
+		return nil, false
+	}
+	// Give back victims that were not needed, most important first.
+	for i := len(chosen) - 1; i >= 0; i-- {
+		rest := slices.Delete(slices.Clone(chosen), i, i+1)
+		if _, reason := Fit(r, without(ni, rest)); reason == nil {
+			chosen = rest
+		}
+	}
+	return chosen, true
+}
+
+func without(ni *ledger.NodeInfo, as []*ledger.Allocation) *ledger.NodeInfo {
+	uids := make([]string, len(as))
+	for i, a := range as {
+		uids[i] = a.PodUID
+	}
+	return ni.Without(uids...)
+}
+
+func victimOrder(a, b *ledger.Allocation) int {
+	if c := cmp.Compare(a.Priority, b.Priority); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(held(a), held(b)); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.PodUID, b.PodUID)
+}
+
+func held(a *ledger.Allocation) MiB {
+	var s MiB
+	for _, g := range a.GPUs {
+		s += g.MemoryMiB
+	}
+	return s
+}
+
+// shareVictims frees enough memory on one GPU.
+func shareVictims(r Request, ni *ledger.NodeInfo, cands []*ledger.Allocation) ([]*ledger.Allocation, bool) {
+	need := r.NeedMiB(ni.Node.MemoryUnitMiB)
+	var best []*ledger.Allocation
+	found := false
+	for s, g := range ni.Node.GPUs {
+		if !g.Healthy || !r.modelOK(g.Model) || g.MemoryMiB < need {
+			continue
+		}
+		free := g.MemoryMiB - ni.Use[s].UsedMiB
+		var set []*ledger.Allocation
+		for _, a := range cands {
+			if free >= need {
+				break
+			}
+			if slices.ContainsFunc(a.GPUs, func(sh ledger.Share) bool { return sh.Index == g.Index }) {
+				set = append(set, a)
+				free += held(a)
+			}
+		}
+		// Pods on this GPU that may not be evicted keep their memory.
+		if free < need {
+			continue
+		}
+		if !found || better(set, best) {
+			best, found = set, true
+		}
+	}
+	return best, found
+}
+
+// better prefers fewer victims, then a lower highest priority.
+func better(a, b []*ledger.Allocation) bool {
+	if len(a) != len(b) {
+		return len(a) < len(b)
+	}
+	return maxPriority(a) < maxPriority(b)
+}
+
+func maxPriority(as []*ledger.Allocation) int32 {
+	var m int32 = -1 << 31
+	for _, a := range as {
+		m = max(m, a.Priority)
+	}
+	return m
+}

@@ -1,0 +1,85 @@
+package placement
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Code classifies why a node does not fit.
+type Code string
+
+const (
+	NoGPUs             Code = "NoGPUs"
+	ModelMismatch      Code = "ModelMismatch"
+	ShareTooLarge      Code = "ShareTooLarge"
+	InsufficientMemory Code = "InsufficientMemory"
+	InsufficientGPUs   Code = "InsufficientGPUs"
+	TooFewGPUs         Code = "TooFewGPUs"
+	Unhealthy          Code = "Unhealthy"
+	UnknownNode        Code = "UnknownNode"
+	GangSlot           Code = "GangSlot"
+	GangNoFit          Code = "GangNoFit"
+	GangIncomplete     Code = "GangIncomplete"
+	InsufficientCPU    Code = "InsufficientCPU"
+	// InsufficientHostMemory is host (not GPU) memory.
+	InsufficientHostMemory Code = "InsufficientHostMemory"
+)
+
+// Reason says why a request does not fit a node, in data; Message formats it
+// for people. Resolvable reports whether evicting pods could make room (the
+// extender uses it to tell the scheduler where preemption may help).
+type Reason struct {
+	Code Code
+	Node string
+	// GPU is the index the reason is about, -1 when none.
+	GPU        int
+	NeedMiB    MiB
+	FreeMiB    MiB
+	NeedGPUs   int
+	FreeGPUs   int
+	Health     string
+	Models     []string
+	NeedCPU    int64
+	FreeCPU    int64
+	Resolvable bool
+	// Text overrides the generated message (gang reasons).
+	Text string
+}
+
+// Message is the reason as a user reads it in FailedScheduling.
+func (r *Reason) Message() string {
+	if r.Text != "" {
+		return r.Text
+	}
+	switch r.Code {
+	case NoGPUs:
+		return "node has no GPUs managed by Rota"
+	case ModelMismatch:
+		return fmt.Sprintf("pod needs GPU model %s; node has %s", strings.Join(r.Models, " or "), r.Health)
+	case ShareTooLarge:
+		return fmt.Sprintf("pod needs %s on one GPU; the largest GPU here has %s", r.NeedMiB, r.FreeMiB)
+	case InsufficientMemory:
+		if r.GPU < 0 {
+			return fmt.Sprintf("no GPU has memory free, pod needs %s", r.NeedMiB)
+		}
+		return fmt.Sprintf("GPU %d has %s free, pod needs %s", r.GPU, r.FreeMiB, r.NeedMiB)
+	case InsufficientGPUs:
+		if r.FreeGPUs == 1 {
+			return fmt.Sprintf("1 free GPU, pod needs %d", r.NeedGPUs)
+		}
+		return fmt.Sprintf("%d free GPUs, pod needs %d", r.FreeGPUs, r.NeedGPUs)
+	case TooFewGPUs:
+		return fmt.Sprintf("node has %d healthy GPUs, pod needs %d", r.FreeGPUs, r.NeedGPUs)
+	case Unhealthy:
+		return fmt.Sprintf("GPU %d unhealthy: %s", r.GPU, r.Health)
+	case InsufficientCPU:
+		return fmt.Sprintf("node has %dm CPU free, pod needs %dm", r.FreeCPU, r.NeedCPU)
+	case InsufficientHostMemory:
+		return fmt.Sprintf("node has %s host memory free, pod needs %s", r.FreeMiB, r.NeedMiB)
+	case UnknownNode:
+		return "node has not published its GPU topology yet"
+	}
+	return string(r.Code)
+}
+
+func (r *Reason) String() string { return r.Message() }

@@ -1,0 +1,36 @@
+package podreq
+
+import (
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/ledger"
+)
+
+// ToAssignment renders a ledger allocation as the pod annotation document.
+func ToAssignment(a ledger.Allocation) contract.Assignment {
+	out := contract.Assignment{Version: contract.Version, Node: a.Node, Whole: a.Whole, Gang: a.Gang}
+	for _, g := range a.GPUs {
+		out.GPUs = append(out.GPUs, contract.AssignedGPU{Index: g.Index, UUID: g.UUID, MemoryMiB: g.MemoryMiB})
+	}
+	return out
+}
+
+// ToAllocation reads a bound pod's assignment back into a committed ledger
+// allocation (used when the extender rebuilds its ledger).
+func ToAllocation(pod *corev1.Pod, as contract.Assignment, names contract.Names) ledger.Allocation {
+	a := ledger.Allocation{
+		PodUID: string(pod.UID), Pod: pod.Namespace + "/" + pod.Name, Node: as.Node, Whole: as.Whole,
+		Gang: "", Preemptible: Preemptible(pod, names), State: ledger.Committed,
+	}
+	if pod.Spec.Priority != nil {
+		a.Priority = *pod.Spec.Priority
+	}
+	if g, err := GangOf(pod, names); err == nil && g != nil {
+		a.Gang, a.GangSize = g.Key, g.Size
+	}
+	for _, g := range as.GPUs {
+		a.GPUs = append(a.GPUs, ledger.Share{Index: g.Index, UUID: g.UUID, MemoryMiB: g.MemoryMiB})
+	}
+	return a
+}

@@ -1,0 +1,473 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/klog/v2"
+)
+
+const (
+	// serviceCIDR is the service IP range; serviceIP is the first address in
+	// it, the "kubernetes" Service's cluster IP, which the serving certificate names.
+	serviceCIDR = "10.0.0.0/24"
+	serviceIP   = "10.0.0.1"
+
+	defaultStartTimeout = 2 * time.Minute
+	stopGrace           = 15 * time.Second
+)
+
+// Options configures Start. The zero value starts etcd, kube-apiserver and a
+// kube-scheduler with the default profile, in a new temporary folder.
+type Options struct {
+	// BinDir holds etcd, kube-apiserver and kube-scheduler; default BinDir().
+	BinDir string
+	// Dir is the folder for state, certificates, kubeconfigs and logs. Default:
+	// a new folder under os.TempDir(), removed by Stop unless KeepDir is set.
+	// A Dir the caller supplies is never removed.
+	Dir string
+	// KeepDir keeps the temporary folder after Stop (its path is Cluster.Dir).
+	KeepDir bool
+
+	// SchedulerConfig is a text/template of a KubeSchedulerConfiguration
+	// (YAML); {{.Kubeconfig}} expands to the scheduler's kubeconfig file (see
+	// SchedulerTemplateData). Start fills in clientConnection.kubeconfig when
+	// the template leaves it out, forces leaderElection.leaderElect to false,
+	// and appends Extender to extenders. Empty means the default profile.
+	SchedulerConfig string
+	// Extender, when set, is added to the scheduler configuration.
+	Extender *Extender
+	// NoScheduler starts only etcd and the API server; StartScheduler starts it later.
+	NoScheduler bool
+
+	// APIServerArgs and SchedulerArgs are appended to the generated flags
+	// (a later flag wins over an earlier one).
+	APIServerArgs []string
+	SchedulerArgs []string
+
+	// NoPodSimulator turns off the PodSimulator that reports pods bound to
+	// simulated nodes as Running.
+	NoPodSimulator bool
+	// NodeLeaseInterval is how often simulated nodes renew their Lease;
+	// 0 means 10s, negative turns renewal off.
+	NodeLeaseInterval time.Duration
+
+	// StartTimeout bounds the wait for each component to become ready; default 2m.
+	StartTimeout time.Duration
+}
+
+// Cluster is a running control plane. Its methods are safe for concurrent use.
+type Cluster struct {
+	// Dir is the folder with state, certificates, kubeconfigs and the
+	// processes' logs (etcd.log, kube-apiserver.log, kube-scheduler.log).
+	Dir string
+	// Kubeconfig is the path of an admin (system:masters) kubeconfig.
+	Kubeconfig string
+	// SchedulerKubeconfig is the path of the kubeconfig the scheduler uses
+	// (user system:kube-scheduler, bound by the default RBAC policy).
+	SchedulerKubeconfig string
+	// APIServerURL is https://127.0.0.1:<port>.
+	APIServerURL string
+	// EtcdURL is http://127.0.0.1:<port>.
+	EtcdURL string
+
+	// Nodes creates simulated nodes and renews their leases.
+	Nodes *NodeSimulator
+	// Pods plays the kubelet for pods on simulated nodes; nil with Options.NoPodSimulator.
+	Pods *PodSimulator
+
+	opts       Options
+	removeDir  bool
+	restConfig *rest.Config
+	client     kubernetes.Interface
+
+	mu            sync.Mutex // serializes starting and stopping processes
+	etcd          *process
+	apiServer     *process
+	scheduler     *process
+	schedulerPort int
+	stopped       bool
+
+	cancel context.CancelFunc // stops the simulators
+	wg     sync.WaitGroup
+}
+
+// Start starts etcd, kube-apiserver and (unless opts.NoScheduler)
+// kube-scheduler, and waits until each is ready. On error, everything it
+// started is stopped again. The processes outlive ctx; Stop ends them.
+func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
+	began := time.Now()
+	if opts.BinDir == "" {
+		if opts.BinDir, err = BinDir(); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkBinaries(opts.BinDir); err != nil {
+		return nil, err
+	}
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = defaultStartTimeout
+	}
+	c := &Cluster{opts: opts, Dir: opts.Dir}
+	if c.Dir == "" {
+		if c.Dir, err = os.MkdirTemp("", "rota-cluster-"); err != nil {
+			return nil, err
+		}
+		c.removeDir = !opts.KeepDir
+	} else if err := os.MkdirAll(c.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			// Keep the logs the error points at.
+			c.removeDir = false
+			if stopErr := c.Stop(); stopErr != nil {
+				klog.ErrorS(stopErr, "Stopping a cluster that failed to start")
+			}
+		}
+	}()
+
+	p, err := newPKI(filepath.Join(c.Dir, "pki"))
+	if err != nil {
+		return nil, fmt.Errorf("creating certificates: %w", err)
+	}
+	ports, err := freePorts(4)
+	if err != nil {
+		return nil, err
+	}
+	etcdClient, etcdPeer, apiPort := ports[0], ports[1], ports[2]
+	c.schedulerPort = ports[3]
+	c.EtcdURL = "http://127.0.0.1:" + strconv.Itoa(etcdClient)
+	c.APIServerURL = "https://127.0.0.1:" + strconv.Itoa(apiPort)
+
+	if err := c.writeKubeconfigs(p); err != nil {
+		return nil, err
+	}
+
+	c.etcd = newProcess(opts.BinDir, etcdBin, c.Dir, etcdArgs(c.Dir, etcdClient, etcdPeer))
+	if err := c.etcd.start(); err != nil {
+		return nil, err
+	}
+	if err := c.waitHTTP(ctx, c.etcd, c.EtcdURL+"/health", nil); err != nil {
+		return nil, err
+	}
+
+	c.apiServer = newProcess(opts.BinDir, apiServerBin, c.Dir,
+		append(apiServerArgs(p, c.EtcdURL, apiPort), opts.APIServerArgs...))
+	if err := c.startAPIServer(ctx); err != nil {
+		return nil, err
+	}
+
+	config, err := schedulerConfig(opts.SchedulerConfig, c.SchedulerKubeconfig, opts.Extender)
+	if err != nil {
+		return nil, err
+	}
+	schedConfigFile := filepath.Join(c.Dir, "scheduler-config.yaml")
+	if err := os.WriteFile(schedConfigFile, config, 0o600); err != nil {
+		return nil, err
+	}
+	c.scheduler = newProcess(opts.BinDir, schedulerBin, c.Dir,
+		append(schedulerArgs(c.Dir, schedConfigFile, c.schedulerPort), opts.SchedulerArgs...))
+	if !opts.NoScheduler {
+		if err := c.StartScheduler(ctx); err != nil {
+			return nil, err
+		}
+	}
+
+	version, err := c.Version()
+	if err != nil {
+		return nil, err
+	}
+	simCtx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	c.Nodes = NewNodeSimulator(c.client)
+	c.Nodes.KubeletVersion = version
+	if opts.NodeLeaseInterval != 0 {
+		c.Nodes.LeaseInterval = opts.NodeLeaseInterval
+	}
+	c.wg.Go(func() { c.Nodes.Run(simCtx) })
+	if !opts.NoPodSimulator {
+		c.Pods = NewPodSimulator(c.client, c.Nodes)
+		if err := c.Pods.Start(simCtx); err != nil {
+			return nil, err
+		}
+	}
+	klog.V(1).InfoS("Control plane ready", "dir", c.Dir, "apiServer", c.APIServerURL,
+		"version", version, "took", time.Since(began).Round(time.Millisecond))
+	return c, nil
+}
+
+// Client returns an admin clientset with client-side throttling raised to
+// 1000 QPS (the client-go default of 5 would dominate any measurement).
+func (c *Cluster) Client() kubernetes.Interface { return c.client }
+
+// RESTConfig returns a copy of the admin client configuration.
+func (c *Cluster) RESTConfig() *rest.Config { return rest.CopyConfig(c.restConfig) }
+
+// Version returns the API server's version, e.g. "v1.37.2".
+func (c *Cluster) Version() (string, error) {
+	v, err := c.client.Discovery().ServerVersion()
+	if err != nil {
+		return "", fmt.Errorf("reading the API server version: %w", err)
+	}
+	return v.GitVersion, nil
+}
+
+// RestartAPIServer stops kube-apiserver and starts it again on the same port
+// with the same etcd, and waits until it is ready. Clients keep working after
+// their watches reconnect.
+func (c *Cluster) RestartAPIServer(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return errors.New("cluster is stopped")
+	}
+	if err := c.apiServer.stop(stopGrace); err != nil {
+		return err
+	}
+	return c.startAPIServer(ctx)
+}
+
+// StopScheduler stops kube-scheduler. Pods stay Pending until StartScheduler.
+func (c *Cluster) StopScheduler() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.scheduler.stop(stopGrace)
+}
+
+// StartScheduler starts kube-scheduler (again) with the configuration Start
+// wrote, and waits until it reports ready.
+func (c *Cluster) StartScheduler(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return errors.New("cluster is stopped")
+	}
+	if err := c.scheduler.start(); err != nil {
+		return err
+	}
+	insecure := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, // its self-signed serving cert
+	}}
+	return c.waitHTTP(ctx, c.scheduler, "https://127.0.0.1:"+strconv.Itoa(c.schedulerPort)+"/readyz", insecure)
+}
+
+// SchedulerRunning reports whether kube-scheduler is running.
+func (c *Cluster) SchedulerRunning() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.scheduler != nil && c.scheduler.running()
+}
+
+// LogFile returns the log path of component "etcd", "kube-apiserver" or "kube-scheduler".
+func (c *Cluster) LogFile(component string) string {
+	return filepath.Join(c.Dir, component+".log")
+}
+
+// Stop stops the simulators and then kube-scheduler, kube-apiserver and etcd
+// (SIGTERM to each process group, SIGKILL after a grace period), and removes
+// the temporary folder unless it is to be kept. It is safe to call more than once.
+func (c *Cluster) Stop() error {
+	if c.cancel != nil {
+		c.cancel()
+		c.wg.Wait()
+	}
+	if c.Pods != nil {
+		c.Pods.Wait()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return nil
+	}
+	c.stopped = true
+	var errs []error
+	for _, p := range []*process{c.scheduler, c.apiServer, c.etcd} {
+		if p != nil {
+			errs = append(errs, p.stop(stopGrace))
+		}
+	}
+	if c.removeDir {
+		errs = append(errs, os.RemoveAll(c.Dir))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Cluster) startAPIServer(ctx context.Context) error {
+	if err := c.apiServer.start(); err != nil {
+		return err
+	}
+	return c.waitReady(ctx, c.apiServer, func(ctx context.Context) error {
+		_, err := c.client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		return err
+	})
+}
+
+func (c *Cluster) writeKubeconfigs(p *pki) error {
+	admin, err := p.clientCert("rota-admin", "system:masters")
+	if err != nil {
+		return err
+	}
+	sched, err := p.clientCert("system:kube-scheduler")
+	if err != nil {
+		return err
+	}
+	c.Kubeconfig = filepath.Join(c.Dir, "admin.kubeconfig")
+	c.SchedulerKubeconfig = filepath.Join(c.Dir, "scheduler.kubeconfig")
+	for path, cert := range map[string]clientCert{c.Kubeconfig: admin, c.SchedulerKubeconfig: sched} {
+		kc := clientcmdapi.NewConfig()
+		kc.Clusters["rota"] = &clientcmdapi.Cluster{Server: c.APIServerURL, CertificateAuthorityData: p.caPEM}
+		kc.AuthInfos["rota"] = &clientcmdapi.AuthInfo{ClientCertificateData: cert.certPEM, ClientKeyData: cert.keyPEM}
+		kc.Contexts["rota"] = &clientcmdapi.Context{Cluster: "rota", AuthInfo: "rota"}
+		kc.CurrentContext = "rota"
+		if err := clientcmd.WriteToFile(*kc, path); err != nil {
+			return err
+		}
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst = 1000, 2000
+	cfg.UserAgent = "rota-test-cluster"
+	c.restConfig = cfg
+	c.client, err = kubernetes.NewForConfig(cfg)
+	return err
+}
+
+// waitHTTP polls url until it answers 200 OK.
+func (c *Cluster) waitHTTP(ctx context.Context, p *process, url string, client *http.Client) error {
+	if client == nil {
+		client = &http.Client{Timeout: 5 * time.Second}
+	}
+	return c.waitReady(ctx, p, func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s", url, resp.Status)
+		}
+		return nil
+	})
+}
+
+// waitReady polls ready until it succeeds, p exits, ctx ends or the start
+// timeout passes.
+func (c *Cluster) waitReady(ctx context.Context, p *process, ready func(context.Context) error) error {
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, c.opts.StartTimeout)
+	defer cancel()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var last error
+	for {
+		attempt, cancelAttempt := context.WithTimeout(ctx, 5*time.Second)
+		last = ready(attempt)
+		cancelAttempt()
+		if last == nil {
+			klog.V(2).InfoS("Component ready", "component", p.name, "pid", p.cmd.Process.Pid,
+				"took", time.Since(began).Round(time.Millisecond))
+			return nil
+		}
+		select {
+		case <-p.exited():
+			return p.exitError()
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready after %s: %w (last check: %v)\n%s",
+				p.name, time.Since(began).Round(time.Second), ctx.Err(), last, p.logTail(30))
+		case <-tick.C:
+		}
+	}
+}
+
+func etcdArgs(dir string, clientPort, peerPort int) []string {
+	client := "http://127.0.0.1:" + strconv.Itoa(clientPort)
+	peer := "http://127.0.0.1:" + strconv.Itoa(peerPort)
+	return []string{
+		"--name=rota",
+		"--data-dir=" + filepath.Join(dir, "etcd"),
+		"--listen-client-urls=" + client,
+		"--advertise-client-urls=" + client,
+		"--listen-peer-urls=" + peer,
+		"--initial-advertise-peer-urls=" + peer,
+		"--initial-cluster=rota=" + peer,
+		"--initial-cluster-state=new",
+		// Test data is thrown away; fsync would make every write wait for the disk.
+		"--unsafe-no-fsync=true",
+		"--log-level=warn",
+	}
+}
+
+func apiServerArgs(p *pki, etcdURL string, port int) []string {
+	return []string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--tls-cert-file=" + p.servingCertFile,
+		"--tls-private-key-file=" + p.servingKeyFile,
+		"--client-ca-file=" + p.caFile,
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + p.saPubFile,
+		"--service-account-signing-key-file=" + p.saKeyFile,
+		"--service-cluster-ip-range=" + serviceCIDR,
+		// Nothing else serves the "kubernetes" Service; don't publish 127.0.0.1 in its Endpoints.
+		"--endpoint-reconciler-type=none",
+		// See the package comment: without kube-controller-manager these two
+		// would reject every pod and keep every new Node tainted.
+		"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+		"--profiling=false",
+		"--v=1",
+	}
+}
+
+func schedulerArgs(dir, configFile string, port int) []string {
+	return []string{
+		"--config=" + configFile,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + filepath.Join(dir, "scheduler-certs"),
+		"--v=2",
+	}
+}
+
+// freePorts returns n distinct free TCP ports on 127.0.0.1. Another process
+// could take one before it is used; on a test machine that is rare enough.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var listeners []net.Listener
+	defer func() {
+		for _, l := range listeners {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("finding a free port: %w", err)
+		}
+		listeners = append(listeners, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
