@@ -65,7 +65,7 @@ build() {
   if [[ "${name}" == etcd ]]; then
     dir="${TOOLS}/etcd"
     pkg="./cmd/etcd"
-    ldflags="-s -w"
+    ldflags="-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=module-${ETCD_VERSION}"
   else
     dir="${TOOLS}"
     pkg="k8s.io/kubernetes/cmd/${name}"

@@ -27,7 +27,12 @@ const (
 	serviceIP   = "10.0.0.1"
 
 	defaultStartTimeout = 2 * time.Minute
-	stopGrace           = 15 * time.Second
+	stopGrace           = 10 * time.Second
+	// After SIGTERM, kube-apiserver stops listening within milliseconds but
+	// then waits (up to 60s) for open watch connections to end, and clients
+	// such as the scheduler keep theirs open. Its state is in etcd, so a
+	// short grace before SIGKILL loses nothing.
+	apiServerStopGrace = 2 * time.Second
 )
 
 // Options configures Start. The zero value starts etcd, kube-apiserver and a
@@ -235,7 +240,7 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	if c.stopped {
 		return errors.New("cluster is stopped")
 	}
-	if err := c.apiServer.stop(stopGrace); err != nil {
+	if err := c.apiServer.stop(apiServerStopGrace); err != nil {
 		return err
 	}
 	return c.startAPIServer(ctx)
@@ -296,9 +301,14 @@ func (c *Cluster) Stop() error {
 	c.stopped = true
 	var errs []error
 	for _, p := range []*process{c.scheduler, c.apiServer, c.etcd} {
-		if p != nil {
-			errs = append(errs, p.stop(stopGrace))
+		if p == nil {
+			continue
 		}
+		grace := stopGrace
+		if p == c.apiServer {
+			grace = apiServerStopGrace
+		}
+		errs = append(errs, p.stop(grace))
 	}
 	if c.removeDir {
 		errs = append(errs, os.RemoveAll(c.Dir))
