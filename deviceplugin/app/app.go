@@ -1,0 +1,118 @@
+// Package app wires rota-device-plugin together: discovery backend, health
+// tracking, the handoff matcher fed by a pod informer and the kubelet
+// PodResources API, the topology publisher, and the kubelet-facing gRPC
+// servers. main and the in-process tests call Run.
+package app
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/rota-sched/rota/deviceplugin/config"
+	"github.com/rota-sched/rota/deviceplugin/discovery"
+	"github.com/rota-sched/rota/deviceplugin/handoff"
+	"github.com/rota-sched/rota/deviceplugin/health"
+	"github.com/rota-sched/rota/deviceplugin/metrics"
+	"github.com/rota-sched/rota/deviceplugin/podwatch"
+	"github.com/rota-sched/rota/deviceplugin/publish"
+	"github.com/rota-sched/rota/deviceplugin/server"
+	"github.com/rota-sched/rota/pkg/contract"
+)
+
+// Deps are the collaborators Run needs.
+type Deps struct {
+	Config  config.Config
+	Backend discovery.Backend
+	// Client is the API client; nil when Config.NoAPI is set.
+	Client  kubernetes.Interface
+	Metrics *metrics.Metrics
+	// ReconcileInterval is the PodResources reconciliation period (default 10 s).
+	ReconcileInterval time.Duration
+}
+
+// Check validates what can be checked before serving: the names and the
+// ListAndWatch message size for the configured memory unit.
+func Check(cfg config.Config, b discovery.Backend) (contract.Names, error) {
+	names, err := contract.NewNames(cfg.Domain)
+	if err != nil {
+		return contract.Names{}, err
+	}
+	if err := server.CheckMessageSize(b.GPUs(), cfg.MemoryUnitMiB); err != nil {
+		return contract.Names{}, err
+	}
+	return names, nil
+}
+
+// Run serves until ctx is done. It returns an error when start-up fails.
+func Run(ctx context.Context, d Deps) error {
+	logger := klog.FromContext(ctx)
+	cfg := d.Config
+	names, err := Check(cfg, d.Backend)
+	if err != nil {
+		return err
+	}
+	gpus := d.Backend.GPUs()
+	state := server.NewState(gpus, cfg.MemoryUnitMiB)
+	uuids := make([]string, len(gpus))
+	for i, g := range gpus {
+		uuids[i] = g.UUID
+		logger.Info("GPU", "index", g.Index, "gpu", g.UUID, "model", g.Model, "memoryMiB", int64(g.MemoryMiB),
+			"numa", g.NUMA, "island", g.Island, "peers", g.Peers)
+	}
+	d.Metrics.SetGPUs(len(gpus), 0)
+	tracker := health.NewTracker(uuids, cfg.IgnoredXIDs, cfg.RecoveryQuiet)
+	matcher := handoff.NewMatcher(cfg.NodeName, names, cfg.MemoryUnitMiB)
+	apply := func(c health.Change) {
+		if state.Apply(c) {
+			logger.Info("GPU health changed", "gpu", c.UUID, "healthy", c.Healthy, "reason", c.Reason)
+			d.Metrics.Transition(c.Healthy)
+			d.Metrics.SetGPUs(state.Counts())
+		}
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+
+	if !cfg.NoAPI {
+		if d.Client == nil {
+			return fmt.Errorf("no API client and --no-api not set")
+		}
+		if err := podwatch.StartPods(ctx, d.Client, cfg.NodeName, matcher); err != nil {
+			return err
+		}
+		interval := d.ReconcileInterval
+		if interval <= 0 {
+			interval = 10 * time.Second
+		}
+		wg.Go(func() { podwatch.Reconcile(ctx, cfg.PodResourcesSocket, interval, matcher, d.Metrics) })
+		pub := publish.New(d.Client, cfg.NodeName, names.TopologyAnnotation, d.Metrics)
+		wg.Go(func() { pub.Run(ctx, state.Document) })
+		wg.Go(func() {
+			publish.WatchOverrides(ctx, d.Client, cfg.NodeName, names.GPUHealthAnnotation, func(uuids []string) {
+				for _, u := range uuids {
+					if c, ok := tracker.Override(u); ok {
+						apply(c)
+					}
+				}
+			})
+		})
+	} else {
+		logger.Info("Running without the API server: no topology annotation, and Allocate finds no assignments")
+	}
+	wg.Go(func() { health.Run(ctx, d.Backend, tracker, cfg.HealthInterval, apply) })
+
+	plugins := []*server.Plugin{
+		server.NewPlugin(handoff.KindGPU, names.GPU, state, matcher, cfg.AllocateWait, d.Metrics),
+		server.NewPlugin(handoff.KindMemory, names.GPUMemory, state, matcher, cfg.AllocateWait, d.Metrics),
+	}
+	err = server.NewManager(cfg.DevicePluginDir, cfg.KubeletPoll, d.Metrics, plugins...).Run(ctx)
+	cancel()
+	return err
+}

@@ -1,0 +1,179 @@
+// Command rota-device-plugin advertises a node's GPUs to the kubelet as
+// <domain>/gpu and <domain>/gpu-memory, publishes their topology and health
+// on the Node, and hands each container the GPUs the Rota extender chose.
+//
+// Exit codes: 0 clean shutdown (SIGTERM/SIGINT); 1 runtime failure;
+// 2 bad flags or configuration (including a memory unit that would overflow
+// the kubelet's 4 MiB message); 3 NVIDIA driver or libnvidia-ml not found.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/rota-sched/rota/deviceplugin/app"
+	"github.com/rota-sched/rota/deviceplugin/config"
+	"github.com/rota-sched/rota/deviceplugin/discovery"
+	"github.com/rota-sched/rota/deviceplugin/metrics"
+	"github.com/rota-sched/rota/pkg/contract"
+)
+
+const (
+	exitOK       = 0
+	exitRuntime  = 1
+	exitConfig   = 2
+	exitNoDriver = 3
+)
+
+func main() {
+	klog.InitFlags(nil)
+	cfg, err := parseFlags(flag.CommandLine, os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rota-device-plugin:", err)
+		os.Exit(exitConfig)
+	}
+	klog.FlushAndExit(klog.ExitFlushTimeout, run(cfg))
+}
+
+// parseFlags binds the flags to a Config and validates it.
+func parseFlags(fs *flag.FlagSet, args []string) (config.Config, error) {
+	c := config.Default()
+	unit := int64(c.MemoryUnitMiB)
+	xids := joinXIDs(c.IgnoredXIDs)
+	qps := float64(c.APIQPS)
+	fs.StringVar(&c.Domain, "domain", c.Domain, "resource and annotation domain")
+	fs.StringVar(&c.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig path; empty means in-cluster")
+	fs.BoolVar(&c.NoAPI, "no-api", c.NoAPI, "do not talk to the API server (tests only: Allocate then always fails)")
+	fs.Float64Var(&qps, "api-qps", qps, "client-go QPS")
+	fs.IntVar(&c.APIBurst, "api-burst", c.APIBurst, "client-go burst")
+	fs.StringVar(&c.DevicePluginDir, "device-plugin-dir", c.DevicePluginDir, "folder of kubelet.sock and the plugin sockets")
+	fs.StringVar(&c.PodResourcesSocket, "pod-resources-socket", c.PodResourcesSocket, "kubelet PodResources API socket; empty disables reconciliation")
+	fs.Int64Var(&unit, "memory-unit-mib", unit, "size of one gpu-memory device in MiB")
+	fs.StringVar((*string)(&c.Backend), "backend", string(c.Backend), "GPU discovery: nvml, fake or mock")
+	fs.StringVar(&c.FakeConfig, "fake-config", c.FakeConfig, "fake backend GPU file (YAML/JSON); faults go in the 'health' file next to it")
+	fs.StringVar(&c.MockServer, "mock-server", c.MockServer, "mock backend: dgxa100, dgxh100, dgxh200 or dgxb200")
+	fs.StringVar(&xids, "ignored-xids", xids, "comma-separated XIDs that never mark a GPU unhealthy")
+	fs.DurationVar(&c.HealthInterval, "health-interval", c.HealthInterval, "period of the GPU health probe")
+	fs.DurationVar(&c.RecoveryQuiet, "recovery-quiet", c.RecoveryQuiet, "quiet time before an unhealthy GPU that probes fine is healthy again")
+	fs.DurationVar(&c.KubeletPoll, "kubelet-poll", c.KubeletPoll, "period of the kubelet socket check (restart detection)")
+	fs.DurationVar(&c.AllocateWait, "allocate-wait", c.AllocateWait, "how long Allocate waits for the pod informer to show the pod")
+	fs.StringVar(&c.MetricsListen, "metrics-listen", c.MetricsListen, "Prometheus listen address; empty disables")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	c.MemoryUnitMiB = contract.MiB(unit)
+	c.APIQPS = float32(qps)
+	var err error
+	if c.IgnoredXIDs, err = config.ParseXIDs(xids); err != nil {
+		return c, fmt.Errorf("--ignored-xids: %w", err)
+	}
+	return c, c.Validate()
+}
+
+func joinXIDs(x []uint64) string {
+	s := make([]string, len(x))
+	for i, v := range x {
+		s[i] = strconv.FormatUint(v, 10)
+	}
+	return strings.Join(s, ",")
+}
+
+// run starts everything and returns the exit code.
+func run(cfg config.Config) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	logger := klog.LoggerWithValues(klog.Background(), "node", cfg.NodeName)
+	ctx = klog.NewContext(ctx, logger)
+
+	backend, err := openBackend(cfg)
+	if errors.Is(err, discovery.ErrNoDriver) {
+		logger.Error(err, "No NVIDIA driver on this node; use --backend=fake or --backend=mock to simulate GPUs")
+		return exitNoDriver
+	}
+	if err != nil {
+		logger.Error(err, "GPU discovery failed")
+		return exitRuntime
+	}
+	defer backend.Close()
+	if _, err := app.Check(cfg, backend); err != nil {
+		logger.Error(err, "Refusing to start")
+		return exitConfig
+	}
+
+	var client kubernetes.Interface
+	if !cfg.NoAPI {
+		rc, err := restConfig(cfg)
+		if err != nil {
+			logger.Error(err, "Kubernetes client configuration failed")
+			return exitConfig
+		}
+		rc.QPS, rc.Burst, rc.UserAgent = cfg.APIQPS, cfg.APIBurst, "rota-device-plugin/"+cfg.NodeName
+		if client, err = kubernetes.NewForConfig(rc); err != nil {
+			logger.Error(err, "Kubernetes client creation failed")
+			return exitConfig
+		}
+	}
+
+	m := metrics.New()
+	if cfg.MetricsListen != "" {
+		lis, err := net.Listen("tcp", cfg.MetricsListen)
+		if err != nil {
+			logger.Error(err, "Metrics listener failed", "address", cfg.MetricsListen)
+			return exitRuntime
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", m.Handler())
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error(err, "Metrics server stopped")
+			}
+		}()
+		defer srv.Close()
+		logger.Info("Serving metrics", "address", lis.Addr().String())
+	}
+
+	logger.Info("Starting rota-device-plugin", "backend", cfg.Backend, "domain", cfg.Domain,
+		"memoryUnitMiB", int64(cfg.MemoryUnitMiB), "devicePluginDir", cfg.DevicePluginDir, "noAPI", cfg.NoAPI)
+	if err := app.Run(ctx, app.Deps{Config: cfg, Backend: backend, Client: client, Metrics: m}); err != nil {
+		logger.Error(err, "Device plugin failed")
+		return exitRuntime
+	}
+	logger.Info("Device plugin stopped")
+	return exitOK
+}
+
+func openBackend(cfg config.Config) (discovery.Backend, error) {
+	switch cfg.Backend {
+	case config.BackendFake:
+		return discovery.OpenFake(cfg.FakeConfig, cfg.NodeName)
+	case config.BackendMock:
+		b, _, err := discovery.OpenMock(cfg.MockServer, discovery.MockOptions{})
+		return b, err
+	default:
+		return discovery.OpenNVML()
+	}
+}
+
+func restConfig(cfg config.Config) (*rest.Config, error) {
+	if cfg.Kubeconfig == "" {
+		return rest.InClusterConfig()
+	}
+	return clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+}

@@ -1,0 +1,170 @@
+// Package config holds the device plugin's configuration: one Config value,
+// filled from flags in main, defaulted by Default and checked by Validate.
+// It imports no CLI framework and no logger.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rota-sched/rota/pkg/contract"
+)
+
+// Backend names the GPU discovery backend.
+type Backend string
+
+const (
+	// BackendNVML reads the node's GPUs through libnvidia-ml (dlopen).
+	BackendNVML Backend = "nvml"
+	// BackendFake reads a small YAML/JSON file describing simulated GPUs.
+	BackendFake Backend = "fake"
+	// BackendMock serves one of go-nvml's mock DGX servers (tests, demos).
+	BackendMock Backend = "mock"
+)
+
+// DefaultIgnoredXIDs are application-caused XIDs that do not mark a GPU
+// unhealthy: 13 (graphics engine exception), 31 (MMU fault), 43 (GPU stopped
+// processing), 45 (preemptive cleanup), 68 (video processor exception),
+// 109 (context switch timeout).
+var DefaultIgnoredXIDs = []uint64{13, 31, 43, 45, 68, 109}
+
+// Config is the whole configuration of rota-device-plugin.
+type Config struct {
+	// Domain is the resource and annotation domain (contract.NewNames).
+	Domain string `json:"domain"`
+	// NodeName is the Node this plugin runs on (required).
+	NodeName string `json:"nodeName"`
+	// Kubeconfig is the kubeconfig path; empty means in-cluster.
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// NoAPI skips every API server call: no topology annotation, no pod
+	// informer (Allocate then fails for want of assignments). Unit tests only.
+	NoAPI bool `json:"noAPI,omitempty"`
+	// APIQPS and APIBurst bound the client-go rate limiter.
+	APIQPS   float32 `json:"apiQPS"`
+	APIBurst int     `json:"apiBurst"`
+
+	// DevicePluginDir holds kubelet.sock and the plugin's own sockets.
+	DevicePluginDir string `json:"devicePluginDir"`
+	// PodResourcesSocket is the kubelet PodResources API socket; empty or
+	// missing disables reconciliation.
+	PodResourcesSocket string `json:"podResourcesSocket,omitempty"`
+	// MemoryUnitMiB is the size of one gpu-memory device.
+	MemoryUnitMiB contract.MiB `json:"memoryUnitMiB"`
+
+	// Backend selects discovery; FakeConfig is the fake backend's file and
+	// MockServer the go-nvml mock server (dgxa100, dgxh100, dgxh200, dgxb200).
+	Backend    Backend `json:"backend"`
+	FakeConfig string  `json:"fakeConfig,omitempty"`
+	MockServer string  `json:"mockServer,omitempty"`
+
+	// IgnoredXIDs never mark a GPU unhealthy.
+	IgnoredXIDs []uint64 `json:"ignoredXIDs"`
+	// HealthInterval is the period of the health re-check.
+	HealthInterval time.Duration `json:"healthInterval"`
+	// RecoveryQuiet is how long an unhealthy GPU must stay quiet (no new
+	// event) and pass a probe before it is healthy again.
+	RecoveryQuiet time.Duration `json:"recoveryQuiet"`
+	// KubeletPoll is the period of the kubelet socket check.
+	KubeletPoll time.Duration `json:"kubeletPoll"`
+	// AllocateWait bounds how long Allocate waits for the pod informer to
+	// show a matching pod (the kubelet can see a binding before we do).
+	AllocateWait time.Duration `json:"allocateWait"`
+
+	// MetricsListen is the Prometheus listen address; empty disables it.
+	MetricsListen string `json:"metricsListen,omitempty"`
+}
+
+// Default returns the defaults for every field but NodeName.
+func Default() Config {
+	return Config{
+		Domain:             contract.DefaultDomain,
+		APIQPS:             20,
+		APIBurst:           40,
+		DevicePluginDir:    "/var/lib/kubelet/device-plugins/",
+		PodResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock",
+		MemoryUnitMiB:      contract.DefaultMemoryUnitMiB,
+		Backend:            BackendNVML,
+		IgnoredXIDs:        slices.Clone(DefaultIgnoredXIDs),
+		HealthInterval:     5 * time.Second,
+		RecoveryQuiet:      5 * time.Minute,
+		KubeletPoll:        500 * time.Millisecond,
+		AllocateWait:       5 * time.Second,
+		MetricsListen:      "127.0.0.1:9400",
+	}
+}
+
+// Validate reports every problem of c at once.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if _, err := contract.NewNames(c.Domain); err != nil {
+		errs = append(errs, err)
+	}
+	if c.NodeName == "" {
+		add("node-name", "is empty; pass --node-name=$(NODE_NAME) from the downward API")
+	}
+	if c.DevicePluginDir == "" || !filepath.IsAbs(c.DevicePluginDir) {
+		add("device-plugin-dir", "%q is not an absolute path", c.DevicePluginDir)
+	}
+	if c.MemoryUnitMiB <= 0 {
+		add("memory-unit-mib", "%d is not positive; 1024 (1 GiB) is the default", c.MemoryUnitMiB)
+	}
+	switch c.Backend {
+	case BackendNVML:
+	case BackendFake:
+		if c.FakeConfig == "" {
+			add("fake-config", "is empty; the fake backend needs a GPU description file")
+		}
+	case BackendMock:
+		if !slices.Contains([]string{"dgxa100", "dgxh100", "dgxh200", "dgxb200"}, c.MockServer) {
+			add("mock-server", "%q is not one of dgxa100, dgxh100, dgxh200, dgxb200", c.MockServer)
+		}
+	default:
+		add("backend", "%q is not one of nvml, fake, mock", c.Backend)
+	}
+	for name, d := range map[string]time.Duration{
+		"health-interval": c.HealthInterval, "kubelet-poll": c.KubeletPoll, "allocate-wait": c.AllocateWait,
+	} {
+		if d <= 0 {
+			add(name, "%s is not positive", d)
+		}
+	}
+	if c.RecoveryQuiet < 0 {
+		add("recovery-quiet", "%s is negative", c.RecoveryQuiet)
+	}
+	if c.APIQPS <= 0 || c.APIBurst <= 0 {
+		add("api-qps/api-burst", "must be positive (got %g/%d)", c.APIQPS, c.APIBurst)
+	}
+	if c.MetricsListen != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
+			add("metrics-listen", "%q is not host:port", c.MetricsListen)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ParseXIDs reads a comma-separated XID list such as "13,31,43".
+// An empty string is an empty list.
+func ParseXIDs(s string) ([]uint64, error) {
+	var out []uint64
+	for f := range strings.SplitSeq(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		v, err := strconv.ParseUint(f, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("xid %q is not a number: %w", f, err)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}

@@ -1,0 +1,37 @@
+package config
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestValidateReportsEverything(t *testing.T) {
+	c := Default()
+	c.Domain = "Bad_Domain"
+	c.DevicePluginDir = "relative"
+	c.MemoryUnitMiB = 0
+	c.Backend = BackendMock
+	c.MockServer = "dgx1"
+	err := c.Validate()
+	for _, want := range []string{"node-name", "device-plugin-dir", "memory-unit-mib", "mock-server", "domain"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v, want it to mention %s", err, want)
+		}
+	}
+	c = Default()
+	c.NodeName = "n"
+	if err := c.Validate(); err != nil {
+		t.Errorf("defaults: %v", err)
+	}
+}
+
+func TestParseXIDs(t *testing.T) {
+	got, err := ParseXIDs(" 13,31, ,109")
+	if err != nil || !slices.Equal(got, []uint64{13, 31, 109}) {
+		t.Errorf("ParseXIDs = %v %v", got, err)
+	}
+	if _, err := ParseXIDs("13,x"); err == nil {
+		t.Error("ParseXIDs accepted x")
+	}
+}

@@ -1,0 +1,123 @@
+// Package metrics defines the device plugin's Prometheus metrics on a
+// registry of its own. All methods are safe for concurrent use and do
+// nothing on a nil *Metrics.
+package metrics
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics holds the plugin's collectors.
+type Metrics struct {
+	reg           *prometheus.Registry
+	gpus          *prometheus.GaugeVec
+	transitions   *prometheus.CounterVec
+	allocLatency  *prometheus.HistogramVec
+	allocFailures *prometheus.CounterVec
+	registrations *prometheus.CounterVec
+	mismatches    prometheus.Counter
+	publishErrors prometheus.Counter
+}
+
+// New creates and registers the collectors.
+func New() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		gpus: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "rota_device_plugin_gpus", Help: "GPUs on this node by health.",
+		}, []string{"health"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rota_device_plugin_health_transitions_total", Help: "GPU health changes, by the health reached.",
+		}, []string{"to"}),
+		allocLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "rota_device_plugin_allocate_duration_seconds", Help: "Allocate latency, including waiting for the pod informer.",
+			Buckets: []float64{0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5},
+		}, []string{"resource"}),
+		allocFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rota_device_plugin_allocate_failures_total", Help: "Allocate calls refused, by reason (no_match, ambiguous, other).",
+		}, []string{"resource", "reason"}),
+		registrations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rota_device_plugin_registrations_total", Help: "Registrations with the kubelet, by result.",
+		}, []string{"resource", "result"}),
+		mismatches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rota_device_plugin_assignment_mismatches_total",
+			Help: "Containers the kubelet PodResources API shows holding devices outside their pod's assignment.",
+		}),
+		publishErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rota_device_plugin_topology_publish_errors_total", Help: "Failed topology annotation patches.",
+		}),
+	}
+	m.reg.MustRegister(m.gpus, m.transitions, m.allocLatency, m.allocFailures, m.registrations, m.mismatches,
+		m.publishErrors, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Handler serves the registry.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// SetGPUs records the GPU counts by health.
+func (m *Metrics) SetGPUs(healthy, unhealthy int) {
+	if m == nil {
+		return
+	}
+	m.gpus.WithLabelValues("healthy").Set(float64(healthy))
+	m.gpus.WithLabelValues("unhealthy").Set(float64(unhealthy))
+}
+
+// Transition counts one health change.
+func (m *Metrics) Transition(healthy bool) {
+	if m == nil {
+		return
+	}
+	to := "unhealthy"
+	if healthy {
+		to = "healthy"
+	}
+	m.transitions.WithLabelValues(to).Inc()
+}
+
+// Allocate records one Allocate call; reason is "" on success.
+func (m *Metrics) Allocate(resource string, d time.Duration, reason string) {
+	if m == nil {
+		return
+	}
+	m.allocLatency.WithLabelValues(resource).Observe(d.Seconds())
+	if reason != "" {
+		m.allocFailures.WithLabelValues(resource, reason).Inc()
+	}
+}
+
+// Registration counts one registration attempt.
+func (m *Metrics) Registration(resource string, ok bool) {
+	if m == nil {
+		return
+	}
+	r := "error"
+	if ok {
+		r = "ok"
+	}
+	m.registrations.WithLabelValues(resource, r).Inc()
+}
+
+// Mismatch counts containers holding devices outside their assignment.
+func (m *Metrics) Mismatch(n int) {
+	if m == nil {
+		return
+	}
+	m.mismatches.Add(float64(n))
+}
+
+// PublishError counts a failed topology patch.
+func (m *Metrics) PublishError() {
+	if m == nil {
+		return
+	}
+	m.publishErrors.Inc()
+}
