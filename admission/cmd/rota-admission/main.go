@@ -1,0 +1,59 @@
+// Command rota-admission is Rota's validating admission webhook: it rejects
+// malformed GPU requests, enforces team quota (pending + running) with a
+// borrowable shared pool, and keeps gangs whole. See admission/server for
+// the guarantee across replicas and deploy/admission for manifests.
+package main
+
+import (
+	"context"
+	"flag"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"k8s.io/klog/v2"
+
+	"github.com/rota-sched/rota/admission/config"
+	"github.com/rota-sched/rota/admission/server"
+)
+
+func main() {
+	cfg := config.Default()
+	if h, err := os.Hostname(); err == nil {
+		cfg.Identity = h
+	}
+	fs := flag.NewFlagSet("rota-admission", flag.ExitOnError)
+	klog.InitFlags(fs)
+	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "HTTPS address to serve on (host:port)")
+	fs.StringVar(&cfg.TLSCertFile, "tls-cert-file", cfg.TLSCertFile, "serving certificate (PEM); re-read when it changes")
+	fs.StringVar(&cfg.TLSKeyFile, "tls-key-file", cfg.TLSKeyFile, "serving key (PEM); re-read when it changes")
+	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", cfg.Kubeconfig, "kubeconfig file; empty means in-cluster")
+	qps := fs.Float64("kube-qps", float64(cfg.KubeQPS), "API requests per second")
+	fs.IntVar(&cfg.KubeBurst, "kube-burst", cfg.KubeBurst, "API request burst")
+	fs.StringVar(&cfg.Namespace, "namespace", cfg.Namespace, "namespace of the quota ConfigMap and the leader Lease")
+	fs.StringVar(&cfg.ConfigMap, "config-map", cfg.ConfigMap, "quota ConfigMap name; empty disables quota (requests are still validated)")
+	fs.StringVar(&cfg.ConfigMapKey, "config-map-key", cfg.ConfigMapKey, "key of the quota YAML in the ConfigMap")
+	fs.StringVar(&cfg.Domain, "domain", cfg.Domain, "resource and label domain")
+	fs.Int64Var(&cfg.MemoryUnitMiB, "memory-unit-mib", cfg.MemoryUnitMiB, "size of one gpu-memory unit in MiB (must match the device plugins)")
+	fs.DurationVar(&cfg.ReservationTTL, "reservation-ttl", cfg.ReservationTTL, "how long an admitted pod is held before the informer shows it")
+	fs.BoolVar(&cfg.LeaderElect, "leader-elect", cfg.LeaderElect, "admit GPU pods only while holding the Lease (required with more than one replica)")
+	fs.StringVar(&cfg.LeaseName, "lease-name", cfg.LeaseName, "name of the leader Lease")
+	fs.StringVar(&cfg.Identity, "identity", cfg.Identity, "leader election identity (default: host name)")
+	fs.DurationVar(&cfg.LeaseDuration, "lease-duration", cfg.LeaseDuration, "leader lease duration")
+	fs.DurationVar(&cfg.RenewDeadline, "renew-deadline", cfg.RenewDeadline, "leader renew deadline")
+	fs.DurationVar(&cfg.RetryPeriod, "retry-period", cfg.RetryPeriod, "leader election retry period")
+	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "how long to let requests in flight finish on shutdown")
+	_ = fs.Parse(os.Args[1:]) // ExitOnError
+	cfg.KubeQPS = float32(*qps)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	logger := klog.Background().WithName("rota-admission")
+	ctx = klog.NewContext(ctx, logger)
+	err := server.Run(ctx, cfg, nil)
+	stop()
+	if err != nil {
+		logger.Error(err, "rota-admission failed")
+		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+	}
+	klog.Flush()
+}

@@ -1,0 +1,143 @@
+// Package config holds rota-admission's configuration: the Config the binary
+// is started with (flags bind to it in main; flags are the only source), its
+// defaults and validation, and the loader of the quota ConfigMap's YAML.
+// It does no I/O.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/quota"
+)
+
+// Config is everything rota-admission is started with.
+type Config struct {
+	// Listen is the HTTPS address (host:port).
+	Listen string `json:"listen"`
+	// TLSCertFile and TLSKeyFile are the serving certificate; they are
+	// re-read when they change on disk.
+	TLSCertFile string `json:"tlsCertFile"`
+	TLSKeyFile  string `json:"tlsKeyFile"`
+	// Kubeconfig is a kubeconfig file; empty means in-cluster.
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// KubeQPS and KubeBurst bound requests to the API server.
+	KubeQPS   float32 `json:"kubeQPS"`
+	KubeBurst int     `json:"kubeBurst"`
+	// Namespace holds the quota ConfigMap and the leader Lease.
+	Namespace string `json:"namespace"`
+	// ConfigMap names the quota ConfigMap; empty disables quota (every team
+	// is unlimited; requests are still validated).
+	ConfigMap string `json:"configMap"`
+	// ConfigMapKey is the key of the YAML document in the ConfigMap.
+	ConfigMapKey string `json:"configMapKey"`
+	// Domain is the resource and label domain.
+	Domain string `json:"domain"`
+	// MemoryUnitMiB is the size of one gpu-memory unit; it must match the
+	// device plugins'.
+	MemoryUnitMiB int64 `json:"memoryUnitMiB"`
+	// ReservationTTL bounds how long an admission is held before the informer
+	// shows the pod.
+	ReservationTTL time.Duration `json:"reservationTTL"`
+	// LeaderElect makes only the replica holding the Lease admit GPU pods
+	// (and report ready); the others fail closed.
+	LeaderElect   bool          `json:"leaderElect"`
+	LeaseName     string        `json:"leaseName"`
+	Identity      string        `json:"identity"`
+	LeaseDuration time.Duration `json:"leaseDuration"`
+	RenewDeadline time.Duration `json:"renewDeadline"`
+	RetryPeriod   time.Duration `json:"retryPeriod"`
+	// ShutdownTimeout bounds the graceful shutdown of the HTTPS server.
+	ShutdownTimeout time.Duration `json:"shutdownTimeout"`
+}
+
+// Default returns the defaults.
+func Default() Config {
+	return Config{
+		Listen:          "127.0.0.1:8443",
+		KubeQPS:         50,
+		KubeBurst:       100,
+		Namespace:       "rota-system",
+		ConfigMap:       "rota-quota",
+		ConfigMapKey:    "quota.yaml",
+		Domain:          contract.DefaultDomain,
+		MemoryUnitMiB:   int64(contract.DefaultMemoryUnitMiB),
+		ReservationTTL:  30 * time.Second,
+		LeaderElect:     true,
+		LeaseName:       "rota-admission",
+		LeaseDuration:   15 * time.Second,
+		RenewDeadline:   10 * time.Second,
+		RetryPeriod:     2 * time.Second,
+		ShutdownTimeout: 10 * time.Second,
+	}
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(flag string, v any, why string) {
+		errs = append(errs, fmt.Errorf("--%s=%v: %s", flag, v, why))
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		bad("listen", c.Listen, "want host:port")
+	}
+	if c.TLSCertFile == "" || c.TLSKeyFile == "" {
+		errs = append(errs, errors.New("--tls-cert-file and --tls-key-file are required: the API server calls webhooks over HTTPS only"))
+	}
+	if _, err := contract.NewNames(c.Domain); err != nil {
+		bad("domain", c.Domain, err.Error())
+	}
+	if c.Namespace == "" {
+		bad("namespace", c.Namespace, "is empty")
+	}
+	if c.ConfigMap != "" && c.ConfigMapKey == "" {
+		bad("config-map-key", c.ConfigMapKey, "is empty")
+	}
+	if c.MemoryUnitMiB <= 0 {
+		bad("memory-unit-mib", c.MemoryUnitMiB, "must be positive")
+	}
+	if c.ReservationTTL <= 0 {
+		bad("reservation-ttl", c.ReservationTTL, "must be positive")
+	}
+	if c.KubeQPS <= 0 || c.KubeBurst <= 0 {
+		bad("kube-qps/--kube-burst", fmt.Sprint(c.KubeQPS, "/", c.KubeBurst), "must be positive")
+	}
+	if c.LeaderElect {
+		if c.LeaseName == "" {
+			bad("lease-name", c.LeaseName, "is empty")
+		}
+		if c.Identity == "" {
+			bad("identity", c.Identity, "is empty")
+		}
+		if !(c.RetryPeriod > 0 && c.RetryPeriod < c.RenewDeadline && c.RenewDeadline < c.LeaseDuration) {
+			errs = append(errs, fmt.Errorf("want 0 < --retry-period (%v) < --renew-deadline (%v) < --lease-duration (%v)",
+				c.RetryPeriod, c.RenewDeadline, c.LeaseDuration))
+		}
+	}
+	if c.ShutdownTimeout <= 0 {
+		bad("shutdown-timeout", c.ShutdownTimeout, "must be positive")
+	}
+	return errors.Join(errs...)
+}
+
+// ParseQuota reads the quota document from the ConfigMap (YAML or JSON).
+// Duplicate keys, unknown fields and invalid values are errors; see
+// quota.Config for the format.
+func ParseQuota(data []byte) (quota.Config, error) {
+	if len(data) > quota.MaxConfigBytes {
+		return quota.Config{}, fmt.Errorf("quota document is %d bytes, more than %d", len(data), quota.MaxConfigBytes)
+	}
+	js, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return quota.Config{}, fmt.Errorf("quota document is not valid YAML: %w", err)
+	}
+	if string(js) == "null" { // an empty document
+		js = []byte("{}")
+	}
+	return quota.Parse(js)
+}

@@ -1,0 +1,324 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/rota-sched/rota/admission/view"
+	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/podreq"
+	"github.com/rota-sched/rota/pkg/quota"
+)
+
+// MaxReviewBytes bounds an AdmissionReview body. A pod is at most about
+// 1.5 MiB (etcd's limit) and an UPDATE review carries two of them.
+const MaxReviewBytes = 6 << 20
+
+// Reasons the webhook decides on its own (the view's reasons cover quota).
+const (
+	reasonNotPod         view.Reason = "not_a_pod"
+	reasonOtherOperation view.Reason = "other_operation"
+	reasonNoGPU          view.Reason = "no_gpu"
+	reasonInvalid        view.Reason = "invalid_request"
+	reasonImmutable      view.Reason = "immutable_field"
+	reasonUpdate         view.Reason = "update"
+	reasonNotActive      view.Reason = "not_active"
+	reasonBadObject      view.Reason = "bad_object"
+	reasonNamespace      view.Reason = "namespace_unreadable"
+)
+
+// NamespaceGetter reads a namespace from the API server. The webhook uses it
+// only for a namespace its informer has not shown yet (one created a moment
+// before its first pod). It returns an error satisfying
+// apierrors.IsNotFound when there is none.
+type NamespaceGetter interface {
+	Namespace(ctx context.Context, name string) (*corev1.Namespace, error)
+}
+
+// Options configure a Handler.
+type Options struct {
+	Names contract.Names
+	View  *view.View
+	// Active reports whether this replica may admit GPU pods (it holds the
+	// leader lease); nil means always.
+	Active func() bool
+	// Namespaces reads namespaces the view has not seen; nil treats them as
+	// unlabelled.
+	Namespaces NamespaceGetter
+	Metrics    *Metrics
+	// Now is the clock for latency metrics; nil means time.Now.
+	Now func() time.Time
+}
+
+// Handler answers AdmissionReviews on POST. Build it with New.
+type Handler struct {
+	o Options
+}
+
+var _ http.Handler = (*Handler)(nil)
+
+// New returns a Handler.
+func New(o Options) *Handler {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Handler{o: o}
+}
+
+// result is the webhook's decision before it is encoded.
+type result struct {
+	allowed bool
+	reason  view.Reason
+	team    string
+	message string
+	// internal marks failures of the webhook rather than of the request.
+	internal bool
+}
+
+func allow(r view.Reason) result { return result{allowed: true, reason: r} }
+
+func deny(r view.Reason, msg string) result { return result{reason: r, message: msg} }
+
+// ServeHTTP decodes one AdmissionReview and answers it.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := h.o.Now()
+	logger := klog.FromContext(r.Context())
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "POST an admission.k8s.io/v1 AdmissionReview", http.StatusMethodNotAllowed)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxReviewBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			http.Error(w, fmt.Sprintf("AdmissionReview is larger than %d bytes", MaxReviewBytes), http.StatusRequestEntityTooLarge)
+			return
+		}
+		http.Error(w, "reading the body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	review, err := DecodeReview(body)
+	if err != nil {
+		logger.Error(err, "Bad AdmissionReview")
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	req := review.Request
+	res := h.decide(r.Context(), req)
+
+	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: res.allowed}
+	if !res.allowed {
+		code, reason := int32(http.StatusForbidden), metav1.StatusReasonForbidden
+		if res.internal {
+			code, reason = http.StatusInternalServerError, metav1.StatusReasonInternalError
+		}
+		resp.Result = &metav1.Status{Status: metav1.StatusFailure, Code: code, Reason: reason, Message: res.message}
+	}
+	out, err := json.Marshal(admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp})
+	if err != nil {
+		logger.Error(err, "Encoding AdmissionReview")
+		http.Error(w, "encoding the response", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if _, err := w.Write(out); err != nil {
+		logger.V(2).Info("Writing the admission response failed", "err", err)
+	}
+
+	outcome := "allowed"
+	switch {
+	case res.internal:
+		outcome = "error"
+	case !res.allowed:
+		outcome = "denied"
+	}
+	if h.o.Metrics != nil {
+		h.o.Metrics.admissions.WithLabelValues(string(req.Operation), outcome, string(res.reason)).Inc()
+		h.o.Metrics.latency.WithLabelValues(outcome).Observe(h.o.Now().Sub(start).Seconds())
+	}
+	if res.reason != reasonNoGPU && res.reason != reasonNotPod {
+		logger.V(4).Info("Admission", keyPod, klog.KRef(req.Namespace, req.Name), keyUID, req.UID,
+			keyOperation, req.Operation, keyTeam, res.team, keyAllowed, res.allowed, keyReason, res.reason, keyMessage, res.message)
+	}
+}
+
+// DecodeReview parses an admission.k8s.io/v1 AdmissionReview request.
+func DecodeReview(body []byte) (*admissionv1.AdmissionReview, error) {
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &review); err != nil {
+		return nil, fmt.Errorf("decoding AdmissionReview: %w", err)
+	}
+	if review.APIVersion != admissionv1.SchemeGroupVersion.String() || review.Kind != "AdmissionReview" {
+		return nil, fmt.Errorf("got %s %s, want %s AdmissionReview", review.APIVersion, review.Kind, admissionv1.SchemeGroupVersion)
+	}
+	if review.Request == nil {
+		return nil, errors.New("AdmissionReview has no request")
+	}
+	if review.Request.UID == "" {
+		return nil, errors.New("AdmissionReview request has no uid")
+	}
+	return &review, nil
+}
+
+func (h *Handler) decide(ctx context.Context, req *admissionv1.AdmissionRequest) result {
+	if req.Kind.Group != "" || req.Kind.Kind != "Pod" || req.SubResource != "" {
+		return allow(reasonNotPod)
+	}
+	switch req.Operation {
+	case admissionv1.Create:
+		return h.create(ctx, req)
+	case admissionv1.Update:
+		return h.update(req)
+	default:
+		return allow(reasonOtherOperation)
+	}
+}
+
+func decodePod(raw []byte, req *admissionv1.AdmissionRequest) (*corev1.Pod, error) {
+	if len(raw) == 0 {
+		return nil, errors.New("the request carries no pod")
+	}
+	pod := &corev1.Pod{}
+	if err := json.Unmarshal(raw, pod); err != nil {
+		return nil, fmt.Errorf("decoding the pod: %w", err)
+	}
+	if pod.Namespace == "" {
+		pod.Namespace = req.Namespace
+	}
+	if pod.Name == "" {
+		pod.Name = req.Name
+	}
+	return pod, nil
+}
+
+func (h *Handler) create(ctx context.Context, req *admissionv1.AdmissionRequest) result {
+	pod, err := decodePod(req.Object.Raw, req)
+	if err != nil {
+		return deny(reasonBadObject, err.Error())
+	}
+	names := h.o.Names
+	if !podreq.Wants(pod, names) {
+		return allow(reasonNoGPU)
+	}
+
+	// The request itself: well formed, in units, no larger than the
+	// cluster's largest GPU and node.
+	v := h.o.View
+	caps := v.Caps()
+	opts := podreq.Options{Names: names, MemoryUnitMiB: v.MemoryUnitMiB(),
+		MaxGPUMemoryMiB: caps.MaxGPUMemoryMiB, MaxGPUs: caps.MaxGPUs}
+	if vs := podreq.Validate(pod, opts); len(vs) > 0 {
+		msgs := make([]string, len(vs))
+		for i, v := range vs {
+			msgs[i] = v.Error()
+		}
+		return deny(reasonInvalid, strings.Join(msgs, "; "))
+	}
+	if h.o.Active != nil && !h.o.Active() {
+		return result{reason: reasonNotActive, internal: true, message: "this Rota admission replica is not the active one " +
+			"(another replica holds the lease) and does not admit GPU pods; try again in a few seconds"}
+	}
+	pr, err := podreq.FromPod(pod, opts)
+	if err != nil {
+		return deny(reasonInvalid, err.Error())
+	}
+	gang, err := podreq.GangOf(pod, names)
+	if err != nil {
+		return deny(reasonInvalid, err.Error())
+	}
+	if err := h.learnNamespace(ctx, pod.Namespace); err != nil {
+		return result{reason: reasonNamespace, internal: true, message: err.Error()}
+	}
+
+	// Quota and gangs.
+	// The API server assigns the pod's UID before it calls validating
+	// webhooks; when it is missing the reservation matches by name only.
+	out := v.Admit(view.Request{
+		Namespace: pod.Namespace,
+		Name:      pod.Name,
+		UID:       string(pod.UID),
+		PodTeam:   pod.Labels[names.TeamLabel],
+		Amount:    quota.Amount{GPUs: int64(pr.GPUs), MemoryMiB: contract.MiB(pr.MemoryUnits) * v.MemoryUnitMiB()},
+		Gang:      gang,
+		Priority:  pod.Spec.Priority,
+		DryRun:    req.DryRun != nil && *req.DryRun,
+	})
+	return result{allowed: out.Allowed, reason: out.Reason, team: out.Team, message: out.Message}
+}
+
+// learnNamespace makes sure the view knows the namespace's team label.
+func (h *Handler) learnNamespace(ctx context.Context, name string) error {
+	v := h.o.View
+	if h.o.Namespaces == nil || v.NamespaceKnown(name) {
+		return nil
+	}
+	ns, err := h.o.Namespaces.Namespace(ctx, name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil // charged to no team; Admit says so
+	case err != nil:
+		return fmt.Errorf("reading namespace %s to find its team: %w", name, err)
+	}
+	v.UpsertNamespace(ns)
+	return nil
+}
+
+// update refuses changes to what quota and gangs are keyed on.
+func (h *Handler) update(req *admissionv1.AdmissionRequest) result {
+	pod, err := decodePod(req.Object.Raw, req)
+	if err != nil {
+		return deny(reasonBadObject, err.Error())
+	}
+	old, err := decodePod(req.OldObject.Raw, req)
+	if err != nil {
+		return deny(reasonBadObject, "old object: "+err.Error())
+	}
+	names := h.o.Names
+	if !podreq.Wants(pod, names) && !podreq.Wants(old, names) {
+		return allow(reasonNoGPU)
+	}
+	var msgs []string
+	for _, f := range []struct {
+		kind, key string
+		before    map[string]string
+		after     map[string]string
+	}{
+		{"label", names.GangLabel, old.Labels, pod.Labels},
+		{"label", names.PodGroupLabel, old.Labels, pod.Labels},
+		{"label", names.TeamLabel, old.Labels, pod.Labels},
+		{"annotation", names.GangSizeAnnotation, old.Annotations, pod.Annotations},
+	} {
+		b, hadB := f.before[f.key]
+		a, hadA := f.after[f.key]
+		if b == a && hadB == hadA {
+			continue
+		}
+		msgs = append(msgs, fmt.Sprintf("%s %s cannot change on an existing GPU pod (was %s, now %s)",
+			f.kind, f.key, show(b, hadB), show(a, hadA)))
+	}
+	if len(msgs) > 0 {
+		return deny(reasonImmutable, strings.Join(msgs, "; ")+
+			"; Rota charges quota and plans gangs by it when the pod is created: delete the pod and create it again")
+	}
+	return allow(reasonUpdate)
+}
+
+func show(v string, ok bool) string {
+	if !ok {
+		return "unset"
+	}
+	return fmt.Sprintf("%q", v)
+}

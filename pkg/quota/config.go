@@ -1,0 +1,192 @@
+package quota
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+
+	"github.com/rota-sched/rota/pkg/contract"
+)
+
+// UnknownTeamPolicy says what happens to GPU pods of a team that has no
+// entry in the configuration (including pods whose namespace has no team
+// label).
+type UnknownTeamPolicy string
+
+const (
+	// DenyUnknown rejects GPU pods of unknown teams with a message naming the
+	// team and the missing label or entry. It is the default: a forgotten
+	// namespace label must not mean unlimited GPUs.
+	DenyUnknown UnknownTeamPolicy = "deny"
+	// UnlimitedUnknown admits GPU pods of unknown teams without quota; their
+	// use is not charged to the shared pool.
+	UnlimitedUnknown UnknownTeamPolicy = "unlimited"
+)
+
+// MaxConfigBytes bounds the configuration document (a ConfigMap holds at
+// most 1 MiB).
+const MaxConfigBytes = 1 << 20
+
+// Limits bound to keep every sum far from overflow.
+const (
+	maxGPUs        = 10_000_000
+	maxMemoryGiB   = 1_000_000_000
+	maxTeamNameLen = 63
+)
+
+// Config is the quota configuration. Build it with Parse; the zero value
+// denies every GPU pod.
+//
+// Example (YAML in the ConfigMap; JSON works the same):
+//
+//	teams:
+//	  vision:
+//	    gpus: 64            # guaranteed whole GPUs
+//	    gpuMemoryGiB: 512   # guaranteed GPU memory shares
+//	    borrow: {gpus: 16, gpuMemoryGiB: 128}
+//	    maxPriority: 1000   # pods above this priority are rejected
+//	sharedPool: {gpus: 32, gpuMemoryGiB: 256}
+//	allowPodTeamOverride: false
+//	unknownTeams: deny
+type Config struct {
+	// Teams maps a team name (the value of the team label) to its quota.
+	Teams map[string]Team `json:"teams"`
+	// SharedPool is what all teams together may use above their guarantees.
+	SharedPool Limits `json:"sharedPool"`
+	// AllowPodTeamOverride lets a pod's own team label choose the team it is
+	// charged to instead of its namespace's label.
+	AllowPodTeamOverride bool `json:"allowPodTeamOverride,omitempty"`
+	// UnknownTeams is the policy for teams not listed; empty means deny.
+	UnknownTeams UnknownTeamPolicy `json:"unknownTeams,omitempty"`
+}
+
+// Limits is an amount as written in the configuration.
+type Limits struct {
+	GPUs         int64 `json:"gpus"`
+	GPUMemoryGiB int64 `json:"gpuMemoryGiB"`
+}
+
+// Amount converts l to an Amount.
+func (l Limits) Amount() Amount {
+	return Amount{GPUs: l.GPUs, MemoryMiB: contract.MiB(l.GPUMemoryGiB) * 1024}
+}
+
+// Team is one team's quota.
+type Team struct {
+	// GPUs and GPUMemoryGiB are the guarantee. A resource left out is 0: the
+	// team cannot use it without borrowing.
+	GPUs         int64 `json:"gpus"`
+	GPUMemoryGiB int64 `json:"gpuMemoryGiB"`
+	// Borrow is the most the team may take from the shared pool on top of
+	// its guarantee.
+	Borrow Limits `json:"borrow"`
+	// MaxPriority, when set, is the highest pod priority (the value of the
+	// pod's PriorityClass) the team may use.
+	MaxPriority *int32 `json:"maxPriority,omitempty"`
+}
+
+// Guarantee is the team's guaranteed amount.
+func (t Team) Guarantee() Amount {
+	return Limits{GPUs: t.GPUs, GPUMemoryGiB: t.GPUMemoryGiB}.Amount()
+}
+
+var teamNameRE = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
+
+// Parse decodes and validates a JSON configuration. Unknown fields,
+// duplicate data and every invalid value are errors; all problems are
+// reported at once, joined, each a *contract.FieldError.
+func Parse(data []byte) (Config, error) {
+	if len(data) > MaxConfigBytes {
+		return Config{}, &contract.FieldError{Field: "quota", Value: fmt.Sprintf("%d bytes", len(data)),
+			Problem: "is too large", Fix: fmt.Sprintf("keep it under %d bytes", MaxConfigBytes)}
+	}
+	var c Config
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return Config{}, &contract.FieldError{Field: "quota", Problem: "is not a valid quota document: " + err.Error(),
+			Fix: "write teams, sharedPool, allowPodTeamOverride and unknownTeams as documented in deploy/admission/quota-config.yaml"}
+	}
+	if dec.More() {
+		return Config{}, &contract.FieldError{Field: "quota", Problem: "has data after the document", Fix: "write exactly one document"}
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// Validate reports every problem in c, joined.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(field string, value any, problem, fix string) {
+		v := ""
+		if value != nil {
+			v = fmt.Sprint(value)
+		}
+		errs = append(errs, &contract.FieldError{Field: field, Value: v, Problem: problem, Fix: fix})
+	}
+	limits := func(field string, l Limits) {
+		if l.GPUs < 0 || l.GPUs > maxGPUs {
+			add(field+".gpus", l.GPUs, "is out of range", fmt.Sprintf("write a whole number of GPUs from 0 to %d", maxGPUs))
+		}
+		if l.GPUMemoryGiB < 0 || l.GPUMemoryGiB > maxMemoryGiB {
+			add(field+".gpuMemoryGiB", l.GPUMemoryGiB, "is out of range", fmt.Sprintf("write GiB from 0 to %d", maxMemoryGiB))
+		}
+	}
+	switch c.UnknownTeams {
+	case "", DenyUnknown, UnlimitedUnknown:
+	default:
+		add("unknownTeams", c.UnknownTeams, "is not a known policy", `write "deny" or "unlimited"`)
+	}
+	limits("sharedPool", c.SharedPool)
+	names := make([]string, 0, len(c.Teams))
+	for name := range c.Teams {
+		names = append(names, name)
+	}
+	slices.Sort(names) // report problems in a stable order
+	for _, name := range names {
+		t := c.Teams[name]
+		f := "teams." + name
+		if len(name) > maxTeamNameLen || !teamNameRE.MatchString(name) {
+			add("teams", name, "is not a valid team name",
+				"use the value of the team label: up to 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit")
+		}
+		limits(f, Limits{GPUs: t.GPUs, GPUMemoryGiB: t.GPUMemoryGiB})
+		limits(f+".borrow", t.Borrow)
+	}
+	return errors.Join(errs...)
+}
+
+// Policy returns the effective unknown-team policy.
+func (c Config) Policy() UnknownTeamPolicy {
+	if c.UnknownTeams == "" {
+		return DenyUnknown
+	}
+	return c.UnknownTeams
+}
+
+// Team returns the quota of a team and whether it is configured.
+func (c Config) Team(name string) (Team, bool) {
+	t, ok := c.Teams[name]
+	return t, ok
+}
+
+// Reachable is the most a team can ever hold: its guarantee plus what it may
+// borrow, limited by the size of the shared pool.
+func (c Config) Reachable(team string) Amount {
+	t, ok := c.Teams[team]
+	if !ok {
+		return Amount{}
+	}
+	b, p := t.Borrow.Amount(), c.SharedPool.Amount()
+	return t.Guarantee().Add(Amount{GPUs: min(b.GPUs, p.GPUs), MemoryMiB: min(b.MemoryMiB, p.MemoryMiB)})
+}
+
+// PriorityAllowed reports whether a team may run pods at priority p.
+func (t Team) PriorityAllowed(p int32) bool {
+	return t.MaxPriority == nil || p <= *t.MaxPriority
+}
