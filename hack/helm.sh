@@ -4,7 +4,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${ROTA_K8S_BIN:-$root/.cache/k8s/bin}
-want=$(awk '/helm.sh\/helm\/v3 /{print $2}' "$root/test/tools/helm/go.mod")
+want=$(grep -Eo 'helm.sh/helm/v3 v[0-9][^ ]*' "$root/test/tools/helm/go.mod" | awk '{print $2}')
 if [[ -x $bin/helm ]] && "$bin/helm" version --short 2>/dev/null | grep -q "^${want}"; then
   exit 0
 fi

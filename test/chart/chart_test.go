@@ -1,0 +1,212 @@
+//go:build e2e
+
+// Package chart checks the Helm chart against a real kube-apiserver: every
+// object the chart renders, for several value sets, is applied with a
+// server-side dry run, so schema errors fail CI; and deploy/rota.yaml, the
+// plain manifests for people who do not use Helm, must equal what the chart
+// renders.
+package chart
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/rota-sched/rota/test/cluster"
+)
+
+// valueSets are the configurations CI renders and applies.
+var valueSets = map[string][]string{
+	"default":      nil,
+	"cert-manager": {"admission.certManager.enabled=true"},
+	"monitoring": {"metrics.serviceMonitor.enabled=true", "metrics.prometheusRule.enabled=true",
+		"metrics.dashboard.enabled=true"},
+	"existing-scheduler": {"scheduler.mode=existing", "devicePlugin.backend=fake",
+		"devicePlugin.fakeConfig=/etc/rota/gpus.yaml", "extender.policy=fragmentation-aware"},
+}
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Clean(filepath.Join(dir, "..", ".."))
+}
+
+func helm(t *testing.T, args ...string) []byte {
+	t.Helper()
+	bin, err := cluster.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(bin, "helm")
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("helm is not built: run make chart-check (hack/helm.sh): %v", err)
+	}
+	cmd := exec.Command(path, args...)
+	cmd.Dir = repoRoot(t)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return out
+}
+
+// Render renders the chart the way `make manifests` does.
+func render(t *testing.T, sets []string) []byte {
+	args := []string{"template", "rota", "charts/rota", "--namespace", "rota-system", "--kube-version", "1.37.2"}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	return helm(t, args...)
+}
+
+func decode(t *testing.T, data []byte) []*unstructured.Unstructured {
+	t.Helper()
+	var out []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		var obj map[string]any
+		if err := dec.Decode(&obj); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			t.Fatalf("decoding rendered YAML: %v", err)
+		}
+		if len(obj) == 0 {
+			continue
+		}
+		out = append(out, &unstructured.Unstructured{Object: obj})
+	}
+	return out
+}
+
+func TestChartLint(t *testing.T) {
+	for name, sets := range valueSets {
+		args := []string{"lint", "--strict", "charts/rota", "--kube-version", "1.37.2"}
+		for _, s := range sets {
+			args = append(args, "--set", s)
+		}
+		t.Run(name, func(t *testing.T) { helm(t, args...) })
+	}
+}
+
+func TestManifestsInSync(t *testing.T) {
+	want := render(t, manifestSets)
+	got, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "rota.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(stripHeader(got), want) {
+		t.Fatal("deploy/rota.yaml differs from the chart: run `make manifests` and commit the result")
+	}
+}
+
+// manifestSets render deploy/rota.yaml; cert-manager issues the webhook's
+// certificate there, so the file is the same on every render.
+var manifestSets = []string{"admission.certManager.enabled=true"}
+
+func stripHeader(b []byte) []byte {
+	for bytes.HasPrefix(b, []byte("#")) {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			return nil
+		}
+		b = b[i+1:]
+	}
+	return b
+}
+
+func TestChartAppliesToRealAPIServer(t *testing.T) {
+	c := cluster.StartT(t, cluster.Options{NoScheduler: true, NoPodSimulator: true, NodeLeaseInterval: -1})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dyn, err := dynamic.NewForConfig(c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	crds, err := os.ReadFile("testdata/crds.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	crdGVR := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	for _, o := range decode(t, crds) {
+		if _, err := dyn.Resource(crdGVR).Create(ctx, o, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating CRD %s: %v", o.GetName(), err)
+		}
+	}
+	if _, err := c.Client().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "rota-system"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	for name, sets := range valueSets {
+		t.Run(name, func(t *testing.T) {
+			objs := decode(t, render(t, sets))
+			if len(objs) < 10 {
+				t.Fatalf("chart rendered only %d objects", len(objs))
+			}
+			for _, o := range objs {
+				if err := dryRunApply(ctx, dyn, mapper, o); err != nil {
+					t.Errorf("%s %s: %v", o.GetKind(), o.GetName(), err)
+				}
+			}
+		})
+	}
+}
+
+func dryRunApply(ctx context.Context, dyn dynamic.Interface, mapper *restmapper.DeferredDiscoveryRESTMapper, o *unstructured.Unstructured) error {
+	gvk := o.GroupVersionKind()
+	var m, err = mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	for i := 0; err != nil && i < 20; i++ {
+		// Freshly created CRDs take a moment to appear in discovery.
+		time.Sleep(250 * time.Millisecond)
+		mapper.Reset()
+		m, err = mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	}
+	if err != nil {
+		return fmt.Errorf("no API for %s: %w", gvk, err)
+	}
+	data, err := o.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	ri := dyn.Resource(m.Resource)
+	var r dynamic.ResourceInterface = ri
+	if o.GetNamespace() != "" || m.Scope.Name() == "namespace" {
+		ns := o.GetNamespace()
+		if ns == "" {
+			ns = "rota-system"
+		}
+		r = ri.Namespace(ns)
+	}
+	force := true
+	_, err = r.Patch(ctx, o.GetName(), "application/apply-patch+yaml", data, metav1.PatchOptions{
+		DryRun: []string{metav1.DryRunAll}, FieldManager: "rota-chart-test", Force: &force})
+	return err
+}
