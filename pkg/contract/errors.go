@@ -33,7 +33,12 @@ func (e *FieldError) Error() string {
 // fieldErr is shorthand used by the validators of this package.
 func fieldErr(field string, value any, problem, fix string) *FieldError {
 	v := ""
-	if value != nil {
+	switch x := value.(type) {
+	case nil:
+	case MiB:
+		// As written in the document (a number of MiB), not "80 GiB".
+		v = fmt.Sprint(int64(x))
+	default:
 		v = fmt.Sprint(value)
 	}
 	return &FieldError{Field: field, Value: v, Problem: problem, Fix: fix}

@@ -9,6 +9,7 @@ package contract
 import (
 	"fmt"
 	"regexp"
+	"strings"
 )
 
 // DefaultDomain is the resource and label domain used when none is configured.
@@ -85,6 +86,21 @@ func NewNames(domain string) (Names, error) {
 	if len(domain) > 200 || !domainRE.MatchString(domain) {
 		return Names{}, &FieldError{Field: "domain", Value: domain,
 			Problem: "is not a lowercase DNS domain with at least one dot",
+			Fix:     "use a domain you own, for example " + DefaultDomain}
+	}
+	for label := range strings.SplitSeq(domain, ".") {
+		if len(label) > 63 {
+			return Names{}, &FieldError{Field: "domain", Value: domain,
+				Problem: "has a DNS label longer than 63 characters",
+				Fix:     "use a domain you own, for example " + DefaultDomain}
+		}
+	}
+	// The API server treats names under kubernetes.io as native resources and
+	// names starting with "requests." as quota keys, never as extended
+	// resources, so the device plugin could not advertise them.
+	if domain == "kubernetes.io" || strings.HasSuffix(domain, ".kubernetes.io") || strings.HasPrefix(domain, "requests.") {
+		return Names{}, &FieldError{Field: "domain", Value: domain,
+			Problem: "is reserved by Kubernetes and cannot name extended resources",
 			Fix:     "use a domain you own, for example " + DefaultDomain}
 	}
 	return Names{

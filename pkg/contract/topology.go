@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
 )
 
@@ -174,7 +175,9 @@ func strictDecode(data []byte, doc string, v any) error {
 		return &FieldError{Field: doc, Problem: "is not valid JSON: " + err.Error(),
 			Fix: "write the JSON document Rota documents for this annotation"}
 	}
-	if dec.More() {
+	// dec.More reports false for a stray '}' or ']', so read one more token:
+	// anything but the end of input is trailing data.
+	if _, err := dec.Token(); err != io.EOF {
 		return &FieldError{Field: doc, Problem: "has data after the JSON object", Fix: "write exactly one JSON object"}
 	}
 	return nil

@@ -62,20 +62,35 @@ func (l *Ledger) Check() []error {
 			}
 		}
 	}
+	// Gang membership counts allocations and orphans (committed pods whose
+	// node is not known): both are pods that hold GPUs.
 	type gangCount struct{ size, held, reserved int }
 	gangs := map[string]*gangCount{}
-	for _, a := range l.allocs {
+	count := func(a *Allocation) {
 		if a.Gang == "" {
-			continue
+			return
 		}
 		gc := gangs[a.Gang]
 		if gc == nil {
-			gc = &gangCount{size: a.GangSize}
+			gc = &gangCount{}
 			gangs[a.Gang] = gc
 		}
+		gc.size = max(gc.size, a.GangSize)
 		gc.held++
 		if a.State == Reserved {
 			gc.reserved++
+		}
+	}
+	for _, a := range l.allocs {
+		count(a)
+	}
+	for uid, a := range l.orphans {
+		count(a)
+		if _, ok := l.allocs[uid]; ok {
+			errs = append(errs, fmt.Errorf("pod %s is both allocated and orphaned", nameOr(a)))
+		}
+		if a.State != Committed {
+			errs = append(errs, fmt.Errorf("orphan %s is not committed", nameOr(a)))
 		}
 	}
 	keys := make([]string, 0, len(gangs))
@@ -87,6 +102,14 @@ func (l *Ledger) Check() []error {
 		gc := gangs[k]
 		if gc.reserved > 0 && gc.held < gc.size {
 			errs = append(errs, fmt.Errorf("gang %s: partly reserved, %d of %d members hold GPUs", k, gc.held, gc.size))
+		}
+		if len(l.gangs[k]) != gc.held {
+			errs = append(errs, fmt.Errorf("gang %s: index lists %d members, ledger %d", k, len(l.gangs[k]), gc.held))
+		}
+	}
+	for k := range l.gangs {
+		if gangs[k] == nil {
+			errs = append(errs, fmt.Errorf("gang %s: index lists members the ledger does not hold", k))
 		}
 	}
 	return errs

@@ -5,6 +5,7 @@
 package ledger
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -91,15 +92,19 @@ type Ledger struct {
 	nodes  map[string]*NodeInfo
 	allocs map[string]*Allocation
 	// orphans are committed allocations on nodes the ledger does not know
-	// (yet): they are applied when the node appears.
+	// (yet), or that the node's current topology cannot hold: they are
+	// applied when the node appears with room for them.
 	orphans map[string]*Allocation
-	snap    *Snapshot
-	gen     uint64
+	// gangs indexes the pods of allocs and orphans by gang key.
+	gangs map[string]map[string]struct{}
+	snap  *Snapshot
+	gen   uint64
 }
 
 // New returns an empty ledger.
 func New() *Ledger {
-	return &Ledger{nodes: map[string]*NodeInfo{}, allocs: map[string]*Allocation{}, orphans: map[string]*Allocation{}}
+	return &Ledger{nodes: map[string]*NodeInfo{}, allocs: map[string]*Allocation{}, orphans: map[string]*Allocation{},
+		gangs: map[string]map[string]struct{}{}}
 }
 
 // Snapshot is a consistent, immutable view of the ledger.
@@ -146,44 +151,84 @@ func (l *Ledger) changed() { l.gen++; l.snap = nil }
 
 // UpsertNode adds a node or replaces its topology. Existing allocations on
 // the node are kept and re-applied (a GPU that turned unhealthy keeps its
-// pods; it only stops receiving new ones).
+// pods; it only stops receiving new ones). Committed allocations waiting for
+// the node (orphans) are applied now.
+//
+// An allocation the new topology cannot hold (its GPU is gone, or the GPU
+// shrank below what is assigned) is not applied: a committed one becomes an
+// orphan again until a later topology holds it or its pod is released; a
+// reservation is dropped, together with the rest of its gang's reservations.
+// Committed allocations are applied before reservations, each in pod UID order.
 func (l *Ledger) UpsertNode(n *topology.Node) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	ni := newNodeInfo(n)
-	for _, a := range l.allocs {
-		if a.Node == n.Name {
-			ni.apply(a, 1)
+	var on []*Allocation
+	if old, ok := l.nodes[n.Name]; ok {
+		for _, a := range old.Allocs {
+			on = append(on, a)
 		}
 	}
-	for uid, a := range l.orphans {
+	for _, a := range l.orphans {
 		if a.Node == n.Name {
-			ni.apply(a, 1)
-			l.allocs[uid] = a
-			delete(l.orphans, uid)
+			on = append(on, a)
 		}
+	}
+	slices.SortFunc(on, func(a, b *Allocation) int {
+		if a.State != b.State {
+			return cmp.Compare(b.State, a.State) // Committed (2) before Reserved (1)
+		}
+		return cmp.Compare(a.PodUID, b.PodUID)
+	})
+	ni := newNodeInfo(n)
+	var dropped []string
+	for _, a := range on {
+		if err := ni.holds(a); err != nil {
+			if a.State == Committed {
+				delete(l.allocs, a.PodUID)
+				l.orphans[a.PodUID] = a
+			} else {
+				delete(l.allocs, a.PodUID)
+				l.untrack(a)
+				dropped = append(dropped, a.Gang)
+			}
+			continue
+		}
+		ni.apply(a, 1)
+		delete(l.orphans, a.PodUID)
+		l.allocs[a.PodUID] = a
 	}
 	l.nodes[n.Name] = ni
+	for _, g := range dropped {
+		l.settleGang(g)
+	}
 	l.changed()
 }
 
-// RemoveNode forgets a node. Its allocations become orphans until their pods
-// are released (a deleted node's pods are deleted by the API server's GC).
-// It returns the allocations that were on the node.
+// RemoveNode forgets a node. Its committed allocations become orphans until
+// their pods are released (a deleted node's pods are deleted by the API
+// server's GC); its reservations are dropped, together with the rest of their
+// gangs' reservations. It returns the allocations that were on the node.
 func (l *Ledger) RemoveNode(name string) []Allocation {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []Allocation
-	for uid, a := range l.allocs {
-		if a.Node == name {
+	var dropped []string
+	if ni, ok := l.nodes[name]; ok {
+		for uid, a := range ni.Allocs {
 			out = append(out, *a)
 			delete(l.allocs, uid)
 			if a.State == Committed {
 				l.orphans[uid] = a
+			} else {
+				l.untrack(a)
+				dropped = append(dropped, a.Gang)
 			}
 		}
 	}
 	delete(l.nodes, name)
+	for _, g := range dropped {
+		l.settleGang(g)
+	}
 	l.changed()
 	sortAllocs(out)
 	return out
@@ -202,9 +247,17 @@ func validate(a *Allocation) error {
 	if !a.Whole && len(a.GPUs) > 1 {
 		return errorf(ErrInvalidAlloc, "a memory share names exactly one GPU, got %d", len(a.GPUs))
 	}
-	for _, g := range a.GPUs {
+	if a.GangSize < 0 {
+		return errorf(ErrInvalidAlloc, "allocation of %s has a negative gang size", nameOr(a))
+	}
+	for i, g := range a.GPUs {
 		if g.MemoryMiB <= 0 {
 			return errorf(ErrInvalidAlloc, "GPU %d: memory %d MiB is not positive", g.Index, g.MemoryMiB)
+		}
+		for _, h := range a.GPUs[:i] {
+			if h.Index == g.Index {
+				return errorf(ErrInvalidAlloc, "allocation of %s names GPU %d twice", nameOr(a), g.Index)
+			}
 		}
 	}
 	return nil
@@ -222,7 +275,9 @@ func (l *Ledger) Reserve(a Allocation, expires time.Time) error {
 	return l.ReserveAll([]Allocation{a}, expires)
 }
 
-// ReserveAll reserves every allocation or none (gang slots).
+// ReserveAll reserves every allocation or none (gang slots). A gang member
+// (Gang set, GangSize > 0) may only be reserved when, afterwards, every
+// member of its gang holds GPUs: a gang is never partly reserved.
 func (l *Ledger) ReserveAll(as []Allocation, expires time.Time) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -240,7 +295,11 @@ func (l *Ledger) ReserveAll(as []Allocation, expires time.Time) error {
 			return errorf(ErrInvalidAlloc, "pod %s appears twice in one reservation", a.PodUID)
 		}
 		seen[a.PodUID] = true
-		if old, ok := l.allocs[a.PodUID]; ok {
+		old, ok := l.allocs[a.PodUID]
+		if !ok {
+			old, ok = l.orphans[a.PodUID]
+		}
+		if ok {
 			if !sameGPUs(old, &a) {
 				return errorf(ErrConflict, "pod %s already holds GPUs on node %s", nameOr(old), old.Node)
 			}
@@ -262,22 +321,56 @@ func (l *Ledger) ReserveAll(as []Allocation, expires time.Time) error {
 		ni.apply(&a, 1)
 		fresh = append(fresh, &a)
 	}
-	for _, uid := range renew {
-		old := l.allocs[uid]
-		if old.State == Reserved {
-			c := *old
-			c.Expires = expires
-			l.replace(&c)
-		}
+	if err := l.gangsComplete(fresh); err != nil {
+		return err
 	}
 	for name, ni := range staged {
 		l.nodes[name] = ni
 	}
 	for _, a := range fresh {
 		l.allocs[a.PodUID] = a
+		l.track(a)
+	}
+	// Renew after the staged nodes are in place, so that the node views
+	// point at the renewed values.
+	for _, uid := range renew {
+		if old, ok := l.allocs[uid]; ok && old.State == Reserved {
+			c := *old
+			c.Expires = expires
+			l.replace(&c)
+		}
 	}
 	if len(fresh)+len(renew) > 0 {
 		l.changed()
+	}
+	return nil
+}
+
+// gangsComplete checks that every gang of the fresh allocations would hold
+// all its members once they are added.
+func (l *Ledger) gangsComplete(fresh []*Allocation) error {
+	type count struct{ size, held int }
+	var gangs map[string]*count
+	for _, a := range fresh {
+		if a.Gang == "" {
+			continue
+		}
+		if gangs == nil {
+			gangs = map[string]*count{}
+		}
+		c := gangs[a.Gang]
+		if c == nil {
+			c = &count{size: l.gangSize(a.Gang), held: len(l.gangs[a.Gang])}
+			gangs[a.Gang] = c
+		}
+		c.size = max(c.size, a.GangSize)
+		c.held++
+	}
+	for name, c := range gangs {
+		if c.held < c.size {
+			return errorf(ErrInvalidAlloc, "gang %s: reservation leaves it partly placed, %d of %d members would hold GPUs",
+				name, c.held, c.size)
+		}
 	}
 	return nil
 }
@@ -300,10 +393,13 @@ func nameOr(a *Allocation) string {
 }
 
 // Commit turns the pod's reservation into a committed allocation. Committing
-// an already committed pod is a no-op.
+// an already committed pod (orphans included) is a no-op.
 func (l *Ledger) Commit(podUID string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if _, ok := l.orphans[podUID]; ok {
+		return nil
+	}
 	a, ok := l.allocs[podUID]
 	if !ok {
 		return errorf(ErrNotReserved, "pod %s", podUID)
@@ -321,7 +417,9 @@ func (l *Ledger) Commit(podUID string) error {
 // Restore records a committed allocation read back from a pod's assignment
 // annotation (start-up rebuild, or a pod bound by another replica). It does
 // not refuse unhealthy GPUs (the pod is already there). It returns an error,
-// and records nothing, when the allocation would break invariant 1.
+// and records nothing, when the allocation would break invariant 1; what the
+// ledger held for the pod before is dropped in either case when it differs
+// (the annotation is the truth).
 func (l *Ledger) Restore(a Allocation) error {
 	a.State, a.Expires = Committed, time.Time{}
 	if err := validate(&a); err != nil {
@@ -329,85 +427,189 @@ func (l *Ledger) Restore(a Allocation) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if old, ok := l.allocs[a.PodUID]; ok {
-		if sameGPUs(old, &a) {
-			if old.State != Committed {
-				c := *old
-				c.State, c.Expires = Committed, time.Time{}
-				l.replace(&c)
-				l.changed()
-			}
-			return nil
+	old, ok := l.allocs[a.PodUID]
+	if !ok {
+		old, ok = l.orphans[a.PodUID]
+	}
+	if ok && sameGPUs(old, &a) {
+		if old.State != Committed {
+			c := *old
+			c.State, c.Expires = Committed, time.Time{}
+			l.replace(&c)
+			l.changed()
 		}
+		return nil
+	}
+	oldGang := ""
+	if ok {
 		// The annotation is the truth: drop what we held for the pod.
-		l.releaseLocked(a.PodUID)
+		l.removeLocked(a.PodUID)
+		oldGang = old.Gang
+		l.changed()
 	}
-	if _, ok := l.orphans[a.PodUID]; ok {
-		delete(l.orphans, a.PodUID)
+	err := l.restoreLocked(&a)
+	if oldGang != "" {
+		l.settleGang(oldGang)
 	}
+	if err == nil && a.Gang != "" && a.Gang != oldGang {
+		// A larger declared gang size may leave reservations partial.
+		l.settleGang(a.Gang)
+	}
+	return err
+}
+
+func (l *Ledger) restoreLocked(a *Allocation) error {
 	ni, ok := l.nodes[a.Node]
 	if !ok {
-		l.orphans[a.PodUID] = &a
+		l.orphans[a.PodUID] = a
+		l.track(a)
+		l.changed()
 		return nil
 	}
 	// Health is not checked: check capacity on a healthy view.
-	for _, g := range a.GPUs {
-		s := ni.Node.Slot(g.Index)
-		if s < 0 {
-			return errorf(ErrUnknownGPU, "restore %s: node %s has no GPU %d", nameOr(&a), a.Node, g.Index)
-		}
-		u, gpu := ni.Use[s], ni.Node.GPUs[s]
-		if u.Exclusive || (a.Whole && u.Pods > 0) || u.UsedMiB+g.MemoryMiB > gpu.MemoryMiB {
-			return errorf(ErrNoCapacity, "restore %s: GPU %d of node %s is already taken", nameOr(&a), g.Index, a.Node)
-		}
+	if err := ni.holds(a); err != nil {
+		return fmt.Errorf("restore %s: %w", nameOr(a), err)
 	}
 	c := ni.clone()
-	c.apply(&a, 1)
+	c.apply(a, 1)
 	l.nodes[a.Node] = c
-	l.allocs[a.PodUID] = &a
+	l.allocs[a.PodUID] = a
+	l.track(a)
 	l.changed()
 	return nil
 }
 
-// Release frees whatever the pod holds. It reports what was released.
+// Release frees whatever the pod holds. It reports what was released. When
+// the pod belongs to a gang whose other members still hold reservations,
+// those reservations are released too: a gang is never partly reserved.
 func (l *Ledger) Release(podUID string) (Allocation, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.releaseLocked(podUID)
+	out := l.releaseLocked(podUID)
+	if len(out) == 0 {
+		return Allocation{}, false
+	}
+	return out[0], true
 }
 
-func (l *Ledger) releaseLocked(podUID string) (Allocation, bool) {
+// releaseLocked releases the pod and, if that leaves its gang partly
+// reserved, the gang's other reservations. The pod comes first in the result.
+func (l *Ledger) releaseLocked(podUID string) []Allocation {
+	a, ok := l.removeLocked(podUID)
+	if !ok {
+		return nil
+	}
+	out := []Allocation{*a}
+	if a.Gang != "" {
+		out = append(out, l.settleGang(a.Gang)...)
+	}
+	return out
+}
+
+// removeLocked forgets the pod's allocation (or orphan) and frees its GPUs.
+func (l *Ledger) removeLocked(podUID string) (*Allocation, bool) {
 	if a, ok := l.orphans[podUID]; ok {
 		delete(l.orphans, podUID)
+		l.untrack(a)
 		l.changed()
-		return *a, true
+		return a, true
 	}
 	a, ok := l.allocs[podUID]
 	if !ok {
-		return Allocation{}, false
+		return nil, false
 	}
 	delete(l.allocs, podUID)
+	l.untrack(a)
 	if ni, ok := l.nodes[a.Node]; ok {
 		c := ni.clone()
 		c.apply(a, -1)
 		l.nodes[a.Node] = c
 	}
 	l.changed()
-	return *a, true
+	return a, true
 }
 
-// Expire releases every reservation whose expiry is not after now and
-// returns them, sorted by pod UID.
+// track and untrack keep the gang index in step with allocs and orphans.
+func (l *Ledger) track(a *Allocation) {
+	if a.Gang == "" {
+		return
+	}
+	m := l.gangs[a.Gang]
+	if m == nil {
+		m = map[string]struct{}{}
+		l.gangs[a.Gang] = m
+	}
+	m[a.PodUID] = struct{}{}
+}
+
+func (l *Ledger) untrack(a *Allocation) {
+	if m := l.gangs[a.Gang]; m != nil {
+		delete(m, a.PodUID)
+		if len(m) == 0 {
+			delete(l.gangs, a.Gang)
+		}
+	}
+}
+
+func (l *Ledger) member(uid string) *Allocation {
+	if a, ok := l.allocs[uid]; ok {
+		return a
+	}
+	return l.orphans[uid]
+}
+
+// gangSize is the largest size any held member of the gang declares.
+func (l *Ledger) gangSize(gang string) int {
+	size := 0
+	for uid := range l.gangs[gang] {
+		if a := l.member(uid); a != nil {
+			size = max(size, a.GangSize)
+		}
+	}
+	return size
+}
+
+// settleGang restores invariant 2 for one gang: when fewer members than the
+// gang size hold GPUs, the members that are only reserved are released
+// (committed members are bound pods and stay). It returns what it released,
+// sorted by pod UID.
+func (l *Ledger) settleGang(gang string) []Allocation {
+	members := l.gangs[gang]
+	if gang == "" || len(members) >= l.gangSize(gang) {
+		return nil
+	}
+	var uids []string
+	for uid := range members {
+		if a := l.member(uid); a != nil && a.State == Reserved {
+			uids = append(uids, uid)
+		}
+	}
+	slices.Sort(uids)
+	var out []Allocation
+	for _, uid := range uids {
+		if a, ok := l.removeLocked(uid); ok {
+			out = append(out, *a)
+		}
+	}
+	return out
+}
+
+// Expire releases every reservation whose expiry is not after now (and the
+// other reservations of the gangs they belong to) and returns them, sorted
+// by pod UID.
 func (l *Ledger) Expire(now time.Time) []Allocation {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var out []Allocation
+	var expired []string
 	for uid, a := range l.allocs {
 		if a.State == Reserved && !a.Expires.After(now) {
-			if r, ok := l.releaseLocked(uid); ok {
-				out = append(out, r)
-			}
+			expired = append(expired, uid)
 		}
+	}
+	slices.Sort(expired)
+	var out []Allocation
+	for _, uid := range expired {
+		out = append(out, l.releaseLocked(uid)...)
 	}
 	sortAllocs(out)
 	return out
@@ -443,22 +645,23 @@ func (l *Ledger) Allocations() []Allocation {
 
 // Rebuild replaces the whole ledger with the given nodes and committed
 // allocations, as read from the API server. Allocations that do not fit are
-// returned with their errors and left out.
+// returned with their errors and left out. allocs is not modified.
 func (l *Ledger) Rebuild(nodes []*topology.Node, allocs []Allocation) []error {
 	fresh := New()
 	for _, n := range nodes {
 		fresh.UpsertNode(n)
 	}
 	var errs []error
-	sortAllocs(allocs)
-	for _, a := range allocs {
+	sorted := slices.Clone(allocs)
+	sortAllocs(sorted)
+	for _, a := range sorted {
 		if err := fresh.Restore(a); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.nodes, l.allocs, l.orphans = fresh.nodes, fresh.allocs, fresh.orphans
+	l.nodes, l.allocs, l.orphans, l.gangs = fresh.nodes, fresh.allocs, fresh.orphans, fresh.gangs
 	l.changed()
 	return errs
 }

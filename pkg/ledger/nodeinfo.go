@@ -37,8 +37,7 @@ func (ni *NodeInfo) Name() string { return ni.Node.Name }
 // FreeMiB is the memory still free on the GPU at slot s; 0 when the GPU is
 // owned whole or unhealthy.
 func (ni *NodeInfo) FreeMiB(s int) MiB {
-	g := ni.Node.GPUs[s]
-	u := ni.Use[s]
+	g, u := &ni.Node.GPUs[s], &ni.Use[s]
 	if !g.Healthy || u.Exclusive {
 		return 0
 	}
@@ -48,7 +47,8 @@ func (ni *NodeInfo) FreeMiB(s int) MiB {
 // Idle reports whether the GPU at slot s is healthy and holds no allocation,
 // so a pod may own it whole.
 func (ni *NodeInfo) Idle(s int) bool {
-	return ni.Node.GPUs[s].Healthy && ni.Use[s].Pods == 0 && !ni.Use[s].Exclusive && ni.Use[s].UsedMiB == 0
+	u := &ni.Use[s]
+	return u.Pods == 0 && !u.Exclusive && u.UsedMiB == 0 && ni.Node.GPUs[s].Healthy
 }
 
 // IdleGPUs counts the GPUs a whole-GPU pod could take now.
@@ -65,8 +65,8 @@ func (ni *NodeInfo) IdleGPUs() int {
 // HealthyGPUs counts the healthy GPUs.
 func (ni *NodeInfo) HealthyGPUs() int {
 	c := 0
-	for _, g := range ni.Node.GPUs {
-		if g.Healthy {
+	for s := range ni.Node.GPUs {
+		if ni.Node.GPUs[s].Healthy {
 			c++
 		}
 	}
@@ -181,6 +181,23 @@ func (ni *NodeInfo) fits(a *Allocation) error {
 		if u.UsedMiB+g.MemoryMiB > gpu.MemoryMiB {
 			return errorf(ErrNoCapacity, "GPU %d of node %s has %s free, pod needs %s",
 				g.Index, ni.Node.Name, gpu.MemoryMiB-u.UsedMiB, g.MemoryMiB)
+		}
+	}
+	return nil
+}
+
+// holds says whether a could be added to ni without breaking invariant 1,
+// whatever the GPUs' health (used for pods that already run: restores and
+// re-applied allocations).
+func (ni *NodeInfo) holds(a *Allocation) error {
+	for _, g := range a.GPUs {
+		s := ni.Node.Slot(g.Index)
+		if s < 0 {
+			return errorf(ErrUnknownGPU, "node %s has no GPU %d", ni.Node.Name, g.Index)
+		}
+		u, gpu := ni.Use[s], ni.Node.GPUs[s]
+		if u.Exclusive || (a.Whole && u.Pods > 0) || u.UsedMiB+g.MemoryMiB > gpu.MemoryMiB {
+			return errorf(ErrNoCapacity, "GPU %d of node %s is already taken", g.Index, ni.Node.Name)
 		}
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/ledger"
 )
 
@@ -53,6 +54,22 @@ func Fit(r Request, ni *ledger.NodeInfo) (Choice, *Reason) {
 	return fitShare(r, ni)
 }
 
+// slotIndex[i] == i. A share's one-slot Choice.Slots is a window into it,
+// so that Fit allocates nothing for shares; Slots are read-only to callers.
+var slotIndex = func() (a [contract.MaxGPUsPerNode]int) {
+	for i := range a {
+		a[i] = i
+	}
+	return a
+}()
+
+func oneSlot(s int) []int {
+	if s < len(slotIndex) {
+		return slotIndex[s : s+1 : s+1]
+	}
+	return []int{s}
+}
+
 func fitShare(r Request, ni *ledger.NodeInfo) (Choice, *Reason) {
 	n := ni.Node
 	need := r.NeedMiB(n.MemoryUnitMiB)
@@ -62,18 +79,23 @@ func fitShare(r Request, ni *ledger.NodeInfo) (Choice, *Reason) {
 	// free memory, or an unhealthy GPU that would have fit.
 	freestSlot, freest := -1, MiB(-1)
 	unhealthy := -1
-	for s, g := range n.GPUs {
+	for s := range n.GPUs {
+		g := &n.GPUs[s]
 		if !r.modelOK(g.Model) {
 			continue
 		}
 		largestCap = max(largestCap, g.MemoryMiB)
+		u := &ni.Use[s]
 		if !g.Healthy {
-			if unhealthy < 0 && g.MemoryMiB-ni.Use[s].UsedMiB >= need {
+			if unhealthy < 0 && g.MemoryMiB-u.UsedMiB >= need {
 				unhealthy = s
 			}
 			continue
 		}
-		free := ni.FreeMiB(s)
+		free := MiB(0) // as NodeInfo.FreeMiB, without copying the GPU
+		if !u.Exclusive {
+			free = max(g.MemoryMiB-u.UsedMiB, 0)
+		}
 		if free > freest {
 			freestSlot, freest = s, free
 		}
@@ -82,13 +104,13 @@ func fitShare(r Request, ni *ledger.NodeInfo) (Choice, *Reason) {
 		}
 	}
 	if best >= 0 {
-		return Choice{Node: n.Name, Slots: []int{best}, MemoryMiB: need}, nil
+		return Choice{Node: n.Name, Slots: oneSlot(best), MemoryMiB: need}, nil
 	}
 	if largestCap < need {
 		return Choice{}, &Reason{Code: ShareTooLarge, Node: n.Name, GPU: -1, NeedMiB: need, FreeMiB: largestCap}
 	}
 	if unhealthy >= 0 && freest < need {
-		g := n.GPUs[unhealthy]
+		g := &n.GPUs[unhealthy]
 		return Choice{}, &Reason{Code: Unhealthy, Node: n.Name, GPU: g.Index, Health: healthText(g.Reason),
 			Resolvable: freestSlot >= 0 && anyHealthyHolds(ni, r, need)}
 	}
@@ -101,7 +123,8 @@ func fitShare(r Request, ni *ledger.NodeInfo) (Choice, *Reason) {
 }
 
 func anyHealthyHolds(ni *ledger.NodeInfo, r Request, need MiB) bool {
-	for _, g := range ni.Node.GPUs {
+	for s := range ni.Node.GPUs {
+		g := &ni.Node.GPUs[s]
 		if g.Healthy && r.modelOK(g.Model) && g.MemoryMiB >= need {
 			return true
 		}
@@ -116,17 +139,19 @@ func healthText(reason string) string {
 	return reason
 }
 
+// islandIdle counts the idle GPUs of one NVLink island.
+type islandIdle struct{ id, idle int }
+
 func fitWhole(r Request, ni *ledger.NodeInfo) (Choice, *Reason) {
 	n := ni.Node
-	// Idle GPUs grouped by island, in index order.
-	type island struct {
-		id    int
-		slots []int
-	}
-	var islands []island
+	// Count idle GPUs per island (islands in order of their first idle GPU),
+	// on the stack for the usual node of up to 16 islands.
+	var buf [16]islandIdle
+	islands := buf[:0]
 	idle, healthy := 0, 0
 	unhealthy := -1
-	for s, g := range n.GPUs {
+	for s := range n.GPUs {
+		g := &n.GPUs[s]
 		if !r.modelOK(g.Model) {
 			continue
 		}
@@ -141,17 +166,19 @@ func fitWhole(r Request, ni *ledger.NodeInfo) (Choice, *Reason) {
 			continue
 		}
 		idle++
-		i := slices.IndexFunc(islands, func(is island) bool { return is.id == g.Island })
-		if i < 0 {
-			islands = append(islands, island{id: g.Island})
-			i = len(islands) - 1
+		i := 0
+		for i < len(islands) && islands[i].id != g.Island {
+			i++
 		}
-		islands[i].slots = append(islands[i].slots, s)
+		if i == len(islands) {
+			islands = append(islands, islandIdle{id: g.Island})
+		}
+		islands[i].idle++
 	}
 	if idle < r.GPUs {
 		if healthy < r.GPUs {
 			if unhealthy >= 0 && healthy+countUnhealthy(ni, r) >= r.GPUs {
-				g := n.GPUs[unhealthy]
+				g := &n.GPUs[unhealthy]
 				return Choice{}, &Reason{Code: Unhealthy, Node: n.Name, GPU: g.Index, Health: healthText(g.Reason),
 					NeedGPUs: r.GPUs, FreeGPUs: idle}
 			}
@@ -160,34 +187,50 @@ func fitWhole(r Request, ni *ledger.NodeInfo) (Choice, *Reason) {
 		return Choice{}, &Reason{Code: InsufficientGPUs, Node: n.Name, GPU: -1, NeedGPUs: r.GPUs, FreeGPUs: idle,
 			Resolvable: true}
 	}
-	// One island that holds all: the tightest one.
+	slots := make([]int, 0, r.GPUs)
+	// One island that holds all: the tightest one (the first on ties).
 	best := -1
 	for i, is := range islands {
-		if len(is.slots) >= r.GPUs && (best < 0 || len(is.slots) < len(islands[best].slots)) {
+		if is.idle >= r.GPUs && (best < 0 || is.idle < islands[best].idle) {
 			best = i
 		}
 	}
 	if best >= 0 {
-		return Choice{Node: n.Name, Slots: slices.Clone(islands[best].slots[:r.GPUs]), Whole: true}, nil
+		return Choice{Node: n.Name, Slots: takeIdle(r, ni, islands[best].id, r.GPUs, slots), Whole: true}, nil
 	}
-	// Spill over the fewest islands: largest islands first.
-	slices.SortStableFunc(islands, func(a, b island) int { return cmp.Compare(len(b.slots), len(a.slots)) })
-	var slots []int
+	// Spill over the fewest islands: largest islands first (stable, so the
+	// first of equal islands), then the slots in index order.
+	slices.SortStableFunc(islands, func(a, b islandIdle) int { return cmp.Compare(b.idle, a.idle) })
 	for _, is := range islands {
-		for _, s := range is.slots {
-			if len(slots) < r.GPUs {
-				slots = append(slots, s)
-			}
+		if len(slots) == r.GPUs {
+			break
 		}
+		slots = takeIdle(r, ni, is.id, r.GPUs-len(slots), slots)
 	}
 	slices.Sort(slots)
 	return Choice{Node: n.Name, Slots: slots, Whole: true}, nil
 }
 
+// takeIdle appends up to k idle, healthy slots of island id (allowed models,
+// index order) to slots.
+func takeIdle(r Request, ni *ledger.NodeInfo, id, k int, slots []int) []int {
+	for s := range ni.Node.GPUs {
+		if k == 0 {
+			break
+		}
+		g := &ni.Node.GPUs[s]
+		if g.Island == id && g.Healthy && r.modelOK(g.Model) && ni.Idle(s) {
+			slots = append(slots, s)
+			k--
+		}
+	}
+	return slots
+}
+
 func countUnhealthy(ni *ledger.NodeInfo, r Request) int {
 	c := 0
-	for _, g := range ni.Node.GPUs {
-		if !g.Healthy && r.modelOK(g.Model) {
+	for s := range ni.Node.GPUs {
+		if g := &ni.Node.GPUs[s]; !g.Healthy && r.modelOK(g.Model) {
 			c++
 		}
 	}

@@ -50,6 +50,9 @@ func (p GangPlan) Nodes() []string {
 	return out
 }
 
+// maxSlots bounds one node's member count (GPU-free members fit any number).
+const maxSlots = 1 << 20
+
 type nodeSlots struct {
 	name  string
 	slots int
@@ -116,7 +119,10 @@ func PlanGang(g Gang, snap *ledger.Snapshot, candidates []string, tiers int) (Ga
 		if ni == nil {
 			continue
 		}
-		if s := slotsFor(g.Member, ni, size); s > 0 {
+		// Count the node's full capacity for members (not capped at the
+		// gang size), so that "tightest" can tell a node or group that
+		// holds exactly the gang from a larger one.
+		if s := slotsFor(g.Member, ni, maxSlots); s > 0 {
 			all = append(all, nodeSlots{name: name, slots: s, ni: ni})
 			total += s
 		}
@@ -128,6 +134,12 @@ func PlanGang(g Gang, snap *ledger.Snapshot, candidates []string, tiers int) (Ga
 		}
 		return cmp.Compare(a.name, b.name)
 	})
+	// A name listed twice would let two members take the same GPUs.
+	all = slices.CompactFunc(all, func(a, b nodeSlots) bool { return a.name == b.name })
+	total = 0
+	for _, ns := range all {
+		total += ns.slots
+	}
 	// Level: one node — the tightest node that holds all.
 	best := -1
 	for i, ns := range all {

@@ -25,7 +25,13 @@ func Victims(r Request, ni *ledger.NodeInfo, eligible func(*ledger.Allocation) b
 	}
 	slices.SortFunc(cands, victimOrder)
 	if !r.Whole() && !r.GPUFree() {
-		return shareVictims(r, ni, cands)
+		// Free one GPU; when the pod still does not fit (CPU or host memory
+		// on nodes that track them), fall back to the general search.
+		if set, ok := shareVictims(r, ni, cands); ok {
+			if _, reason := Fit(r, without(ni, set)); reason == nil {
+				return set, true
+			}
+		}
 	}
 	var chosen []*ledger.Allocation
 	cur := ni
@@ -75,6 +81,16 @@ func held(a *ledger.Allocation) MiB {
 	return s
 }
 
+// heldOn is the memory a holds on the GPU with index idx.
+func heldOn(a *ledger.Allocation, idx int) MiB {
+	for _, sh := range a.GPUs {
+		if sh.Index == idx {
+			return sh.MemoryMiB
+		}
+	}
+	return 0
+}
+
 // shareVictims frees enough memory on one GPU.
 func shareVictims(r Request, ni *ledger.NodeInfo, cands []*ledger.Allocation) ([]*ledger.Allocation, bool) {
 	need := r.NeedMiB(ni.Node.MemoryUnitMiB)
@@ -85,19 +101,34 @@ func shareVictims(r Request, ni *ledger.NodeInfo, cands []*ledger.Allocation) ([
 			continue
 		}
 		free := g.MemoryMiB - ni.Use[s].UsedMiB
+		// A GPU owned whole has no room until its owner goes, whatever
+		// memory the owner's assignment names.
+		owned := ni.Use[s].Exclusive
 		var set []*ledger.Allocation
 		for _, a := range cands {
-			if free >= need {
+			if free >= need && !owned {
 				break
 			}
-			if slices.ContainsFunc(a.GPUs, func(sh ledger.Share) bool { return sh.Index == g.Index }) {
+			if m := heldOn(a, g.Index); m > 0 {
 				set = append(set, a)
-				free += held(a)
+				free += m
+				if a.Whole {
+					owned = false
+				}
 			}
 		}
 		// Pods on this GPU that may not be evicted keep their memory.
-		if free < need {
+		if free < need || owned {
 			continue
+		}
+		// Give back victims that were not needed, most important first
+		// (a small low-priority pod taken early may be unnecessary once a
+		// larger one is evicted).
+		for i := len(set) - 1; i >= 0; i-- {
+			if m := heldOn(set[i], g.Index); !set[i].Whole && free-m >= need {
+				free -= m
+				set = slices.Delete(set, i, i+1)
+			}
 		}
 		if !found || better(set, best) {
 			best, found = set, true

@@ -6,6 +6,7 @@ package podreq
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -60,21 +61,26 @@ func Wants(pod *corev1.Pod, names contract.Names) bool {
 }
 
 // amount is the effective pod-level value of one resource, the way the
-// kubelet counts it: the larger of the sum over app containers (plus
-// restartable init "sidecar" containers) and the largest regular init
-// container.
+// scheduler and the kubelet count it (k8s.io/component-helpers
+// resource.PodRequests): app containers and restartable init ("sidecar")
+// containers run together, so they add up; a regular init container runs
+// alone beside the sidecars declared before it. The pod needs the larger
+// of the two. Example: sidecar 1, init 2, app 0 needs max(0+1, 1+2) = 3.
 func amount(pod *corev1.Pod, name corev1.ResourceName) int64 {
-	var sum, maxInit int64
+	var sum, sidecars, maxInit int64
 	for i := range pod.Spec.Containers {
 		sum += value(pod.Spec.Containers[i], name)
 	}
 	for i := range pod.Spec.InitContainers {
 		c := pod.Spec.InitContainers[i]
+		v := value(c, name)
 		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
-			sum += value(c, name)
+			sum += v
+			sidecars += v
+			maxInit = max(maxInit, sidecars)
 			continue
 		}
-		maxInit = max(maxInit, value(c, name))
+		maxInit = max(maxInit, sidecars+v)
 	}
 	return max(sum, maxInit)
 }
@@ -177,17 +183,28 @@ func checkQuantity(field string, name corev1.ResourceName, q resource.Quantity, 
 	if q.Sign() < 0 {
 		return []Violation{{field, fmt.Sprintf("%q is negative; write a positive whole number", q.String())}}
 	}
-	if q.MilliValue()%1000 != 0 {
+	// Value and MilliValue wrap around beyond int64 ("1E19" reads as 0), so
+	// anything that is not an int64 is either far too large or a fraction.
+	v, ok := q.AsInt64()
+	if !ok {
+		// Not q.Cmp: it expands "9E23372036854775807" digit by digit.
+		if q.AsApproximateFloat64() >= math.MaxInt64 {
+			if isMem {
+				return []Violation{{field, fmt.Sprintf("%q is far larger than any GPU; %s counts units of %s", q.String(), name, unit)}}
+			}
+			return []Violation{{field, fmt.Sprintf("%q is more GPUs than any node has; %s counts whole GPUs (at most %d per pod)", q.String(), name, contract.MaxGPUsPerNode)}}
+		}
 		return []Violation{{field, fmt.Sprintf("%q is not a whole number; %s counts whole units", q.String(), name)}}
 	}
-	v := q.Value()
 	if isMem {
-		// A value that is a whole number of MiB and at least 1 MiB is bytes,
-		// not units: no GPU has a million memory units.
-		if v >= 1<<20 && v%(1<<20) == 0 {
-			units := v / (int64(unit) << 20)
+		// A value of a million or more is bytes, not units: no GPU has a
+		// million memory units ("20Gi", and "20G" too). Suggest the units
+		// that hold it, rounded up.
+		if v >= 1<<20 {
+			ub := int64(unit) << 20
+			units := v/ub + min(v%ub, 1)
 			return []Violation{{field, fmt.Sprintf(
-				"%q looks like bytes; %s counts units of %s, so write %q", q.String(), name, unit, fmt.Sprint(max(units, 1)))}}
+				"%q looks like bytes; %s counts units of %s, so write %q", q.String(), name, unit, fmt.Sprint(units))}}
 		}
 		if o.MaxGPUMemoryMiB > 0 && contract.MiB(v)*unit > o.MaxGPUMemoryMiB*64 {
 			return []Violation{{field, fmt.Sprintf("%q is far larger than any GPU; %s counts units of %s", q.String(), name, unit)}}

@@ -110,8 +110,8 @@ func (n *Node) Models() []string {
 // TotalMemoryMiB is the sum of all GPUs' memory.
 func (n *Node) TotalMemoryMiB() MiB {
 	var s MiB
-	for _, g := range n.GPUs {
-		s += g.MemoryMiB
+	for i := range n.GPUs {
+		s += n.GPUs[i].MemoryMiB
 	}
 	return s
 }

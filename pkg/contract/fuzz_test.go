@@ -1,0 +1,144 @@
+package contract
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+)
+
+// checkParseError asserts the parsers' error contract: every error is (or
+// wraps) a *FieldError with a field and a problem.
+func checkParseError(t *testing.T, err error) {
+	t.Helper()
+	var fe *FieldError
+	if !errors.As(err, &fe) {
+		t.Fatalf("error %v (%T) is not a *FieldError", err, err)
+	}
+	if fe.Field == "" || fe.Problem == "" {
+		t.Fatalf("FieldError %+v lacks a field or a problem", fe)
+	}
+	if errors.Is(err, ErrUnsupportedVersion) != (fe.Problem == "is not a version this Rota reads") {
+		t.Fatalf("error %v: ErrUnsupportedVersion wrapping does not match the problem", err)
+	}
+}
+
+func FuzzParseTopology(f *testing.F) {
+	good := validTopology()
+	b, _ := good.Marshal()
+	f.Add(b)
+	f.Add([]byte(`{"version":"v1","memoryUnitMiB":1024,"gpus":[]}`))
+	f.Add([]byte(`{"version":"v1","memoryUnitMiB":1024,"gpus":[{"index":0,"uuid":"GPU-a","model":"H200","memoryMiB":144384,"numa":-1,"island":0,"health":"Unhealthy","reason":"XID 79"}]}`))
+	f.Add([]byte(`{"version":"v2","memoryUnitMiB":1024,"gpus":[]}`))
+	f.Add([]byte(`{"version":"v1","memoryUnitMiB":1024,"gpus":[{"index":0,"uuid":"a","memoryMiB":1024,"health":"Healthy","peers":[1]}]}`))
+	f.Add([]byte(`{}}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, err := ParseTopology(data)
+		if err != nil {
+			checkParseError(t, err)
+			return
+		}
+		// A parsed document is valid, re-encodes, and parses back equal.
+		if err := got.Validate(); err != nil {
+			t.Fatalf("parsed document does not validate: %v", err)
+		}
+		out, err := got.Marshal()
+		if err != nil {
+			t.Fatalf("Marshal() of a parsed document: %v", err)
+		}
+		again, err := ParseTopology(out)
+		if err != nil {
+			t.Fatalf("ParseTopology(Marshal()) = %v for %s", err, out)
+		}
+		if !reflect.DeepEqual(normTopology(got), normTopology(again)) {
+			t.Fatalf("round trip changed the document:\n got %+v\nwant %+v", again, got)
+		}
+	})
+}
+
+// normTopology maps empty peer lists to nil (omitempty drops them).
+func normTopology(t Topology) Topology {
+	if len(t.GPUs) == 0 {
+		t.GPUs = nil
+	}
+	for i := range t.GPUs {
+		if len(t.GPUs[i].Peers) == 0 {
+			t.GPUs[i].Peers = nil
+		}
+	}
+	return t
+}
+
+func FuzzParseAssignment(f *testing.F) {
+	b, _ := validAssignment().Marshal()
+	f.Add(b)
+	f.Add([]byte(`{"version":"v1","node":"n","gpus":[{"index":3,"uuid":"GPU-3","memoryMiB":20480}]}`))
+	f.Add([]byte(`{"version":"v1","node":"n","whole":true,"gpus":[{"index":0,"uuid":"a","memoryMiB":1},{"index":0,"uuid":"b","memoryMiB":1}]}`))
+	f.Add([]byte(`{"version":"v9","node":"n","gpus":[]}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, err := ParseAssignment(data)
+		if err != nil {
+			checkParseError(t, err)
+			return
+		}
+		out, err := got.Marshal()
+		if err != nil {
+			t.Fatalf("Marshal() of a parsed assignment: %v", err)
+		}
+		again, err := ParseAssignment(out)
+		if err != nil {
+			t.Fatalf("ParseAssignment(Marshal()) = %v for %s", err, out)
+		}
+		if !reflect.DeepEqual(got, again) {
+			t.Fatalf("round trip changed the assignment:\n got %+v\nwant %+v", again, got)
+		}
+		if len(got.UUIDs()) != len(got.GPUs) || (!got.Whole && len(got.GPUs) != 1) {
+			t.Fatalf("parsed assignment breaks its own rules: %+v", got)
+		}
+	})
+}
+
+func FuzzParseGangSize(f *testing.F) {
+	for _, s := range []string{"", "0", "1", "16", "10000", "10001", "-3", "1e3", "007", "99999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := ParseGangSize("annotation example.com/gang-size", s)
+		if err != nil {
+			checkParseError(t, err)
+			return
+		}
+		if n < 1 || n > MaxGangSize {
+			t.Fatalf("ParseGangSize(%q) = %d, outside 1..%d", s, n, MaxGangSize)
+		}
+		for _, c := range s {
+			if c < '0' || c > '9' {
+				t.Fatalf("ParseGangSize(%q) accepted a non-digit", s)
+			}
+		}
+	})
+}
+
+func FuzzNewNames(f *testing.F) {
+	for _, s := range []string{"", "example.com", "a.b", "A.com", "kubernetes.io", "x.kubernetes.io", "requests.a.b", "a..b", "-a.b", "gpu.rota-sched.io"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, domain string) {
+		n, err := NewNames(domain)
+		if err != nil {
+			checkParseError(t, err)
+			return
+		}
+		// Every name is "<domain>/<name>" for a valid DNS domain.
+		if domain != "" && n.Domain != domain {
+			t.Fatalf("Domain = %q, want %q", n.Domain, domain)
+		}
+		if len(n.Domain) > 253 || n.GPU != n.Domain+"/gpu" || n.GPUMemory != n.Domain+"/gpu-memory" {
+			t.Fatalf("NewNames(%q) = %+v", domain, n)
+		}
+		if again, err := NewNames(n.Domain); err != nil || again != n {
+			t.Fatalf("NewNames is not stable: %+v, %v", again, err)
+		}
+	})
+}
