@@ -3,16 +3,20 @@ package placement
 import (
 	"fmt"
 	"math"
-
-	"github.com/rota-sched/rota/pkg/ledger"
 )
 
-// Shape is one kind of pod in a workload: whole GPUs, or a fraction of one
-// GPU (Milli thousandths), with its share of the pod population.
+// Shape is one kind of pod in a workload: whole GPUs, a fraction of one GPU
+// (Milli thousandths), or no GPU at all (CPU-only, CPUMilli set), with its
+// share of the pod population. CPUMilli, HostMemoryMiB and Models, when set,
+// make the fragmentation measure CPU-, memory- and model-aware (FGD counts a
+// node's free GPUs as fragment for a shape whose CPU does not fit there).
 type Shape struct {
-	GPUs   int     `json:"gpus,omitempty"`
-	Milli  int     `json:"milli,omitempty"`
-	Weight float64 `json:"weight"`
+	GPUs          int      `json:"gpus,omitempty"`
+	Milli         int      `json:"milli,omitempty"`
+	CPUMilli      int64    `json:"cpuMilli,omitempty"`
+	HostMemoryMiB MiB      `json:"hostMemoryMiB,omitempty"`
+	Models        []string `json:"models,omitempty"`
+	Weight        float64  `json:"weight"`
 }
 
 // Workload is the expected mix of pod shapes the fragmentation-aware policy
@@ -34,8 +38,10 @@ func (w Workload) Validate() error {
 		switch {
 		case s.Weight < 0 || math.IsNaN(s.Weight) || math.IsInf(s.Weight, 0):
 			return fmt.Errorf("workload[%d].weight: %v is not a non-negative number", i, s.Weight)
-		case s.GPUs < 0 || s.Milli < 0:
-			return fmt.Errorf("workload[%d]: gpus and milli must not be negative", i)
+		case s.GPUs < 0 || s.Milli < 0 || s.CPUMilli < 0 || s.HostMemoryMiB < 0:
+			return fmt.Errorf("workload[%d]: gpus, milli, cpuMilli and hostMemoryMiB must not be negative", i)
+		case s.GPUs == 0 && s.Milli == 0 && (s.CPUMilli > 0 || s.HostMemoryMiB > 0):
+			// A CPU-only shape: every free GPU is fragment to it.
 		case (s.GPUs > 0) == (s.Milli > 0):
 			return fmt.Errorf("workload[%d]: set exactly one of gpus (whole GPUs) and milli (1..999 of one GPU)", i)
 		case s.Milli >= 1000:
@@ -50,8 +56,12 @@ func (w Workload) normalized() Workload {
 	for _, s := range w {
 		sum += s.Weight
 	}
-	out := make(Workload, len(w))
-	copy(out, w)
+	out := make(Workload, 0, len(w))
+	for _, s := range w {
+		if s.Weight > 0 {
+			out = append(out, s)
+		}
+	}
 	if sum > 0 {
 		for i := range out {
 			out[i].Weight /= sum
@@ -80,7 +90,9 @@ func (w Workload) Fragmentation(free []float64) float64 {
 	}
 	for _, s := range w {
 		var frag float64
-		if s.GPUs > 0 {
+		if s.GPUs == 0 && s.Milli == 0 {
+			frag = sumFree
+		} else if s.GPUs > 0 {
 			if idle < s.GPUs {
 				frag = sumFree
 			} else {
@@ -105,50 +117,4 @@ func (w Workload) Fragmentation(free []float64) float64 {
 		total += s.Weight * frag
 	}
 	return total
-}
-
-// freeFractions lists each healthy GPU's free fraction, optionally after c.
-func freeFractions(ni *ledger.NodeInfo, c *Choice, buf []float64) []float64 {
-	buf = buf[:0]
-	for s, g := range ni.Node.GPUs {
-		if !g.Healthy {
-			continue
-		}
-		free := float64(ni.FreeMiB(s)) / float64(g.MemoryMiB)
-		if c != nil {
-			for _, cs := range c.Slots {
-				if cs == s {
-					if c.Whole {
-						free = 0
-					} else {
-						free -= float64(c.MemoryMiB) / float64(g.MemoryMiB)
-					}
-				}
-			}
-		}
-		buf = append(buf, math.Max(free, 0))
-	}
-	return buf
-}
-
-// fragAware scores a choice by how little it grows the node's fragmentation
-// (FGD), with binpack as the tie-breaker so that equally fragmenting choices
-// still fill used nodes first and keep empty nodes whole for large pods:
-//
-//	score = MaxScore * (0.9 * (1 - clamp(Δfrag / GPUs on node)) / 2 + 0.1 * node use after)
-//
-// where Δfrag = Fragmentation(after) - Fragmentation(before), in GPUs, and
-// the first term maps Δfrag in [-GPUs, +GPUs] onto [0, 1].
-type fragAware struct{ w Workload }
-
-func (*fragAware) Name() string { return FragmentationAware }
-
-func (p *fragAware) Score(_ Request, ni *ledger.NodeInfo, c Choice) int64 {
-	var a, b [16]float64
-	before := p.w.Fragmentation(freeFractions(ni, nil, a[:0]))
-	after := p.w.Fragmentation(freeFractions(ni, &c, b[:0]))
-	n := float64(max(len(ni.Node.GPUs), 1))
-	delta := math.Max(-1, math.Min(1, (after-before)/n))
-	v := 0.9*(1-delta)/2 + 0.1*usedFraction(ni, c)
-	return int64(float64(MaxScore) * v)
 }

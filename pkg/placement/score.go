@@ -23,11 +23,14 @@ const (
 	Binpack            = "binpack"
 	Spread             = "spread"
 	FragmentationAware = "fragmentation-aware"
-	DefaultPolicyName  = Binpack
+	// FGD is the published Fragmentation Gradient Descent policy (ATC'23),
+	// kept as the reference the fragmentation-aware policy is measured against.
+	FGD               = "fgd"
+	DefaultPolicyName = Binpack
 )
 
 // PolicyNames lists the policies NewPolicy builds.
-var PolicyNames = []string{Binpack, Spread, FragmentationAware}
+var PolicyNames = []string{Binpack, Spread, FragmentationAware, FGD}
 
 // NewPolicy builds a policy by name. The workload is used by the
 // fragmentation-aware policy (nil: DefaultWorkload).
@@ -44,7 +47,15 @@ func NewPolicy(name string, w Workload) (Policy, error) {
 		if err := w.Validate(); err != nil {
 			return nil, err
 		}
-		return &fragAware{w: w.normalized()}, nil
+		return newFragAware(w.normalized()), nil
+	case FGD:
+		if len(w) == 0 {
+			w = DefaultWorkload()
+		}
+		if err := w.Validate(); err != nil {
+			return nil, err
+		}
+		return &fgd{w: w.normalized()}, nil
 	}
 	return nil, fmt.Errorf("policy %q is unknown; use one of %v", name, PolicyNames)
 }

@@ -1,0 +1,412 @@
+// Command rota-sim replays GPU pod lists (Alibaba openb, or the generic CSV
+// format in README.md) against a simulated cluster through Rota's placement
+// engine and compares placement policies: a table of GPU allocation ratios
+// at 100 % arrived GPU request, a CSV of the curves and an SVG chart.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rota-sched/rota/pkg/placement"
+	"github.com/rota-sched/rota/pkg/sim"
+)
+
+type options struct {
+	pods       string
+	nodes      string
+	policies   string
+	seeds      string
+	tune       float64
+	out        string
+	workers    int
+	popularity float64
+	check      bool
+	progress   string
+}
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "rota-sim:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("rota-sim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.pods, "pods", "testdata/openb/openb_pod_list_default.csv", "pod list CSV files or globs, comma-separated")
+	fs.StringVar(&o.nodes, "nodes", "testdata/openb/openb_node_list_gpu_node.csv", "node list CSV")
+	fs.StringVar(&o.policies, "policies", strings.Join(sim.DefaultPolicies, ","), "policies, comma-separated; one of "+strings.Join(sim.PolicyNames, ", "))
+	fs.StringVar(&o.seeds, "seeds", "42-51", "seeds: a count N (42..42+N-1), a range A-B, or a list A,B,C")
+	fs.Float64Var(&o.tune, "tune", sim.DefaultTune, "pods arrive until their GPU request reaches tune x GPU capacity")
+	fs.StringVar(&o.out, "out", "", "directory for table.md, results.csv, curves.csv and SVG charts (empty: table on stdout only)")
+	fs.IntVar(&o.workers, "workers", runtime.GOMAXPROCS(0), "runs in parallel")
+	fs.Float64Var(&o.popularity, "popularity", 0, "keep only the most common pod shapes covering this share of pods in the target workload (0: all)")
+	fs.BoolVar(&o.check, "check", false, "run ledger.Check after every placement (slow)")
+	fs.StringVar(&o.progress, "progress", "auto", "progress display: auto (bar on a terminal, lines otherwise), bar, lines, none")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	var errs []error
+	if o.tune <= 0 || o.tune > 10 {
+		errs = append(errs, fmt.Errorf("--tune %v: want a ratio in (0, 10]", o.tune))
+	}
+	if o.workers < 1 {
+		errs = append(errs, fmt.Errorf("--workers %d: want at least 1", o.workers))
+	}
+	if o.popularity < 0 || o.popularity > 1 {
+		errs = append(errs, fmt.Errorf("--popularity %v: want 0..1", o.popularity))
+	}
+	switch o.progress {
+	case "auto", "bar", "lines", "none":
+	default:
+		errs = append(errs, fmt.Errorf("--progress %q: want auto, bar, lines or none", o.progress))
+	}
+	return o, errors.Join(errs...)
+}
+
+func parseSeeds(s string) ([]uint64, error) {
+	s = strings.TrimSpace(s)
+	if a, b, ok := strings.Cut(s, "-"); ok {
+		lo, err1 := strconv.ParseUint(a, 10, 64)
+		hi, err2 := strconv.ParseUint(b, 10, 64)
+		if err1 != nil || err2 != nil || hi < lo || hi-lo > 10000 {
+			return nil, fmt.Errorf("--seeds %q: want A-B with A <= B", s)
+		}
+		var out []uint64
+		for v := lo; v <= hi; v++ {
+			out = append(out, v)
+		}
+		return out, nil
+	}
+	if !strings.Contains(s, ",") {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 10000 {
+			return nil, fmt.Errorf("--seeds %q: want a count, a range A-B or a list", s)
+		}
+		out := make([]uint64, n)
+		for i := range out {
+			out[i] = 42 + uint64(i)
+		}
+		return out, nil
+	}
+	var out []uint64
+	for f := range strings.SplitSeq(s, ",") {
+		v, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("--seeds %q: %q is not a seed", s, f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func readFile[T any](path string, read func(io.Reader) ([]T, error)) ([]T, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	v, err := read(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return v, nil
+}
+
+func podPaths(spec string) ([]string, error) {
+	var out []string
+	for p := range strings.SplitSeq(spec, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		m, err := filepath.Glob(p)
+		if err != nil {
+			return nil, fmt.Errorf("--pods %q: %w", p, err)
+		}
+		if len(m) == 0 {
+			return nil, fmt.Errorf("--pods %q: no such file", p)
+		}
+		out = append(out, m...)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("--pods: no pod list given")
+	}
+	return out, nil
+}
+
+type job struct {
+	list, policy int
+	seed         uint64
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	seeds, err := parseSeeds(o.seeds)
+	if err != nil {
+		return err
+	}
+	paths, err := podPaths(o.pods)
+	if err != nil {
+		return err
+	}
+	nodes, err := readFile(o.nodes, sim.ReadNodes)
+	if err != nil {
+		return err
+	}
+	var policies []string
+	for p := range strings.SplitSeq(o.policies, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			policies = append(policies, p)
+		}
+	}
+	lists := make([][]sim.Pod, len(paths))
+	names := make([]string, len(paths))
+	works := make([]placement.Workload, len(paths))
+	for i, p := range paths {
+		if lists[i], err = readFile(p, sim.ReadPods); err != nil {
+			return err
+		}
+		names[i] = strings.TrimSuffix(strings.TrimPrefix(filepath.Base(p), "openb_pod_list_"), ".csv")
+		works[i] = sim.WorkloadOf(lists[i], sim.WorkloadOptions{Popularity: o.popularity})
+		// Validate every policy name before any run starts.
+		for _, pol := range policies {
+			if _, err := sim.NewPolicy(pol, works[i], 0, nodes); err != nil {
+				return err
+			}
+		}
+	}
+
+	var jobs []job
+	for li := range paths {
+		for pi := range policies {
+			for _, s := range seeds {
+				jobs = append(jobs, job{li, pi, s})
+			}
+		}
+	}
+	results := make([][]sim.Result, len(paths)*len(policies))
+	var mu sync.Mutex
+	prog := newProgress(stderr, o.progress, len(jobs))
+	start := time.Now()
+	ch := make(chan job)
+	errc := make(chan error, o.workers)
+	var wg sync.WaitGroup
+	for range min(o.workers, len(jobs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range ch {
+				pol, err := sim.NewPolicy(policies[j.policy], works[j.list], j.seed, nodes)
+				if err != nil {
+					errc <- err
+					return
+				}
+				slot := prog.slot()
+				r, err := sim.Run(sim.Config{Nodes: nodes, Pods: lists[j.list], Policy: pol, Seed: j.seed, Tune: o.tune,
+					Metric: works[j.list], Check: o.check, Progress: slot})
+				if err != nil {
+					errc <- fmt.Errorf("%s, %s, seed %d: %w", names[j.list], policies[j.policy], j.seed, err)
+					return
+				}
+				prog.done(fmt.Sprintf("%s %s seed %d: %.2f%% allocated at 100%% arrived", names[j.list], policies[j.policy], j.seed, r.At(100).Alloc))
+				mu.Lock()
+				results[j.list*len(policies)+j.policy] = append(results[j.list*len(policies)+j.policy], r)
+				mu.Unlock()
+			}
+		}()
+	}
+	var runErr error
+feed:
+	for _, j := range jobs {
+		select {
+		case ch <- j:
+		case runErr = <-errc:
+			break feed
+		}
+	}
+	close(ch)
+	wg.Wait()
+	prog.finish()
+	if runErr == nil {
+		select {
+		case runErr = <-errc:
+		default:
+		}
+	}
+	if runErr != nil {
+		return runErr
+	}
+	elapsed := time.Since(start)
+
+	var series []sim.Series
+	for li := range paths {
+		for pi := range policies {
+			rs := results[li*len(policies)+pi]
+			sortResults(rs)
+			series = append(series, sim.Series{Pods: names[li], Policy: policies[pi], Results: rs})
+		}
+	}
+	if err := sim.WriteTable(stdout, series, 100); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\n%d runs (%d pod lists x %d policies x %d seeds) in %s with %d workers\n",
+		len(jobs), len(paths), len(policies), len(seeds), elapsed.Round(time.Millisecond), o.workers)
+	if o.out == "" {
+		return nil
+	}
+	return writeOutputs(o.out, names, series)
+}
+
+func sortResults(rs []sim.Result) {
+	for i := 1; i < len(rs); i++ {
+		for j := i; j > 0 && rs[j].Seed < rs[j-1].Seed; j-- {
+			rs[j], rs[j-1] = rs[j-1], rs[j]
+		}
+	}
+}
+
+func writeOutputs(dir string, lists []string, series []sim.Series) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	write := func(name string, f func(io.Writer) error) error {
+		path := filepath.Join(dir, name)
+		fh, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		if err := f(fh); err != nil {
+			fh.Close()
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+		return fh.Close()
+	}
+	errs := []error{
+		write("table.md", func(w io.Writer) error { return sim.WriteTable(w, series, 100) }),
+		write("results.csv", func(w io.Writer) error { return sim.WriteResultsCSV(w, series, 100) }),
+		write("curves.csv", func(w io.Writer) error { return sim.WriteCurvesCSV(w, series) }),
+	}
+	for _, l := range lists {
+		var ss []sim.Series
+		for _, s := range series {
+			if s.Pods == l {
+				ss = append(ss, s)
+			}
+		}
+		errs = append(errs, write("alloc_"+l+".svg", func(w io.Writer) error {
+			return sim.WriteSVG(w, "GPU allocation vs arrived GPU request: "+l, ss, 0)
+		}))
+	}
+	return errors.Join(errs...)
+}
+
+// progress shows runs done: a bar redrawn in place on a terminal, or one
+// plain line per finished run otherwise.
+type progress struct {
+	w     io.Writer
+	mode  string
+	total int
+	mu    sync.Mutex
+	fin   int
+	// partial holds each running run's fraction done, in 1/1000.
+	partial []*atomic.Int64
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func newProgress(w io.Writer, mode string, total int) *progress {
+	if mode == "auto" {
+		mode = "lines"
+		if isTerminal(w) {
+			mode = "bar"
+		}
+	}
+	p := &progress{w: w, mode: mode, total: total, stop: make(chan struct{})}
+	if mode == "bar" {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			t := time.NewTicker(200 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-p.stop:
+					p.draw()
+					fmt.Fprintln(p.w)
+					return
+				case <-t.C:
+					p.draw()
+				}
+			}
+		}()
+	}
+	return p
+}
+
+// slot returns a Progress callback for one run.
+func (p *progress) slot() func(done, total int) {
+	v := new(atomic.Int64)
+	p.mu.Lock()
+	p.partial = append(p.partial, v)
+	p.mu.Unlock()
+	return func(done, total int) {
+		if total > 0 {
+			v.Store(int64(1000 * done / total))
+		}
+	}
+}
+
+func (p *progress) done(line string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.fin++
+	if p.mode == "lines" {
+		fmt.Fprintf(p.w, "[%d/%d] %s\n", p.fin, p.total, line)
+	}
+}
+
+func (p *progress) draw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var sum int64
+	for _, v := range p.partial {
+		sum += v.Load()
+	}
+	frac := float64(sum) / 1000 / float64(max(p.total, 1))
+	const width = 40
+	n := int(frac * width)
+	fmt.Fprintf(p.w, "\r[%s%s] %5.1f%%  %d/%d runs", strings.Repeat("#", n), strings.Repeat(".", width-n), 100*frac, p.fin, p.total)
+}
+
+func (p *progress) finish() {
+	if p.mode == "bar" {
+		close(p.stop)
+		p.wg.Wait()
+	}
+}
