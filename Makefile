@@ -7,7 +7,7 @@ FUZZTIME ?= 10s
 BENCHTIME ?= 1s
 BENCHCOUNT ?= 5
 
-.PHONY: help build test unit e2e lint verify-imports bench fuzz demo k8s-tools helm manifests clean
+.PHONY: help build test unit e2e lint verify-imports bench bench-sim fuzz demo k8s-tools helm manifests clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -46,6 +46,9 @@ fuzz: ## run every fuzz target for FUZZTIME each
 
 k8s-tools: ## build etcd, kube-apiserver, kube-scheduler, kubectl once into .cache/k8s/bin
 	@bash hack/k8s-tools.sh
+
+bench-sim: ## replay the openb trace: 7 policies x 10 seeds on the default list (about 3 minutes)
+	$(GO) run ./cmd/rota-sim --out $(BIN)/sim
 
 helm: ## build the Helm CLI once into .cache/k8s/bin
 	@bash hack/helm.sh
