@@ -1,0 +1,261 @@
+// Package cli is kubectl-rota's command layer: flags, fetching from the API
+// server through a kubernetes.Interface (and, optionally, the extender's
+// /debug/pods endpoint), and printing kubectl/report's structs as aligned
+// tables, JSON or YAML. main builds the Env; tests pass a fake clientset.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/rota-sched/rota/kubectl/report"
+	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/topology"
+)
+
+// Env is what a run talks to. Only main builds a real one.
+type Env struct {
+	Stdout, Stderr io.Writer
+	// Getenv reads the environment (NO_COLOR, KUBECONFIG via clientcmd).
+	Getenv func(string) string
+	// Terminal reports whether Stdout is a terminal.
+	Terminal func() bool
+	// Client builds the clientset from the resolved kubeconfig.
+	Client func(clientcmd.ClientConfig) (kubernetes.Interface, error)
+	// HTTP calls the extender's debug endpoint.
+	HTTP *http.Client
+	// Now is the clock ages are computed from.
+	Now func() time.Time
+}
+
+// options are the parsed flags.
+type options struct {
+	output        string
+	rotaNamespace string
+	quotaCM       string
+	quotaKey      string
+	extenderURL   string
+	domain        string
+	memoryUnitMiB int64
+	gang          string
+	node          string
+	color         string
+}
+
+const usage = `kubectl rota explains Rota's GPU scheduling.
+
+Usage:
+  kubectl rota why POD [-n NAMESPACE] [--extender-url URL]
+  kubectl rota why --gang NAME [-n NAMESPACE]
+  kubectl rota top nodes|gpus|teams [--node NODE]
+  kubectl rota ledger --node NODE
+
+Commands:
+  why      why a pod (or gang) is pending: submitted at, team and quota, the
+           latest scheduling refusal, gang progress, and what would make it fit
+  top      GPU use per node, per GPU (memory, whole GPUs, health, NVLink
+           island) or per team (quota, running, pending); cluster fragmentation
+  ledger   one node's GPU allocations rebuilt from pod annotations, with any
+           violation of Rota's ledger invariants
+
+Flags:
+`
+
+// errUsage marks errors that should print the usage.
+var errUsage = errors.New("usage")
+
+// Run runs one kubectl-rota command line (args without the program name).
+func Run(ctx context.Context, args []string, env Env) error {
+	fs := pflag.NewFlagSet("kubectl-rota", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var o options
+	fs.StringVarP(&o.output, "output", "o", "", "output format: json or yaml (default: a table)")
+	fs.StringVar(&o.rotaNamespace, "rota-namespace", "rota-system", "namespace of Rota's quota ConfigMap")
+	fs.StringVar(&o.quotaCM, "quota-configmap", "rota-quota", "name of Rota's quota ConfigMap")
+	fs.StringVar(&o.quotaKey, "quota-key", "quota.yaml", "key of the quota document in the ConfigMap")
+	fs.StringVar(&o.extenderURL, "extender-url", "", "rota-extender's base URL (e.g. http://localhost:8888 after kubectl port-forward); why then shows its decision log")
+	fs.StringVar(&o.domain, "domain", contract.DefaultDomain, "Rota's resource and label domain")
+	fs.Int64Var(&o.memoryUnitMiB, "memory-unit-mib", int64(contract.DefaultMemoryUnitMiB), "size of one gpu-memory unit in MiB (as the webhook's --memory-unit-mib)")
+	fs.StringVar(&o.gang, "gang", "", "why: explain this gang instead of a pod")
+	fs.StringVar(&o.node, "node", "", "ledger: the node; top gpus: only this node")
+	fs.StringVar(&o.color, "color", "auto", "colour: auto (a terminal and NO_COLOR unset), always or never")
+	loading := clientcmd.NewDefaultClientConfigLoadingRules()
+	fs.StringVar(&loading.ExplicitPath, "kubeconfig", "", "path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+	overrides := &clientcmd.ConfigOverrides{}
+	clientcmd.BindOverrideFlags(overrides, fs, clientcmd.RecommendedConfigOverrideFlags(""))
+	help := fs.BoolP("help", "h", false, "show this help")
+
+	printUsage := func(w io.Writer) {
+		fmt.Fprint(w, usage)
+		fmt.Fprint(w, fs.FlagUsages())
+	}
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w (see kubectl rota --help)", err)
+	}
+	if *help {
+		printUsage(env.Stdout)
+		return nil
+	}
+	if fs.NArg() == 0 {
+		printUsage(env.Stderr)
+		return fmt.Errorf("%w: no command given", errUsage)
+	}
+	switch o.output {
+	case "", "json", "yaml":
+	default:
+		return fmt.Errorf("--output=%s: want json or yaml (or leave it out for a table)", o.output)
+	}
+	switch o.color {
+	case "auto", "always", "never":
+	default:
+		return fmt.Errorf("--color=%s: want auto, always or never", o.color)
+	}
+	names, err := contract.NewNames(o.domain)
+	if err != nil {
+		return fmt.Errorf("--domain: %w", err)
+	}
+	if o.memoryUnitMiB <= 0 {
+		return fmt.Errorf("--memory-unit-mib=%d: must be positive", o.memoryUnitMiB)
+	}
+	ro := report.Options{Names: names, MemoryUnitMiB: contract.MiB(o.memoryUnitMiB), Tiers: topology.DefaultLabels(names),
+		QuotaKey: o.quotaKey, QuotaSource: "ConfigMap " + o.rotaNamespace + "/" + o.quotaCM}
+
+	cmd, rest := fs.Arg(0), fs.Args()[1:]
+	if err := checkArgs(cmd, rest, o); err != nil {
+		return err
+	}
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(loading, overrides)
+	ns, _, err := cc.Namespace()
+	if err != nil {
+		return fmt.Errorf("read the kubeconfig: %w", err)
+	}
+	cs, err := env.Client(cc)
+	if err != nil {
+		return fmt.Errorf("connect to the API server: %w", err)
+	}
+	f := &fetcher{cs: cs, o: o, warn: env.Stderr}
+	p := newPrinter(env, o)
+
+	switch cmd {
+	case "why":
+		return runWhy(ctx, f, p, env, ro, ns, rest, o)
+	case "top":
+		return runTop(ctx, f, p, env, ro, rest[0], o)
+	case "ledger":
+		in, err := f.input(ctx, need{})
+		if err != nil {
+			return err
+		}
+		in.Now = env.Now()
+		l, err := report.Build(in, ro).Ledger(o.node)
+		if err != nil {
+			return err
+		}
+		return p.print(l, func(w io.Writer) error { return p.ledgerText(w, l) })
+	}
+	return nil
+}
+
+// checkArgs validates the command and its arguments before any API call.
+func checkArgs(cmd string, rest []string, o options) error {
+	switch cmd {
+	case "why":
+		switch {
+		case o.gang != "" && len(rest) > 0:
+			return fmt.Errorf("why: give a pod or --gang, not both")
+		case o.gang == "" && len(rest) != 1:
+			return fmt.Errorf("why: name one pod (kubectl rota why POD -n NAMESPACE) or a gang (--gang NAME)")
+		}
+		if o.node != "" {
+			return fmt.Errorf("why: --node does not apply")
+		}
+		if len(rest) == 1 && strings.Contains(rest[0], "/") {
+			kind, _, _ := strings.Cut(rest[0], "/")
+			if kind != "pod" && kind != "pods" && kind != "po" {
+				return fmt.Errorf("why: %s: only pods can be explained (or a gang with --gang)", rest[0])
+			}
+		}
+	case "top":
+		if len(rest) != 1 || (rest[0] != "nodes" && rest[0] != "gpus" && rest[0] != "teams") {
+			return fmt.Errorf("top: want one of nodes, gpus, teams")
+		}
+		if o.gang != "" || (o.node != "" && rest[0] != "gpus") || o.extenderURL != "" {
+			return fmt.Errorf("top %s: --gang, --extender-url and --node (except for gpus) do not apply", rest[0])
+		}
+	case "ledger":
+		if o.node == "" || len(rest) != 0 {
+			return fmt.Errorf("ledger: name the node with --node NODE")
+		}
+		if o.gang != "" || o.extenderURL != "" {
+			return fmt.Errorf("ledger: --gang and --extender-url do not apply")
+		}
+	default:
+		return fmt.Errorf("unknown command %q: want why, top or ledger (see kubectl rota --help)", cmd)
+	}
+	return nil
+}
+
+func runWhy(ctx context.Context, f *fetcher, p *printer, env Env, ro report.Options, ns string, rest []string, o options) error {
+	in, err := f.input(ctx, need{namespaces: true, quota: true, podEvents: ns})
+	if err != nil {
+		return err
+	}
+	in.Now = env.Now()
+	c := report.Build(in, ro)
+	var w report.Why
+	if o.gang != "" {
+		w, err = c.WhyGang(ns, o.gang)
+	} else {
+		name := rest[0]
+		if _, n, ok := strings.Cut(name, "/"); ok {
+			name = n
+		}
+		w, err = c.WhyPod(ns, name)
+	}
+	if err != nil {
+		return err
+	}
+	if o.extenderURL != "" {
+		podNS, podName, _ := strings.Cut(w.Pod, "/")
+		w.Extender = fetchExtender(ctx, env.HTTP, o.extenderURL, podNS, podName)
+	}
+	return p.print(w, func(out io.Writer) error { return p.whyText(out, w) })
+}
+
+func runTop(ctx context.Context, f *fetcher, p *printer, env Env, ro report.Options, what string, o options) error {
+	nd := need{}
+	if what == "teams" {
+		nd = need{namespaces: true, quota: true, createEvents: true}
+	}
+	in, err := f.input(ctx, nd)
+	if err != nil {
+		return err
+	}
+	in.Now = env.Now()
+	c := report.Build(in, ro)
+	switch what {
+	case "nodes":
+		r := c.TopNodes()
+		return p.print(r, func(w io.Writer) error { return p.nodesText(w, r) })
+	case "gpus":
+		r, err := c.TopGPUs(o.node)
+		if err != nil {
+			return err
+		}
+		return p.print(r, func(w io.Writer) error { return p.gpusText(w, r) })
+	}
+	r := c.TopTeams()
+	return p.print(r, func(w io.Writer) error { return p.teamsText(w, r) })
+}
+
+// IsUsage reports whether err asks for the usage to be shown (exit code 2).
+func IsUsage(err error) bool { return errors.Is(err, errUsage) }

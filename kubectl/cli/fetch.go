@@ -1,0 +1,168 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/rota-sched/rota/kubectl/report"
+)
+
+// pageSize bounds one list call; lists are paged with continue tokens.
+const pageSize = 500
+
+// fetcher reads what a report needs from the API server.
+type fetcher struct {
+	cs   kubernetes.Interface
+	o    options
+	warn io.Writer
+}
+
+// need says which optional lists a command reads (nodes and pods always).
+type need struct {
+	namespaces bool
+	quota      bool
+	// podEvents lists the pod events of this namespace ("" none).
+	podEvents string
+	// createEvents lists controllers' FailedCreate events in all namespaces.
+	createEvents bool
+}
+
+// input lists what the report needs. Nodes and pods are required; without
+// namespaces, events or the quota ConfigMap the report degrades and the
+// reason is printed to stderr.
+func (f *fetcher) input(ctx context.Context, n need) (report.Input, error) {
+	var in report.Input
+	var err error
+	core := f.cs.CoreV1()
+	if in.Nodes, err = list(ctx, func(o metav1.ListOptions) ([]corev1.Node, string, error) {
+		l, err := core.Nodes().List(ctx, o)
+		if err != nil {
+			return nil, "", err
+		}
+		return l.Items, l.Continue, nil
+	}, metav1.ListOptions{}); err != nil {
+		return in, fmt.Errorf("list nodes: %w", err)
+	}
+	// All namespaces: quota counts every team's pods, and the ledger every
+	// pod on every node.
+	if in.Pods, err = list(ctx, func(o metav1.ListOptions) ([]corev1.Pod, string, error) {
+		l, err := core.Pods("").List(ctx, o)
+		if err != nil {
+			return nil, "", err
+		}
+		return l.Items, l.Continue, nil
+	}, metav1.ListOptions{}); err != nil {
+		return in, fmt.Errorf("list pods in all namespaces: %w", err)
+	}
+	if n.namespaces {
+		l, err := core.Namespaces().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			fmt.Fprintf(f.warn, "warning: list namespaces: %v; teams come from pod labels only\n", err)
+		} else {
+			in.Namespaces = l.Items
+		}
+	}
+	if n.quota {
+		cm, err := core.ConfigMaps(f.o.rotaNamespace).Get(ctx, f.o.quotaCM, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			in.QuotaError = fmt.Sprintf("cannot read ConfigMap %s/%s: %v", f.o.rotaNamespace, f.o.quotaCM, err)
+		default:
+			in.Quota = cm
+		}
+	}
+	evs := func(ns string, sel fields.Selector) {
+		got, err := list(ctx, func(o metav1.ListOptions) ([]corev1.Event, string, error) {
+			l, err := core.Events(ns).List(ctx, o)
+			if err != nil {
+				return nil, "", err
+			}
+			return l.Items, l.Continue, nil
+		}, metav1.ListOptions{FieldSelector: sel.String()})
+		if err != nil {
+			fmt.Fprintf(f.warn, "warning: list events: %v\n", err)
+			return
+		}
+		in.Events = append(in.Events, got...)
+	}
+	if n.podEvents != "" {
+		evs(n.podEvents, fields.OneTermEqualSelector("involvedObject.kind", "Pod"))
+	}
+	if n.createEvents {
+		evs("", fields.OneTermEqualSelector("reason", report.ReasonFailedCreate))
+	}
+	return in, nil
+}
+
+// list pages through a list call.
+func list[T any](ctx context.Context, call func(metav1.ListOptions) ([]T, string, error), o metav1.ListOptions) ([]T, error) {
+	o.Limit = pageSize
+	var out []T
+	for {
+		items, cont, err := call(o)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, items...)
+		if cont == "" || ctx.Err() != nil {
+			return out, ctx.Err()
+		}
+		o.Continue = cont
+	}
+}
+
+// fetchExtender reads the extender's decision log for a pod. Failures are
+// reported in the result, not as errors: the rest of the report stands.
+func fetchExtender(ctx context.Context, hc *http.Client, base, ns, name string) *report.ExtenderLog {
+	u := strings.TrimSuffix(base, "/") + "/debug/pods/" + url.PathEscape(ns) + "/" + url.PathEscape(name)
+	out := &report.ExtenderLog{URL: u}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		out.Error = err.Error()
+		return out
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		out.Error = err.Error()
+		return out
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		out.Error = "read the answer: " + err.Error()
+		return out
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusNotFound:
+		out.Error = "the extender keeps no recent decision for this pod (it keeps the latest pods for a while; is this the leader replica?)"
+		return out
+	default:
+		out.Error = fmt.Sprintf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+		return out
+	}
+	var doc struct {
+		Decisions []report.ExtenderDecision `json:"decisions"`
+	}
+	if err := json.Unmarshal(body, &doc); err != nil {
+		out.Error = "the answer is not the extender's /debug/pods JSON: " + err.Error()
+		return out
+	}
+	out.Decisions = doc.Decisions
+	return out
+}

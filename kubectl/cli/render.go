@@ -1,0 +1,352 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/rota-sched/rota/kubectl/report"
+)
+
+// w collects writes and keeps the first error.
+type lineWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (l *lineWriter) printf(format string, args ...any) {
+	if l.err == nil {
+		_, l.err = fmt.Fprintf(l.w, format, args...)
+	}
+}
+
+func (l *lineWriter) table(t *table, p *printer, indent string) {
+	if l.err == nil {
+		l.err = t.write(l.w, p, indent)
+	}
+}
+
+func (p *printer) stateColor(state string) color {
+	switch state {
+	case report.StateOverQuota, report.StateNoQuota, report.StateNoConfig, report.GPUUnhealthy:
+		return red
+	case report.StateAtQuota:
+		return yellow
+	}
+	return plain
+}
+
+func (p *printer) whyText(out io.Writer, w report.Why) error {
+	lw := &lineWriter{w: out}
+	kv := &table{noHeader: true}
+	kv.row(plain, "Pod:", w.Pod+" ("+w.Phase+")")
+	sc := yellow
+	switch {
+	case w.Placed != nil:
+		sc = green
+	case w.Fit != nil && w.Fit.FitsNow:
+		sc = green
+	case w.Fit != nil:
+		sc = red
+	}
+	kv.row(sc, "Summary:", w.Summary)
+	kv.row(plain, "Submitted:", fmt.Sprintf("%s (%s ago)", w.SubmittedAt.Format(time.RFC3339), w.Age))
+	req := w.Request
+	if w.RequestError != "" {
+		req += ": " + w.RequestError
+	}
+	kv.row(plain, "Request:", req)
+	kv.row(plain, "Team:", orDash(w.Team)+" ("+w.TeamSource+")")
+	kv.row(p.stateColor(w.Quota.State), "Quota:", quotaLine(w.Quota))
+	if w.Placed != nil {
+		kv.row(plain, "Placed:", placedLine(w.Placed))
+	}
+	if g := w.Gang; g != nil {
+		line := fmt.Sprintf("%s: %d/%d members placed (%d created, %d pending", g.Name, g.Placed, g.Size, g.Created, g.Pending)
+		if g.Missing > 0 {
+			line += fmt.Sprintf(", %d not created", g.Missing)
+		}
+		line += ")"
+		if len(g.Nodes) > 0 {
+			line += " on " + strings.Join(g.Nodes, ", ")
+		}
+		kv.row(plain, "Gang:", line)
+	}
+	lw.table(kv, p, "")
+
+	if g := w.Gang; g != nil && len(g.Members) > 0 {
+		lw.printf("\nMembers:\n")
+		t := &table{}
+		t.row(plain, "POD", "PHASE", "NODE", "GPUS")
+		for _, m := range g.Members {
+			c := plain
+			if m.Node == "" {
+				c = yellow
+			}
+			t.row(c, m.Pod, m.Phase, m.Node, m.GPUs)
+		}
+		lw.table(t, p, "  ")
+	}
+
+	lw.printf("\nLatest refusals (events):\n")
+	if len(w.Decisions) == 0 {
+		lw.printf("  none\n")
+	}
+	for _, d := range w.Decisions {
+		lw.printf("  %s by %s on %s, %s ago (x%d):\n", d.Reason, d.Source, d.Pod, d.Age, d.Count)
+		if len(d.Reasons) == 0 {
+			lw.printf("    %s\n", d.Message)
+			continue
+		}
+		t := &table{}
+		t.row(plain, "NODES", "REASON")
+		for _, r := range d.Reasons {
+			reason := r.Reason
+			if r.Example != "" {
+				reason += " (e.g. " + r.Example + ")"
+			}
+			t.row(plain, fmt.Sprint(r.Nodes), reason)
+		}
+		if d.Reason == report.ReasonGPUUnschedulable {
+			lw.printf("    0/%d nodes fit the GPU request:\n", d.Nodes)
+		} else {
+			lw.printf("    0/%d nodes are available:\n", d.Nodes)
+		}
+		lw.table(t, p, "    ")
+		if d.Preemption != "" {
+			lw.printf("    preemption: %s\n", d.Preemption)
+		}
+	}
+
+	if e := w.Extender; e != nil {
+		lw.printf("\nExtender decisions (%s):\n", e.URL)
+		if e.Error != "" {
+			lw.printf("  %s\n", p.paint(yellow, e.Error))
+		}
+		for _, d := range e.Decisions {
+			line := fmt.Sprintf("%s %s %s", d.Time.UTC().Format(time.RFC3339), d.Verb, d.Outcome)
+			if d.Nodes > 0 {
+				line += fmt.Sprintf(" (%d of %d nodes fit)", d.Fits, d.Nodes)
+			}
+			if d.Node != "" {
+				line += " node " + d.Node
+			}
+			if d.Gang != "" {
+				line += " gang " + d.Gang
+			}
+			lw.printf("  %s\n", line)
+			if d.Message != "" {
+				lw.printf("    %s\n", d.Message)
+			}
+		}
+	}
+
+	if f := w.Fit; f != nil {
+		lw.printf("\nPlacement now (%d nodes with a GPU topology, %d fit):\n", f.Nodes, f.Fitting)
+		if f.Where != "" {
+			lw.printf("  %s\n", p.paint(green, f.Where))
+		}
+		if len(f.Reasons) > 0 {
+			t := &table{}
+			t.row(plain, "NODES", "REASON", "EXAMPLE")
+			for _, r := range f.Reasons {
+				t.row(plain, fmt.Sprint(r.Nodes), r.Reason, r.Example)
+			}
+			lw.table(t, p, "  ")
+		}
+		if len(f.Hints) > 0 {
+			lw.printf("\nWhat would make it fit:\n")
+			for _, h := range f.Hints {
+				lw.printf("  - %s\n", h)
+			}
+		}
+	}
+	if len(w.Notes) > 0 {
+		lw.printf("\nNotes:\n")
+		for _, n := range w.Notes {
+			lw.printf("  - %s\n", n)
+		}
+	}
+	return lw.err
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func quotaLine(q report.TeamQuota) string {
+	if !q.Configured {
+		if q.Note != "" {
+			return q.State + ": " + q.Note
+		}
+		return q.State
+	}
+	s := fmt.Sprintf("%s: guarantee %s, may borrow %s; running %s, pending %s; room for %s more",
+		q.State, q.Guarantee, q.BorrowLimit, q.Running, q.Pending, q.Headroom)
+	if q.Note != "" {
+		s += " (" + q.Note + ")"
+	}
+	return s
+}
+
+func placedLine(pl *report.Placed) string {
+	idx := make([]string, len(pl.GPUs))
+	for i, g := range pl.GPUs {
+		idx[i] = fmt.Sprint(g)
+	}
+	if pl.Whole {
+		return fmt.Sprintf("%s GPUs %s (whole)", pl.Node, strings.Join(idx, ","))
+	}
+	return fmt.Sprintf("%s GPU %s (%s share)", pl.Node, strings.Join(idx, ","), pl.MemoryMiB)
+}
+
+func (p *printer) nodesText(out io.Writer, r report.Nodes) error {
+	lw := &lineWriter{w: out}
+	t := &table{}
+	t.row(plain, "NODE", "LEAF", "MODEL", "GPUS", "HEALTHY", "WHOLE", "SHARED", "IDLE", "ISLANDS", "MEM USED", "MEM FREE", "FRAG", "HEALTH")
+	for _, n := range r.Nodes {
+		health, c := "ok", plain
+		if len(n.Unhealthy) > 0 {
+			health, c = strings.Join(n.Unhealthy, "; "), red
+		}
+		if len(n.Problems) > 0 {
+			health += fmt.Sprintf("; %d ledger problem(s): kubectl rota ledger --node %s", len(n.Problems), n.Node)
+			c = red
+		}
+		if n.GPUs == 0 {
+			t.row(red, n.Node, "", "", "", "", "", "", "", "", "", "", "", strings.Join(n.Problems, "; "))
+			continue
+		}
+		t.row(c, n.Node, n.Leaf, strings.Join(n.Models, ","), fmt.Sprint(n.GPUs), fmt.Sprint(n.Healthy), fmt.Sprint(n.Whole),
+			fmt.Sprint(n.Shared), fmt.Sprint(n.Idle), fmt.Sprint(n.Islands), n.UsedMiB.String(), n.FreeMiB.String(),
+			fmt.Sprintf("%.2f", n.FragmentGPUs), health)
+	}
+	lw.table(t, p, "")
+	lw.printf("\n%s\n", fragLine(r.Fragmentation))
+	if r.WithoutTopology > 0 {
+		lw.printf("%d node(s) publish no GPU topology (no Rota GPUs there).\n", r.WithoutTopology)
+	}
+	for _, v := range r.LedgerViolations {
+		lw.printf("%s\n", p.paint(red, "ledger violation: "+v))
+	}
+	return lw.err
+}
+
+func fragLine(f report.Fragmentation) string {
+	return fmt.Sprintf("Fragmentation (default workload): %.2f of %.2f free GPUs are unusable fragments (%.1f%% of free)",
+		f.FragmentGPUs, f.FreeGPUs, f.PercentOfFree)
+}
+
+func (p *printer) gpusText(out io.Writer, r report.GPUs) error {
+	lw := &lineWriter{w: out}
+	t := &table{}
+	t.row(plain, "NODE", "GPU", "MODEL", "ISLAND", "NUMA", "STATE", "MEM USED", "MEM FREE", "PODS", "HEALTH")
+	for _, g := range r.GPUs {
+		health, c := "ok", plain
+		if !g.Healthy {
+			health, c = g.Reason, red
+		}
+		t.row(c, g.Node, fmt.Sprint(g.Index), g.Model, fmt.Sprint(g.Island), fmt.Sprint(g.NUMA), g.State,
+			g.UsedMiB.String(), g.FreeMiB.String(), strings.Join(g.Pods, ","), health)
+	}
+	lw.table(t, p, "")
+	lw.printf("\n%s\n", fragLine(r.Fragmentation))
+	return lw.err
+}
+
+func (p *printer) teamsText(out io.Writer, r report.Teams) error {
+	lw := &lineWriter{w: out}
+	if r.QuotaError != "" {
+		lw.printf("%s\n\n", p.paint(red, "quota configuration: "+r.QuotaError))
+	}
+	t := &table{}
+	t.row(plain, "TEAM", "NAMESPACES", "QUOTA", "BORROW", "RUNNING", "PENDING", "ROOM", "STATE", "REJECTED")
+	for _, q := range r.Teams {
+		rej := ""
+		if q.Rejections > 0 {
+			rej = fmt.Sprintf("%d (last %s ago)", q.Rejections, q.LastRejectedAge)
+		}
+		quota, borrow, room := "", "", ""
+		if q.Configured {
+			quota, borrow, room = q.Guarantee.String(), q.BorrowLimit.String(), q.Headroom.String()
+		}
+		t.row(p.stateColor(q.State), orDash(q.Team), strings.Join(q.Namespaces, ","), quota, borrow,
+			q.Running.String(), q.Pending.String(), room, q.State, rej)
+	}
+	lw.table(t, p, "")
+	if r.QuotaError == "" {
+		lw.printf("\nShared pool: %s; borrowed %s; free %s. Teams without an entry: %s.\n",
+			r.SharedPool, r.SharedPoolUsed, r.SharedPoolFree, r.UnknownTeams)
+	}
+	first := true
+	for _, q := range r.Teams {
+		if q.Note != "" && q.State != report.StateWithin {
+			if first {
+				lw.printf("\n")
+				first = false
+			}
+			lw.printf("%s %s: %s\n", orDash(q.Team), q.State, q.Note)
+		}
+	}
+	for _, q := range r.Teams {
+		if q.LastRejection != "" {
+			lw.printf("%s last rejected: %s\n", orDash(q.Team), q.LastRejection)
+		}
+	}
+	return lw.err
+}
+
+func (p *printer) ledgerText(out io.Writer, l report.NodeLedger) error {
+	lw := &lineWriter{w: out}
+	lw.printf("Node %s: %d allocation(s) rebuilt from assignment annotations\n\n", l.Node, len(l.Entries))
+	t := &table{}
+	t.row(plain, "POD", "GPUS", "KIND", "MEMORY/GPU", "GANG", "PRIORITY", "PREEMPTIBLE", "PHASE", "STATE")
+	for _, e := range l.Entries {
+		kind := "share"
+		if e.Whole {
+			kind = "whole"
+		}
+		idx := make([]string, len(e.GPUs))
+		for i, g := range e.GPUs {
+			idx[i] = fmt.Sprint(g)
+		}
+		gang := e.Gang
+		if gang != "" && e.GangSize > 0 {
+			gang += fmt.Sprintf(" (%d)", e.GangSize)
+		}
+		t.row(plain, e.Pod, strings.Join(idx, ","), kind, e.MemoryMiB.String(), gang, fmt.Sprint(e.Priority),
+			yesNo(e.Preemptible), e.Phase, e.State)
+	}
+	lw.table(t, p, "")
+	lw.printf("\n")
+	g := &table{}
+	g.row(plain, "GPU", "STATE", "MEM USED", "MEM FREE", "PODS", "HEALTH")
+	for _, u := range l.GPUs {
+		health, c := "ok", plain
+		if !u.Healthy {
+			health, c = u.Reason, red
+		}
+		g.row(c, fmt.Sprint(u.Index), u.State, u.UsedMiB.String(), u.FreeMiB.String(), strings.Join(u.Pods, ","), health)
+	}
+	lw.table(g, p, "")
+	if len(l.Violations) == 0 {
+		lw.printf("\n%s\n", p.paint(green, "No violations: every assignment on this node is accounted, memory fits, whole GPUs are exclusive."))
+		return lw.err
+	}
+	lw.printf("\n%s\n", p.paint(red, fmt.Sprintf("%d violation(s):", len(l.Violations))))
+	for _, v := range l.Violations {
+		lw.printf("  - %s\n", v)
+	}
+	return lw.err
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}

@@ -1,0 +1,205 @@
+package report
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+
+	"github.com/rota-sched/rota/kubectl/clustertest"
+	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/quota"
+)
+
+// fixture reads clustertest's objects into an Input.
+func fixture(t *testing.T) Input {
+	t.Helper()
+	in := Input{Now: clustertest.Now}
+	for _, o := range clustertest.Objects() {
+		switch x := o.(type) {
+		case *corev1.Node:
+			in.Nodes = append(in.Nodes, *x)
+		case *corev1.Pod:
+			in.Pods = append(in.Pods, *x)
+		case *corev1.Namespace:
+			in.Namespaces = append(in.Namespaces, *x)
+		case *corev1.Event:
+			in.Events = append(in.Events, *x)
+		case *schedulingv1.PriorityClass:
+		case *corev1.ConfigMap:
+			in.Quota = x
+		default:
+			t.Fatalf("fixture object %T not handled", o)
+		}
+	}
+	return in
+}
+
+func TestParseNodeReasons(t *testing.T) {
+	tests := []struct {
+		name        string
+		giveMsg     string
+		wantTotal   int
+		wantR       []NodeReason
+		wantPreempt string
+	}{
+		{
+			name:      "kube-scheduler with commas inside reasons",
+			giveMsg:   "0/20 nodes are available: 12 GPU 3 has 18 GiB free, pod needs 40 GiB, 3 node(s) had untolerated taint {gpu: broken}, 5 1 free GPU, pod needs 4. preemption: 0/20 nodes are available: 20 Preemption is not helpful for scheduling.",
+			wantTotal: 20,
+			wantR: []NodeReason{{Nodes: 12, Reason: "GPU 3 has 18 GiB free, pod needs 40 GiB"}, {Nodes: 5, Reason: "1 free GPU, pod needs 4"},
+				{Nodes: 3, Reason: "node(s) had untolerated taint {gpu: broken}"}},
+			wantPreempt: "0/20 nodes are available: 20 Preemption is not helpful for scheduling",
+		},
+		{
+			name:      "rota-extender summary",
+			giveMsg:   "0/5000 nodes fit the GPU request: 4000 like node-12: GPU 3 has 18 GiB free, pod needs 40 GiB; 1000 like node-7: GPU 5 unhealthy: XID 79; and more",
+			wantTotal: 5000,
+			wantR: []NodeReason{{Nodes: 4000, Reason: "GPU 3 has 18 GiB free, pod needs 40 GiB", Example: "node-12"},
+				{Nodes: 1000, Reason: "GPU 5 unhealthy: XID 79", Example: "node-7"}},
+		},
+		{name: "other message", giveMsg: "pod has unbound immediate PersistentVolumeClaims"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			total, rs, pre := ParseNodeReasons(tc.giveMsg)
+			if total != tc.wantTotal || !reflect.DeepEqual(rs, tc.wantR) || pre != tc.wantPreempt {
+				t.Errorf("ParseNodeReasons() = %d, %+v, %q; want %d, %+v, %q", total, rs, pre, tc.wantTotal, tc.wantR, tc.wantPreempt)
+			}
+		})
+	}
+}
+
+// TestHeadroomMatchesCheck: the room a report shows is exactly what the
+// webhook's quota.Config.Check admits: headroom fits, one more does not.
+func TestHeadroomMatchesCheck(t *testing.T) {
+	c := Build(fixture(t), DefaultOptions())
+	for _, team := range []string{"llm", "vision", "research", "speech"} {
+		h := c.headroom(team)
+		for _, need := range []quota.Amount{{GPUs: h.GPUs}, {MemoryMiB: h.MemoryMiB}} {
+			if need.IsZero() {
+				continue
+			}
+			if d := c.quota.Check(team, c.usage, need); !d.Allowed {
+				t.Errorf("team %s: headroom %v is refused by Check: %+v", team, need, d.Shortfalls)
+			}
+		}
+		for _, more := range []quota.Amount{{GPUs: h.GPUs + 1}, {MemoryMiB: h.MemoryMiB + 1}} {
+			if d := c.quota.Check(team, c.usage, more); d.Allowed {
+				t.Errorf("team %s: Check admits %v, more than the headroom %v", team, more, h)
+			}
+		}
+	}
+}
+
+// TestUsageLikeAdmission: pods are charged as the webhook charges them.
+func TestUsageLikeAdmission(t *testing.T) {
+	c := Build(fixture(t), DefaultOptions())
+	gib := contract.MiB(1024)
+	want := map[string]quota.Usage{
+		"llm":    {Running: quota.Amount{GPUs: 24}, Pending: quota.Amount{GPUs: 8}},
+		"vision": {Running: quota.Amount{GPUs: 2, MemoryMiB: 100 * gib}, Pending: quota.Amount{MemoryMiB: 60 * gib}},
+		// default/jupyter carries a research team label; overrides are allowed.
+		"research": {Running: quota.Amount{GPUs: 4, MemoryMiB: 44 * gib}, Pending: quota.Amount{GPUs: 8}},
+		"speech":   {Running: quota.Amount{GPUs: 2}},
+	}
+	if !reflect.DeepEqual(c.usage, want) {
+		t.Errorf("usage = %+v\nwant %+v", c.usage, want)
+	}
+	// Without overrides, jupyter is charged to its namespace's (absent) team.
+	in := fixture(t)
+	in.Quota.Data["quota.yaml"] = strings.Replace(clustertest.QuotaYAML, "allowPodTeamOverride: true", "allowPodTeamOverride: false", 1)
+	c = Build(in, DefaultOptions())
+	if got := c.usage[""].Running.MemoryMiB; got != 4*gib {
+		t.Errorf("unlabelled namespace use = %s, want 4 GiB", got)
+	}
+}
+
+func TestQuotaErrors(t *testing.T) {
+	tests := []struct {
+		name      string
+		give      func(in *Input)
+		wantState string
+		wantNote  string
+	}{
+		{"missing", func(in *Input) { in.Quota = nil }, StateNoConfig, "not found"},
+		{"bad yaml", func(in *Input) { in.Quota.Data["quota.yaml"] = "teams: [" }, StateNoConfig, "not valid YAML"},
+		{"unknown field", func(in *Input) { in.Quota.Data["quota.yaml"] = "teams: {}\npools: {}" }, StateNoConfig, "unknown field"},
+		{"no key", func(in *Input) { in.Quota.Data = nil }, StateNoConfig, `no key "quota.yaml"`},
+		{"forbidden", func(in *Input) { in.QuotaError = "cannot read: forbidden" }, StateNoConfig, "forbidden"},
+		{"team without entry", func(in *Input) {
+			in.Quota.Data["quota.yaml"] = "teams: {vision: {gpus: 1}}\n"
+		}, StateNoQuota, "no entry"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			in := fixture(t)
+			tc.give(&in)
+			tq := Build(in, DefaultOptions()).teamQuota("llm")
+			if tq.State != tc.wantState || !strings.Contains(tq.Note, tc.wantNote) {
+				t.Errorf("teamQuota(llm) = %q, %q; want %q containing %q", tq.State, tq.Note, tc.wantState, tc.wantNote)
+			}
+		})
+	}
+}
+
+// TestLedgerMatchesExtenderRules: only bound, non-terminal pods with an
+// assignment for their node are accounted; the rest are problems.
+func TestLedgerMatchesExtenderRules(t *testing.T) {
+	in := fixture(t)
+	for i := range in.Pods {
+		p := &in.Pods[i]
+		switch p.Namespace + "/" + p.Name {
+		case "vision/resnet-ddp-0":
+			p.Status.Phase = corev1.PodSucceeded // finished: frees GPUs 0,1 of h100-b1
+		case "research/notebook-kim":
+			p.Spec.NodeName = "h100-b1" // assignment says h100-b2
+		case "vision/notebook-ana":
+			p.Annotations[contract.Default.AssignmentAnnotation] = `{"version":"v9"}`
+		}
+	}
+	c := Build(in, DefaultOptions())
+	l, err := c.Ledger("h100-b1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Entries) != 0 {
+		t.Errorf("h100-b1 entries = %+v, want none", l.Entries)
+	}
+	if len(l.Violations) != 2 || !strings.Contains(l.Violations[0]+l.Violations[1], "names node h100-b2") ||
+		!strings.Contains(l.Violations[0]+l.Violations[1], "invalid assignment") {
+		t.Errorf("h100-b1 violations = %q, want a misdirected and an invalid assignment", l.Violations)
+	}
+}
+
+func TestWhyGangFitsOnceRoomIsFreed(t *testing.T) {
+	in := fixture(t)
+	// research/sweep-0 finishes: h100-b2 frees 4 GPUs, room for 2 more members.
+	for i := range in.Pods {
+		if in.Pods[i].Name == "sweep-0" {
+			in.Pods[i].Status.Phase = corev1.PodSucceeded
+		}
+	}
+	w, err := Build(in, DefaultOptions()).WhyGang("llm", "train-7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !w.Fit.FitsNow || !strings.Contains(w.Fit.Where, "4 members in leaf leaf-b: h100-b1, h100-b2") {
+		t.Errorf("fit = %+v, want the 4 members to fit in leaf-b", w.Fit)
+	}
+	if !strings.HasPrefix(w.Summary, "waiting for the scheduler") {
+		t.Errorf("summary = %q", w.Summary)
+	}
+}
+
+func TestNaturalCompare(t *testing.T) {
+	got := []string{"w-10", "w-2", "w-1", "v", "w-02x", "w-"}
+	slices.SortFunc(got, naturalCompare)
+	want := []string{"v", "w-", "w-1", "w-2", "w-02x", "w-10"}
+	if !slices.Equal(got, want) {
+		t.Errorf("sorted = %q, want %q", got, want)
+	}
+}
