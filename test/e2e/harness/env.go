@@ -1,0 +1,491 @@
+// Package harness runs Rota for real on the local control plane of
+// test/cluster: kube-scheduler configured to call the rota-extender binary
+// (filter, prioritize, bind, preempt; nodeCacheCapable; example.com/gpu and
+// example.com/gpu-memory managed and ignoredByScheduler), rota-admission as
+// a ValidatingWebhookConfiguration the API server calls over HTTPS, and
+// simulated GPU nodes: up to MaxPluginNodes of them run a real
+// rota-device-plugin process (fake GPU backend) behind a kubeletstub, the
+// others publish their topology annotation directly. A kubelet stand-in
+// (Kubelet) allocates devices for bound pods through the stubs exactly as
+// the kubelet's device manager does, and records every Allocate response.
+//
+// Rota's binaries come from bin/ (make build); the control plane's from
+// .cache/k8s/bin (make k8s-tools). Every process runs in its own process
+// group with its log in the cluster folder and is stopped by PID.
+//
+// The e2e scenarios (test/e2e, build tag e2e) and the demo (test/demo) use
+// it. An Env is safe for concurrent use.
+package harness
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/rota-sched/rota/admission/certs"
+	extconfig "github.com/rota-sched/rota/extender/config"
+	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/test/cluster"
+)
+
+// Names of Rota's binaries in bin/.
+var rotaBinaries = []string{"rota-extender", "rota-admission", "rota-device-plugin"}
+
+// Objects the harness creates for the webhook.
+const (
+	SystemNamespace = "rota-system"
+	QuotaConfigMap  = "rota-quota"
+	QuotaKey        = "quota.yaml"
+	WebhookName     = "rota-admission"
+)
+
+// Options configure Start.
+type Options struct {
+	// Dir is the folder for everything (default: a new temporary folder).
+	// Start never removes it; Stop removes it only when RemoveDir is set.
+	Dir string
+	// RemoveDir makes Stop remove Dir.
+	RemoveDir bool
+	// BinDir holds Rota's binaries (default: bin/ at the repository root,
+	// or $ROTA_BIN).
+	BinDir string
+	// Quota is the quota document (YAML) for rota-admission's ConfigMap;
+	// empty means no team quota, every team unlimited.
+	Quota string
+	// ExtenderArgs and AdmissionArgs are appended to the generated flags.
+	ExtenderArgs  []string
+	AdmissionArgs []string
+	// SchedulerConfig replaces the configuration extender/config.SchedulerConfig renders.
+	SchedulerConfig string
+	// Logf receives progress lines; nil discards them.
+	Logf func(format string, args ...any)
+}
+
+// Env is a running control plane with Rota.
+type Env struct {
+	Cluster *cluster.Cluster
+	Client  kubernetes.Interface
+	Names   contract.Names
+	// Dir is the folder with the logs of every process.
+	Dir string
+	// ExtenderURL is http://127.0.0.1:PORT; AdmissionURL https://127.0.0.1:PORT.
+	ExtenderURL, AdmissionURL string
+	Extender, Admission       *Process
+	// Kubelet is the kubelet stand-in for every simulated node.
+	Kubelet *Kubelet
+	// Version is the API server's version, e.g. v1.37.2.
+	Version string
+
+	opts      Options
+	binDir    string
+	unitMiB   contract.MiB
+	admCA     []byte
+	cancel    context.CancelFunc
+	mu        sync.Mutex
+	gpuNodes  map[string]*GPUNode
+	pluginSeq int
+	stopped   bool
+}
+
+// ErrMissingBinaries is wrapped by Start's error when a binary is missing.
+var ErrMissingBinaries = errors.New("binaries missing")
+
+// CheckBinaries reports which of Rota's and the control plane's binaries
+// are missing, with the make target that builds them.
+func CheckBinaries() error {
+	var errs []error
+	rotaDir, err := rotaBinDir("")
+	if err != nil {
+		return err
+	}
+	for _, b := range rotaBinaries {
+		if !executable(filepath.Join(rotaDir, b)) {
+			errs = append(errs, fmt.Errorf("%s not found in %s (run make build)", b, rotaDir))
+		}
+	}
+	k8sDir, err := cluster.BinDir()
+	if err != nil {
+		return err
+	}
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-scheduler"} {
+		if !executable(filepath.Join(k8sDir, b)) {
+			errs = append(errs, fmt.Errorf("%s not found in %s (run make k8s-tools)", b, k8sDir))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrMissingBinaries, errors.Join(errs...))
+	}
+	return nil
+}
+
+// Start starts etcd, kube-apiserver, rota-extender, rota-admission (and
+// its webhook registration), kube-scheduler and the kubelet stand-in, in
+// that order, and waits until each is ready. On error everything started
+// is stopped; the folder is kept for its logs.
+func Start(ctx context.Context, o Options) (_ *Env, err error) {
+	if err := CheckBinaries(); err != nil {
+		return nil, err
+	}
+	logf := o.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	binDir, err := rotaBinDir(o.BinDir)
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{opts: o, binDir: binDir, Names: contract.Default, unitMiB: contract.DefaultMemoryUnitMiB,
+		gpuNodes: map[string]*GPUNode{}, Dir: o.Dir}
+	if e.Dir == "" {
+		if e.Dir, err = os.MkdirTemp("", "rota-e2e-"); err != nil {
+			return nil, err
+		}
+	}
+	defer func() {
+		if err != nil {
+			o.RemoveDir = false
+			e.opts.RemoveDir = false
+			if stopErr := e.Stop(); stopErr != nil {
+				err = errors.Join(err, stopErr)
+			}
+		}
+	}()
+	ports, err := freePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	e.ExtenderURL = "http://127.0.0.1:" + strconv.Itoa(ports[0])
+	e.AdmissionURL = "https://127.0.0.1:" + strconv.Itoa(ports[1])
+
+	schedCfg := strings.ReplaceAll(o.SchedulerConfig, extenderURLPlaceholder, e.ExtenderURL)
+	if schedCfg == "" {
+		// The cluster renders {{.Kubeconfig}} as the scheduler's kubeconfig.
+		schedCfg = extconfig.SchedulerConfig(e.ExtenderURL, "{{.Kubeconfig}}")
+	}
+	began := time.Now()
+	e.Cluster, err = cluster.Start(ctx, cluster.Options{Dir: e.Dir, SchedulerConfig: schedCfg,
+		NoScheduler: true, NoPodSimulator: true})
+	if err != nil {
+		return nil, fmt.Errorf("starting the control plane: %w", err)
+	}
+	e.Client = e.Cluster.Client()
+	if e.Version, err = e.Cluster.Version(); err != nil {
+		return nil, err
+	}
+	logf("etcd and kube-apiserver %s ready in %s", e.Version, time.Since(began).Round(100*time.Millisecond))
+
+	e.Extender = newProcess(binDir, "rota-extender", "rota-extender", e.Dir, append([]string{
+		"--kubeconfig=" + e.Cluster.Kubeconfig,
+		"--listen=127.0.0.1:" + strconv.Itoa(ports[0]),
+		"--v=2",
+	}, o.ExtenderArgs...))
+	if err := e.StartExtender(ctx); err != nil {
+		return nil, err
+	}
+	logf("rota-extender ready at %s (pid %d)", e.ExtenderURL, e.Extender.PID())
+
+	if err := e.startAdmission(ctx, ports[1]); err != nil {
+		return nil, err
+	}
+	logf("rota-admission ready at %s (pid %d), webhook registered", e.AdmissionURL, e.Admission.PID())
+
+	if err := e.Cluster.StartScheduler(ctx); err != nil {
+		return nil, fmt.Errorf("starting kube-scheduler: %w", err)
+	}
+	logf("kube-scheduler ready, calling the extender for %s and %s", e.Names.GPU, e.Names.GPUMemory)
+
+	kctx, cancel := context.WithCancel(context.Background())
+	e.cancel = cancel
+	e.Kubelet = newKubelet(e.Client, e.Names)
+	if err := e.Kubelet.start(kctx); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// SchedulerConfigVisible is extender/config.SchedulerConfig with
+// ignoredByScheduler turned off for both resources, for a scheduler
+// template: kube-scheduler then counts example.com/gpu and gpu-memory
+// against the Node's allocatable itself, as its preemption needs. The
+// extender URL is filled in by Start.
+func SchedulerConfigVisible() string {
+	return strings.ReplaceAll(extconfig.SchedulerConfig(extenderURLPlaceholder, "{{.Kubeconfig}}"),
+		"ignoredByScheduler: true", "ignoredByScheduler: false")
+}
+
+const extenderURLPlaceholder = "http://rota-extender.invalid"
+
+// StartExtender starts rota-extender (again) and waits for its /readyz.
+func (e *Env) StartExtender(ctx context.Context) error {
+	if err := e.Extender.Start(); err != nil {
+		return err
+	}
+	return waitHTTP(ctx, e.Extender, e.ExtenderURL+"/readyz", &http.Client{Timeout: 2 * time.Second})
+}
+
+// KillExtender kills rota-extender with SIGKILL (kill -9).
+func (e *Env) KillExtender() error { return e.Extender.Kill() }
+
+// startAdmission generates the serving certificate, writes the quota
+// ConfigMap, starts rota-admission, waits for its /readyz and registers it.
+func (e *Env) startAdmission(ctx context.Context, port int) error {
+	bundle, err := certs.Generate(filepath.Join(e.Dir, "admission-certs"), "127.0.0.1")
+	if err != nil {
+		return err
+	}
+	e.admCA = bundle.CAPEM
+	if _, err := e.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{Name: SystemNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	q := e.opts.Quota
+	if q == "" {
+		q = "unknownTeams: unlimited\n"
+	}
+	if _, err := e.Client.CoreV1().ConfigMaps(SystemNamespace).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: QuotaConfigMap},
+		Data:       map[string]string{QuotaKey: q},
+	}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	e.Admission = newProcess(e.binDir, "rota-admission", "rota-admission", e.Dir, append([]string{
+		"--kubeconfig=" + e.Cluster.Kubeconfig,
+		"--listen=127.0.0.1:" + strconv.Itoa(port),
+		"--tls-cert-file=" + bundle.CertFile,
+		"--tls-key-file=" + bundle.KeyFile,
+		"--namespace=" + SystemNamespace,
+		"--config-map=" + QuotaConfigMap,
+		"--config-map-key=" + QuotaKey,
+		"--leader-elect=false",
+		"--kube-qps=500", "--kube-burst=1000",
+		"--v=2",
+	}, e.opts.AdmissionArgs...))
+	if err := e.Admission.Start(); err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(bundle.CAPEM)
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	if err := waitHTTP(ctx, e.Admission, e.AdmissionURL+"/readyz", client); err != nil {
+		return err
+	}
+	return e.registerWebhook(ctx)
+}
+
+// registerWebhook creates the ValidatingWebhookConfiguration for pods
+// (CREATE and UPDATE) in every namespace but kube-system and rota-system.
+func (e *Env) registerWebhook(ctx context.Context) error {
+	url := e.AdmissionURL + "/validate"
+	fail := admissionregistrationv1.Fail
+	none := admissionregistrationv1.SideEffectClassNone
+	timeout := int32(10)
+	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: WebhookName},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:                    "pods.rota." + e.Names.Domain,
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: e.admCA},
+			FailurePolicy:           &fail,
+			SideEffects:             &none,
+			AdmissionReviewVersions: []string{"v1"},
+			TimeoutSeconds:          &timeout,
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+				Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"},
+					Resources: []string{"pods"}},
+			}},
+			NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+				Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn,
+				Values: []string{metav1.NamespaceSystem, SystemNamespace},
+			}}},
+		}},
+	}
+	if _, err := e.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("registering the webhook: %w", err)
+	}
+	// The API server picks the configuration up asynchronously; a denied
+	// dry-run proves the webhook is called.
+	return e.waitWebhookCalled(ctx)
+}
+
+// waitWebhookCalled creates (dry-run) a pod with an invalid GPU request
+// until the webhook denies it.
+func (e *Env) waitWebhookCalled(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	probe := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "rota-webhook-probe", Namespace: metav1.NamespaceDefault},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "probe",
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
+				corev1.ResourceName(e.Names.GPU): mustQuantity("1"), corev1.ResourceName(e.Names.GPUMemory): mustQuantity("1")}}}}},
+	}
+	for {
+		_, err := e.Client.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if isWebhookDenial(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the API server does not call the webhook (last answer: %v)\n%s", err, e.Admission.LogTail(20))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Stop stops the kubelet stand-in, the device plugins, rota-admission,
+// rota-extender and the control plane, and removes the folder if asked.
+func (e *Env) Stop() error {
+	e.mu.Lock()
+	if e.stopped {
+		e.mu.Unlock()
+		return nil
+	}
+	e.stopped = true
+	nodes := make([]*GPUNode, 0, len(e.gpuNodes))
+	for _, n := range e.gpuNodes {
+		nodes = append(nodes, n)
+	}
+	e.mu.Unlock()
+	var errs []error
+	if e.cancel != nil {
+		e.cancel()
+		e.Kubelet.wait()
+	}
+	for _, n := range nodes {
+		if n.Plugin != nil {
+			errs = append(errs, n.Plugin.Stop(5*time.Second))
+		}
+		if n.Stub != nil {
+			errs = append(errs, n.Stub.Close())
+		}
+	}
+	for _, p := range []*Process{e.Admission, e.Extender} {
+		if p != nil {
+			errs = append(errs, p.Stop(5*time.Second))
+		}
+	}
+	if e.Cluster != nil {
+		errs = append(errs, e.Cluster.Stop())
+	}
+	if e.opts.RemoveDir {
+		errs = append(errs, os.RemoveAll(e.Dir))
+	}
+	return errors.Join(errs...)
+}
+
+// LogTails returns the end of every Rota process log, for failure reports.
+func (e *Env) LogTails(n int) string {
+	var s string
+	for _, p := range []*Process{e.Extender, e.Admission} {
+		if p != nil {
+			s += "\n" + p.LogTail(n)
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, gn := range e.gpuNodes {
+		if gn.Plugin != nil {
+			s += "\n" + gn.Plugin.LogTail(n/2)
+		}
+	}
+	return s
+}
+
+// waitHTTP polls url until it answers 200, the process exits or ctx ends.
+func waitHTTP(ctx context.Context, p *Process, url string, client *http.Client) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var last error
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("GET %s: %s", url, resp.Status)
+		}
+		last = err
+		select {
+		case <-p.Exited():
+			return p.ExitError()
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready: %w (last: %v)\n%s", p.Name, ctx.Err(), last, p.LogTail(30))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func executable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
+}
+
+// rotaBinDir returns dir, $ROTA_BIN, or bin/ at the repository root.
+func rotaBinDir(dir string) (string, error) {
+	if dir != "" {
+		return filepath.Abs(dir)
+	}
+	if d := os.Getenv("ROTA_BIN"); d != "" {
+		return filepath.Abs(d)
+	}
+	k8s, err := cluster.BinDir()
+	if err != nil {
+		return "", err
+	}
+	if os.Getenv(cluster.BinDirEnv) == "" {
+		// BinDir is <root>/.cache/k8s/bin.
+		return filepath.Join(filepath.Dir(filepath.Dir(filepath.Dir(k8s))), "bin"), nil
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return filepath.Join(d, "bin"), nil
+		}
+		if filepath.Dir(d) == d {
+			return "", errors.New("no go.mod above the working directory; set ROTA_BIN")
+		}
+	}
+}

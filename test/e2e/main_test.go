@@ -1,0 +1,155 @@
+//go:build e2e
+
+// Package e2e runs Rota's scenarios against a real control plane: etcd,
+// kube-apiserver and kube-scheduler from .cache/k8s/bin, the rota-extender
+// and rota-admission binaries from bin/, and simulated GPU nodes, some with
+// a real rota-device-plugin behind a kubelet stand-in (see test/e2e/harness).
+// Every scenario asserts on API objects, events and Allocate responses.
+//
+// One control plane serves all scenarios; each works in its own namespace
+// and on its own nodes (label rota.test/scenario, matched by the pods'
+// node selector), so scenarios do not see each other's capacity.
+//
+// Run with: go test -tags e2e ./test/e2e/ (after make build k8s-tools).
+// Missing binaries fail the run; set ROTA_E2E_SKIP=1 to skip it instead.
+// Set ROTA_KEEP_CLUSTER=1 to keep the folder with every log.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rota-sched/rota/test/e2e/harness"
+)
+
+// ScenarioLabel marks the nodes of one scenario.
+const ScenarioLabel = "rota.test/scenario"
+
+var env *harness.Env
+
+// quotaDoc is the quota of the shared control plane: two configured teams
+// for the quota scenario; every other namespace is an unknown team, which
+// is unlimited.
+const quotaDoc = `teams:
+  vision:
+    gpus: 4
+    gpuMemoryGiB: 40
+    borrow: {gpus: 0, gpuMemoryGiB: 0}
+  nlp:
+    gpus: 2
+    borrow: {gpus: 2}
+sharedPool: {gpus: 2, gpuMemoryGiB: 0}
+unknownTeams: unlimited
+`
+
+type result struct {
+	name   string
+	passed bool
+	took   time.Duration
+	note   string
+}
+
+var (
+	resultsMu sync.Mutex
+	results   []result
+	notes     = map[string]string{}
+)
+
+// scenario registers t as a named scenario for the closing summary.
+func scenario(t *testing.T, name string) {
+	t.Helper()
+	began := time.Now()
+	t.Cleanup(func() {
+		resultsMu.Lock()
+		defer resultsMu.Unlock()
+		results = append(results, result{name: name, passed: !t.Failed() && !t.Skipped(), took: time.Since(began), note: notes[name]})
+	})
+}
+
+// note attaches a measurement to a scenario's summary line.
+func note(name, format string, args ...any) {
+	resultsMu.Lock()
+	defer resultsMu.Unlock()
+	notes[name] = fmt.Sprintf(format, args...)
+}
+
+func TestMain(m *testing.M) {
+	if err := harness.CheckBinaries(); err != nil {
+		if os.Getenv("ROTA_E2E_SKIP") == "1" {
+			fmt.Printf("SKIP: e2e scenarios not run because ROTA_E2E_SKIP=1 is set and %v\n", err)
+			os.Exit(0)
+		}
+		fmt.Fprintf(os.Stderr, "FAIL: e2e scenarios cannot run: %v\n(set ROTA_E2E_SKIP=1 to skip them explicitly)\n", err)
+		os.Exit(1)
+	}
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	began := time.Now()
+	var schedCfg string
+	if os.Getenv("ROTA_E2E_GPU_VISIBLE_TO_SCHEDULER") == "1" {
+		// Experiment: let kube-scheduler count the GPU resources itself
+		// (ignoredByScheduler: false), which its preemption dry run needs
+		// to find victims at all.
+		schedCfg = harness.SchedulerConfigVisible()
+	}
+	var err error
+	env, err = harness.Start(ctx, harness.Options{Quota: quotaDoc, SchedulerConfig: schedCfg,
+		Logf: func(f string, a ...any) { fmt.Printf("e2e: "+f+"\n", a...) }})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: starting the control plane with Rota: %v\n", err)
+		return 1
+	}
+	fmt.Printf("e2e: control plane with Rota ready in %s (folder %s)\n", time.Since(began).Round(100*time.Millisecond), env.Dir)
+	code := m.Run()
+	if code != 0 {
+		fmt.Println(env.LogTails(40))
+	}
+	keep := code != 0 || os.Getenv("ROTA_KEEP_CLUSTER") == "1"
+	if stopErr := env.Stop(); stopErr != nil {
+		fmt.Fprintf(os.Stderr, "stopping: %v\n", stopErr)
+	}
+	if keep {
+		fmt.Printf("e2e: folder kept: %s\n", env.Dir)
+	} else {
+		os.RemoveAll(env.Dir)
+	}
+	summary(env.Version, time.Since(began))
+	return code
+}
+
+func summary(version string, took time.Duration) {
+	resultsMu.Lock()
+	defer resultsMu.Unlock()
+	var passed, failed []string
+	for _, r := range results {
+		s := fmt.Sprintf("%s %.1fs", r.name, r.took.Seconds())
+		if r.note != "" {
+			s += " (" + r.note + ")"
+		}
+		if r.passed {
+			passed = append(passed, s)
+		} else {
+			failed = append(failed, s)
+		}
+	}
+	slices.Sort(failed)
+	line := fmt.Sprintf("SUMMARY: %d scenarios passed against Kubernetes %s (etcd + kube-apiserver + kube-scheduler on 127.0.0.1, real rota-extender, rota-admission, rota-device-plugin) in %s",
+		len(passed), version, took.Round(time.Second))
+	if len(failed) > 0 {
+		line += fmt.Sprintf("; %d FAILED: %s", len(failed), strings.Join(failed, ", "))
+	}
+	fmt.Println(line)
+	for _, p := range passed {
+		fmt.Println("  passed: " + p)
+	}
+}

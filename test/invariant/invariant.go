@@ -1,0 +1,368 @@
+// Package invariant checks a live cluster against the invariants of
+// DESIGN.md, reading only what any observer can read from the API server:
+// every Node's GPU topology annotation, every Pod's assignment annotation,
+// pod phases, gang labels and namespace team labels. The e2e scenarios and
+// the demo call it after (and during) their workloads; it knows nothing of
+// the services' internals.
+//
+// Checked:
+//   - capacity: on every GPU the assigned memory is at most the GPU's
+//     memory, and a GPU held whole is held by one pod and shared with none;
+//     assignments name GPUs that exist on their node;
+//   - gangs: all members of a gang are bound or none is (the gang size comes
+//     from the gang-size annotation);
+//   - quota (when a quota configuration is given): per team, pending +
+//     running use is within guarantee + borrow limit, and the teams together
+//     borrow no more than the shared pool;
+//   - health: no bound pod that has not started yet holds an unhealthy GPU
+//     (a pod placed after its GPU turned unhealthy never starts);
+//   - bookkeeping: every bound pod that asks for Rota resources carries a
+//     readable assignment, and the assignment names the pod's node.
+//
+// The functions are safe for concurrent use; they keep no state.
+package invariant
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/podreq"
+	"github.com/rota-sched/rota/pkg/quota"
+)
+
+// Kind names the invariant a Violation breaks.
+type Kind string
+
+const (
+	OverCapacity     Kind = "GPUOverCapacity"
+	WholeShared      Kind = "WholeGPUShared"
+	UnknownGPU       Kind = "UnknownGPU"
+	PartialGang      Kind = "PartialGang"
+	QuotaExceeded    Kind = "QuotaExceeded"
+	PoolExceeded     Kind = "SharedPoolExceeded"
+	UnhealthyGPU     Kind = "NewWorkOnUnhealthyGPU"
+	MissingAssign    Kind = "BoundWithoutAssignment"
+	BadAssignment    Kind = "UnreadableAssignment"
+	NodeMismatch     Kind = "AssignmentNodeMismatch"
+	BadTopology      Kind = "UnreadableTopology"
+	UnreadableGangSz Kind = "UnreadableGangSize"
+)
+
+// Violation is one broken invariant, in words.
+type Violation struct {
+	Kind Kind
+	// Object names what is wrong: "node/gpu-3 GPU 2", "pod ns/name", "gang ns/g", "team vision".
+	Object  string
+	Message string
+}
+
+func (v Violation) String() string { return fmt.Sprintf("%s: %s: %s", v.Kind, v.Object, v.Message) }
+
+// Options say how to read the cluster.
+type Options struct {
+	// Names is the wire contract; zero means contract.Default.
+	Names contract.Names
+	// MemoryUnitMiB converts gpu-memory requests of nodes without a
+	// topology annotation (and for quota) to MiB; 0 means 1024.
+	MemoryUnitMiB contract.MiB
+	// Quota, when set, turns on the quota check.
+	Quota *quota.Config
+	// Namespace restricts the pod checks to one namespace; "" means all.
+	// Capacity is always checked over every pod.
+	Namespace string
+}
+
+// Check lists Nodes, Pods and Namespaces from the API server and returns
+// every violation found. An error means the cluster could not be read.
+func Check(ctx context.Context, client kubernetes.Interface, o Options) ([]Violation, error) {
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing pods: %w", err)
+	}
+	var namespaces []corev1.Namespace
+	if o.Quota != nil {
+		nsl, err := client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("listing namespaces: %w", err)
+		}
+		namespaces = nsl.Items
+	}
+	return Evaluate(nodes.Items, pods.Items, namespaces, o), nil
+}
+
+// Evaluate checks the given objects; Check calls it with what it listed.
+func Evaluate(nodes []corev1.Node, pods []corev1.Pod, namespaces []corev1.Namespace, o Options) []Violation {
+	if o.Names.Domain == "" {
+		o.Names = contract.Default
+	}
+	if o.MemoryUnitMiB <= 0 {
+		o.MemoryUnitMiB = contract.DefaultMemoryUnitMiB
+	}
+	var out []Violation
+	add := func(k Kind, obj, format string, args ...any) {
+		out = append(out, Violation{Kind: k, Object: obj, Message: fmt.Sprintf(format, args...)})
+	}
+
+	// Topology of every node that publishes one.
+	topo := map[string]contract.Topology{}
+	for i := range nodes {
+		n := &nodes[i]
+		v, ok := n.Annotations[o.Names.TopologyAnnotation]
+		if !ok {
+			continue
+		}
+		t, err := contract.ParseTopology([]byte(v))
+		if err != nil {
+			add(BadTopology, "node/"+n.Name, "%v", err)
+			continue
+		}
+		topo[n.Name] = t
+	}
+
+	// Every live pod's assignment, and the per-GPU sums.
+	type holder struct {
+		pod   string
+		whole bool
+		mib   contract.MiB
+	}
+	perGPU := map[string][]holder{} // node + "/" + uuid -> holders
+	inScope := func(p *corev1.Pod) bool { return o.Namespace == "" || p.Namespace == o.Namespace }
+	for i := range pods {
+		p := &pods[i]
+		if podreq.Terminal(p) {
+			continue
+		}
+		key := "pod " + p.Namespace + "/" + p.Name
+		a, err := podreq.Assignment(p, o.Names)
+		if err != nil {
+			if inScope(p) {
+				add(BadAssignment, key, "%v", err)
+			}
+			continue
+		}
+		bound := p.Spec.NodeName != ""
+		if a == nil {
+			if bound && podreq.Wants(p, o.Names) && inScope(p) {
+				add(MissingAssign, key, "bound to %s and asks for Rota GPUs but carries no %s annotation",
+					p.Spec.NodeName, o.Names.AssignmentAnnotation)
+			}
+			continue
+		}
+		if !bound {
+			continue // written before Binding; holds nothing until bound
+		}
+		if a.Node != p.Spec.NodeName && inScope(p) {
+			add(NodeMismatch, key, "bound to %s but its assignment names node %s", p.Spec.NodeName, a.Node)
+		}
+		t, haveTopo := topo[p.Spec.NodeName]
+		for _, g := range a.GPUs {
+			if haveTopo {
+				tg, ok := gpuByUUID(t, g.UUID)
+				if !ok {
+					add(UnknownGPU, key, "assignment names GPU %s, which node %s does not have", g.UUID, p.Spec.NodeName)
+					continue
+				}
+				if tg.Health == contract.Unhealthy && p.Status.Phase != corev1.PodRunning && p.DeletionTimestamp == nil && inScope(p) {
+					add(UnhealthyGPU, key, "was placed on GPU %d (%s) of node %s, which is unhealthy (%s), and has not started",
+						tg.Index, tg.UUID, p.Spec.NodeName, orUnknown(tg.Reason))
+				}
+			}
+			k := p.Spec.NodeName + "/" + g.UUID
+			perGPU[k] = append(perGPU[k], holder{pod: p.Namespace + "/" + p.Name, whole: a.Whole, mib: g.MemoryMiB})
+		}
+	}
+	keys := make([]string, 0, len(perGPU))
+	for k := range perGPU {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		hs := perGPU[k]
+		node, uuid, _ := strings.Cut(k, "/")
+		obj := "node/" + node + " GPU " + uuid
+		var capMiB contract.MiB
+		if t, ok := topo[node]; ok {
+			if tg, ok := gpuByUUID(t, uuid); ok {
+				capMiB = tg.MemoryMiB
+				obj = fmt.Sprintf("node/%s GPU %d (%s)", node, tg.Index, tg.Model)
+			}
+		}
+		var whole, all []string
+		var sum contract.MiB
+		for _, h := range hs {
+			all = append(all, h.pod)
+			if h.whole {
+				whole = append(whole, h.pod)
+				continue
+			}
+			sum += h.mib
+		}
+		slices.Sort(all)
+		if len(whole) > 0 && len(hs) > 1 {
+			add(WholeShared, obj, "held whole by %s but also assigned to %s", strings.Join(whole, ","), strings.Join(all, ","))
+		}
+		if capMiB > 0 && sum > capMiB {
+			add(OverCapacity, obj, "memory shares add up to %s, more than its %s (%s)", sum, capMiB, strings.Join(all, ","))
+		}
+	}
+
+	out = append(out, checkGangs(pods, o)...)
+	if o.Quota != nil {
+		out = append(out, checkQuota(pods, namespaces, o)...)
+	}
+	return out
+}
+
+// checkGangs reports gangs with some but not all members bound.
+func checkGangs(pods []corev1.Pod, o Options) []Violation {
+	type gang struct {
+		size          int
+		bound, exists int
+		sizeErr       error
+	}
+	gangs := map[string]*gang{}
+	for i := range pods {
+		p := &pods[i]
+		if podreq.Terminal(p) || (o.Namespace != "" && p.Namespace != o.Namespace) {
+			continue
+		}
+		ref, err := podreq.GangOf(p, o.Names)
+		if ref == nil && err == nil {
+			continue
+		}
+		key := p.Namespace + "/" + p.Labels[o.Names.GangLabel]
+		if ref != nil {
+			key = ref.Key
+		}
+		g := gangs[key]
+		if g == nil {
+			g = &gang{}
+			gangs[key] = g
+		}
+		g.exists++
+		if p.Spec.NodeName != "" {
+			g.bound++
+		}
+		switch {
+		case err != nil:
+			g.sizeErr = err
+		case ref.Size > 0:
+			g.size = max(g.size, ref.Size)
+		}
+	}
+	keys := make([]string, 0, len(gangs))
+	for k := range gangs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var out []Violation
+	for _, k := range keys {
+		g := gangs[k]
+		size := g.size
+		if size == 0 {
+			size = g.exists // pod-group gang without the annotation: all that exist
+		}
+		if g.bound > 0 && g.bound < size {
+			out = append(out, Violation{Kind: PartialGang, Object: "gang " + k,
+				Message: fmt.Sprintf("%d of %d members bound (%d exist); a gang binds all or nothing", g.bound, size, g.exists)})
+		}
+		if g.sizeErr != nil && g.bound > 0 {
+			out = append(out, Violation{Kind: UnreadableGangSz, Object: "gang " + k,
+				Message: fmt.Sprintf("members are bound although the gang size is unreadable: %v", g.sizeErr)})
+		}
+	}
+	return out
+}
+
+// checkQuota sums each team's pending + running use and compares it with
+// its guarantee plus borrow limit, and the teams' borrowing with the pool.
+func checkQuota(pods []corev1.Pod, namespaces []corev1.Namespace, o Options) []Violation {
+	cfg := *o.Quota
+	nsLabels := map[string]map[string]string{}
+	for i := range namespaces {
+		nsLabels[namespaces[i].Name] = namespaces[i].Labels
+	}
+	usage := map[string]quota.Usage{}
+	for i := range pods {
+		p := &pods[i]
+		if podreq.Terminal(p) || !podreq.Wants(p, o.Names) {
+			continue
+		}
+		team := podreq.Team(p, nsLabels[p.Namespace], o.Names, cfg.AllowPodTeamOverride)
+		if _, ok := cfg.Team(team); !ok {
+			continue
+		}
+		req, err := podreq.FromPod(p, podreq.Options{Names: o.Names, MemoryUnitMiB: o.MemoryUnitMiB})
+		if err != nil {
+			continue
+		}
+		amt := quota.Amount{GPUs: int64(req.GPUs), MemoryMiB: contract.MiB(req.MemoryUnits) * o.MemoryUnitMiB}
+		u := usage[team]
+		if p.Spec.NodeName != "" {
+			u.Running = u.Running.Add(amt)
+		} else {
+			u.Pending = u.Pending.Add(amt)
+		}
+		usage[team] = u
+	}
+	teams := make([]string, 0, len(usage))
+	for t := range usage {
+		teams = append(teams, t)
+	}
+	sort.Strings(teams)
+	var out []Violation
+	for _, name := range teams {
+		u := usage[name]
+		limit := cfg.Reachable(name)
+		if !u.Total().Fits(limit) {
+			out = append(out, Violation{Kind: QuotaExceeded, Object: "team " + name,
+				Message: fmt.Sprintf("uses %s (running %s, pending %s), more than its guarantee plus borrow limit %s",
+					u.Total(), u.Running, u.Pending, limit)})
+		}
+	}
+	if used := cfg.PoolUsed(usage); !used.Fits(cfg.SharedPool.Amount()) {
+		out = append(out, Violation{Kind: PoolExceeded, Object: "shared pool",
+			Message: fmt.Sprintf("teams borrow %s in all, more than the pool's %s", used, cfg.SharedPool.Amount())})
+	}
+	return out
+}
+
+func gpuByUUID(t contract.Topology, uuid string) (contract.TopologyGPU, bool) {
+	for _, g := range t.GPUs {
+		if g.UUID == uuid {
+			return g, true
+		}
+	}
+	return contract.TopologyGPU{}, false
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "no reason given"
+	}
+	return s
+}
+
+// Summary formats violations one per line, or "no violations".
+func Summary(vs []Violation) string {
+	if len(vs) == 0 {
+		return "no violations"
+	}
+	lines := make([]string, len(vs))
+	for i, v := range vs {
+		lines[i] = v.String()
+	}
+	return strings.Join(lines, "\n")
+}
