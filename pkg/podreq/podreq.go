@@ -159,6 +159,14 @@ func Validate(pod *corev1.Pod, o Options) []Violation {
 	for i, c := range pod.Spec.Containers {
 		check(fmt.Sprintf("spec.containers[%d]", i), c)
 	}
+	if len(vs) > 0 {
+		// The pod-level checks below would only restate a bad container
+		// value (a "20Gi" share is not also "21474836480 GiB on one GPU").
+		if _, err := GangOf(pod, o.Names); err != nil {
+			vs = append(vs, Violation{"metadata", err.Error()})
+		}
+		return vs
+	}
 	g, m := amount(pod, gpu), amount(pod, mem)
 	if g > 0 && m > 0 {
 		vs = append(vs, Violation{"spec", fmt.Sprintf(

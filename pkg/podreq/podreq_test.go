@@ -319,3 +319,16 @@ func TestAssignmentRoundTrip(t *testing.T) {
 		t.Errorf("Assignment(bad) error = %v", err)
 	}
 }
+
+// A bad container value is reported once, not restated by the pod-level
+// size checks.
+func TestValidateReportsBytesOnce(t *testing.T) {
+	o := Options{Names: contract.Default, MaxGPUMemoryMiB: 80 * 1024}
+	vs := Validate(pod(ctr("example.com/gpu-memory", "20Gi")), o)
+	if len(vs) != 1 {
+		t.Fatalf("got %d violations, want 1: %v", len(vs), vs)
+	}
+	if !strings.Contains(vs[0].Message, `write "20"`) {
+		t.Fatalf("message %q does not say what to write", vs[0].Message)
+	}
+}
