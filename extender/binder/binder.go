@@ -1,0 +1,136 @@
+// Package binder performs rota-extender's API writes for one pod: the
+// assignment annotation (a merge patch whose metadata.uid and
+// metadata.resourceVersion make it conditional: optimistic concurrency),
+// the Binding (pods/binding subresource), and the requeue touch. It also
+// reads a pod the informer does not hold yet. It keeps no state; a Binder
+// is safe for concurrent use.
+package binder
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/rota-sched/rota/pkg/contract"
+)
+
+// ErrChanged is wrapped when the pod changed under the bind in a way that
+// makes the bind wrong (another UID, already bound elsewhere, deleted).
+var ErrChanged = errors.New("pod changed during bind")
+
+// Binder writes through a kubernetes.Interface.
+type Binder struct {
+	client  kubernetes.Interface
+	names   contract.Names
+	timeout time.Duration
+	// OnConflict, when set, is called for every resourceVersion conflict.
+	OnConflict func()
+}
+
+// New returns a Binder; timeout bounds each API call (0: none beyond ctx).
+func New(client kubernetes.Interface, names contract.Names, timeout time.Duration) *Binder {
+	return &Binder{client: client, names: names, timeout: timeout}
+}
+
+func (b *Binder) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if b.timeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, b.timeout)
+}
+
+// Pod reads a pod from the API server.
+func (b *Binder) Pod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	ctx, cancel := b.ctx(ctx)
+	defer cancel()
+	pod, err := b.client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get pod %s/%s: %w", namespace, name, err)
+	}
+	return pod, nil
+}
+
+type patchMeta struct {
+	UID             types.UID          `json:"uid,omitempty"`
+	ResourceVersion string             `json:"resourceVersion,omitempty"`
+	Annotations     map[string]*string `json:"annotations"`
+}
+
+func metaPatch(uid types.UID, rv string, annotations map[string]*string) ([]byte, error) {
+	return json.Marshal(map[string]patchMeta{"metadata": {UID: uid, ResourceVersion: rv, Annotations: annotations}})
+}
+
+// Annotate writes the assignment annotation value on pod, conditional on
+// the pod's UID and resourceVersion. On a conflict it reads the pod again
+// and, when it is still the same unbound pod, retries once with the new
+// resourceVersion. It returns the patched pod.
+func (b *Binder) Annotate(ctx context.Context, pod *corev1.Pod, value string) (*corev1.Pod, error) {
+	cur := pod
+	for attempt := 0; ; attempt++ {
+		out, err := b.patch(ctx, cur, map[string]*string{b.names.AssignmentAnnotation: &value})
+		if err == nil {
+			return out, nil
+		}
+		if !apierrors.IsConflict(err) || attempt > 0 {
+			return nil, fmt.Errorf("write assignment on %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		if b.OnConflict != nil {
+			b.OnConflict()
+		}
+		fresh, gerr := b.Pod(ctx, pod.Namespace, pod.Name)
+		if gerr != nil {
+			return nil, gerr
+		}
+		if fresh.UID != pod.UID {
+			return nil, fmt.Errorf("pod %s/%s was replaced (UID %s, was %s): %w", pod.Namespace, pod.Name, fresh.UID, pod.UID, ErrChanged)
+		}
+		if fresh.Spec.NodeName != "" {
+			return nil, fmt.Errorf("pod %s/%s was bound to %s meanwhile: %w", pod.Namespace, pod.Name, fresh.Spec.NodeName, ErrChanged)
+		}
+		cur = fresh
+	}
+}
+
+func (b *Binder) patch(ctx context.Context, pod *corev1.Pod, annotations map[string]*string) (*corev1.Pod, error) {
+	data, err := metaPatch(pod.UID, pod.ResourceVersion, annotations)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := b.ctx(ctx)
+	defer cancel()
+	return b.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, data, metav1.PatchOptions{})
+}
+
+// Bind creates the pod's Binding to node.
+func (b *Binder) Bind(ctx context.Context, namespace, name string, uid types.UID, node string) error {
+	ctx, cancel := b.ctx(ctx)
+	defer cancel()
+	err := b.client.CoreV1().Pods(namespace).Bind(ctx, &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: uid},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("bind %s/%s to %s: %w", namespace, name, node, err)
+	}
+	return nil
+}
+
+// Touch writes the requeue annotation (unconditionally, on the pod's UID) so
+// that kube-scheduler sees an update of the pod and retries it.
+func (b *Binder) Touch(ctx context.Context, namespace, name string, uid types.UID, why string, now time.Time) error {
+	v := now.UTC().Format(time.RFC3339Nano) + " " + why
+	_, err := b.patch(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: uid}},
+		map[string]*string{b.names.RequeueAnnotation(): &v})
+	if err != nil {
+		return fmt.Errorf("touch %s/%s: %w", namespace, name, err)
+	}
+	return nil
+}

@@ -1,0 +1,164 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"time"
+
+	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/placement"
+	"github.com/rota-sched/rota/pkg/topology"
+)
+
+// Config is everything rota-extender needs to run.
+type Config struct {
+	// Kubeconfig is the kubeconfig file; empty means in-cluster config.
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// QPS and Burst bound the extender's API client. Today's extenders die
+	// at client-go's default 5 QPS; one bind costs two writes.
+	QPS   float32 `json:"qps"`
+	Burst int     `json:"burst"`
+	// APITimeout bounds each API call made while binding.
+	APITimeout time.Duration `json:"apiTimeout"`
+
+	// Listen is the HTTP(S) address, host:port.
+	Listen string `json:"listen"`
+	// TLSCertFile and TLSKeyFile turn on HTTPS; ClientCAFile additionally
+	// requires and verifies client certificates signed by that CA.
+	TLSCertFile  string `json:"tlsCertFile,omitempty"`
+	TLSKeyFile   string `json:"tlsKeyFile,omitempty"`
+	ClientCAFile string `json:"clientCAFile,omitempty"`
+	// MaxBodyBytes bounds a request body (5,000 node names plus a pod fit
+	// in well under 1 MiB; preemption arguments are larger).
+	MaxBodyBytes int64 `json:"maxBodyBytes"`
+	// ReadTimeout and WriteTimeout bound one HTTP exchange.
+	ReadTimeout  time.Duration `json:"readTimeout"`
+	WriteTimeout time.Duration `json:"writeTimeout"`
+	// ShutdownTimeout bounds the graceful shutdown on SIGTERM.
+	ShutdownTimeout time.Duration `json:"shutdownTimeout"`
+
+	// Domain names the resources, labels and annotations (contract.NewNames).
+	Domain string `json:"domain"`
+	// TierLabels are the node labels of the topology tiers, narrowest first.
+	// Empty means topology.DefaultLabels: <domain>/leaf, then the zone label.
+	TierLabels []string `json:"tierLabels,omitempty"`
+	// Policy scores nodes: binpack, spread, fragmentation-aware or fgd.
+	Policy string `json:"policy"`
+	// FilterBestOnly makes filter pass only the nodes of the best score class
+	// (see scheduling.RankScores), so the placement does not depend on how
+	// kube-scheduler weighs the extender's priorities against its plugins.
+	FilterBestOnly bool `json:"filterBestOnly,omitempty"`
+
+	// ReservationTTL is how long a bind's reservation lives before it is
+	// committed; GangTTL how long a gang plan holds its slots while members
+	// bind (each member's bind extends it).
+	ReservationTTL time.Duration `json:"reservationTTL"`
+	GangTTL        time.Duration `json:"gangTTL"`
+	// MaxPreemptibleGangSize: members of larger gangs are never evicted.
+	MaxPreemptibleGangSize int `json:"maxPreemptibleGangSize"`
+	// ExpireInterval is how often reservations are expired; CheckInterval
+	// how often the ledger's invariants are checked.
+	ExpireInterval time.Duration `json:"expireInterval"`
+	CheckInterval  time.Duration `json:"checkInterval"`
+	// DebugPods bounds how many pods' recent decisions /debug/pods keeps, and
+	// DebugTTL for how long.
+	DebugPods int           `json:"debugPods"`
+	DebugTTL  time.Duration `json:"debugTTL"`
+}
+
+// Default returns the configuration used when no flag is given.
+func Default() Config {
+	return Config{
+		QPS:                    200,
+		Burst:                  400,
+		APITimeout:             10 * time.Second,
+		Listen:                 "127.0.0.1:8888",
+		MaxBodyBytes:           16 << 20,
+		ReadTimeout:            30 * time.Second,
+		WriteTimeout:           30 * time.Second,
+		ShutdownTimeout:        10 * time.Second,
+		Domain:                 contract.DefaultDomain,
+		Policy:                 placement.DefaultPolicyName,
+		ReservationTTL:         30 * time.Second,
+		GangTTL:                2 * time.Minute,
+		MaxPreemptibleGangSize: 8,
+		ExpireInterval:         time.Second,
+		CheckInterval:          30 * time.Second,
+		DebugPods:              10000,
+		DebugTTL:               30 * time.Minute,
+	}
+}
+
+// Names returns the wire names of c.Domain.
+func (c Config) Names() (contract.Names, error) { return contract.NewNames(c.Domain) }
+
+// Tiers returns the topology tier labels: TierLabels, or the defaults for names.
+func (c Config) Tiers(names contract.Names) topology.Labels {
+	if len(c.TierLabels) == 0 {
+		return topology.DefaultLabels(names)
+	}
+	return topology.Labels{Tiers: slices.Clone(c.TierLabels)}
+}
+
+// Validate reports every problem of c at once.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.QPS <= 0 {
+		add("qps: %v is not positive", c.QPS)
+	}
+	if c.Burst < 1 {
+		add("burst: %d is less than 1", c.Burst)
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		add("listen: %q is not host:port: %w", c.Listen, err)
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		add("tls-cert-file and tls-key-file: set both or neither")
+	}
+	if c.ClientCAFile != "" && c.TLSCertFile == "" {
+		add("client-ca-file: needs tls-cert-file and tls-key-file (client certificates need HTTPS)")
+	}
+	if c.MaxBodyBytes < 1<<10 {
+		add("max-body-bytes: %d is below 1 KiB", c.MaxBodyBytes)
+	}
+	if _, err := contract.NewNames(c.Domain); err != nil {
+		add("domain: %w", err)
+	}
+	for i, l := range c.TierLabels {
+		if l == "" {
+			add("tier-labels[%d]: is empty", i)
+		}
+		if slices.Index(c.TierLabels, l) != i {
+			add("tier-labels[%d]: %q is listed twice", i, l)
+		}
+	}
+	if !slices.Contains(placement.PolicyNames, c.Policy) {
+		add("policy: %q is unknown; use one of %v", c.Policy, placement.PolicyNames)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"api-timeout", c.APITimeout}, {"read-timeout", c.ReadTimeout}, {"write-timeout", c.WriteTimeout},
+		{"shutdown-timeout", c.ShutdownTimeout}, {"reservation-ttl", c.ReservationTTL}, {"gang-ttl", c.GangTTL},
+		{"expire-interval", c.ExpireInterval}, {"check-interval", c.CheckInterval}, {"debug-ttl", c.DebugTTL},
+	} {
+		if d.v <= 0 {
+			add("%s: %v is not positive", d.name, d.v)
+		}
+	}
+	if c.ReservationTTL > 0 && c.APITimeout > 0 && c.ReservationTTL < 2*c.APITimeout {
+		add("reservation-ttl: %v is shorter than two API calls (2 x api-timeout %v); a bind could outlive its reservation",
+			c.ReservationTTL, c.APITimeout)
+	}
+	if c.MaxPreemptibleGangSize < 0 {
+		add("max-preemptible-gang-size: %d is negative", c.MaxPreemptibleGangSize)
+	}
+	if c.DebugPods < 0 {
+		add("debug-pods: %d is negative", c.DebugPods)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,109 @@
+package config
+
+import (
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/rota-sched/rota/pkg/contract"
+)
+
+// SchedulerOptions tune the extender entry SchedulerConfig writes.
+type SchedulerOptions struct {
+	// Domain of the managed resources; empty means contract.DefaultDomain.
+	Domain string
+	// Weight multiplies the extender's 0..10 priorities; kube-scheduler
+	// scales them by 10 and adds them to its plugins' 0..100 scores, so 10
+	// makes one rank of Rota's score worth 100 plugin points.
+	Weight int64
+	// HTTPTimeout bounds each extender call.
+	HTTPTimeout time.Duration
+	// NoPreempt leaves the preempt verb out.
+	NoPreempt bool
+	// QPS and Burst of the scheduler's own client (0: 1000/2000).
+	QPS   int
+	Burst int
+}
+
+// SchedulerOption sets one SchedulerOptions field.
+type SchedulerOption func(*SchedulerOptions)
+
+// WithDomain sets the resource domain.
+func WithDomain(d string) SchedulerOption { return func(o *SchedulerOptions) { o.Domain = d } }
+
+// WithWeight sets the prioritize weight.
+func WithWeight(w int64) SchedulerOption { return func(o *SchedulerOptions) { o.Weight = w } }
+
+// WithHTTPTimeout sets the per-call timeout.
+func WithHTTPTimeout(d time.Duration) SchedulerOption {
+	return func(o *SchedulerOptions) { o.HTTPTimeout = d }
+}
+
+// WithoutPreempt leaves the preempt verb out.
+func WithoutPreempt() SchedulerOption { return func(o *SchedulerOptions) { o.NoPreempt = true } }
+
+// WithClientRate sets the scheduler client's QPS and burst.
+func WithClientRate(qps, burst int) SchedulerOption {
+	return func(o *SchedulerOptions) { o.QPS, o.Burst = qps, burst }
+}
+
+// SchedulerConfig renders a KubeSchedulerConfiguration (YAML) that sends
+// every pod asking for Rota's resources through the extender at extenderURL
+// (its base URL, e.g. "http://127.0.0.1:8888"; the verbs are appended):
+//
+//   - filterVerb, prioritizeVerb, bindVerb, preemptVerb, nodeCacheCapable: the
+//     scheduler sends and receives node names, never Node objects;
+//   - managedResources <domain>/gpu and <domain>/gpu-memory with
+//     ignoredByScheduler: true, so nothing but the extender accounts for
+//     them (the scheduler's NodeResourcesFit skips them);
+//   - ignorable: false: when the extender is down, GPU pods wait instead of
+//     landing on GPUs nobody accounted for.
+//
+// kubeconfigPath goes to clientConnection.kubeconfig; the e2e harness may
+// pass "{{.Kubeconfig}}" and use the result as its template. Leader
+// election is off (one scheduler).
+func SchedulerConfig(extenderURL, kubeconfigPath string, opts ...SchedulerOption) string {
+	o := SchedulerOptions{Weight: 10, HTTPTimeout: 5 * time.Second, QPS: 1000, Burst: 2000}
+	for _, f := range opts {
+		f(&o)
+	}
+	names, err := contract.NewNames(o.Domain)
+	if err != nil {
+		names = contract.Default
+	}
+	ext := map[string]any{
+		"urlPrefix":        strings.TrimRight(extenderURL, "/"),
+		"filterVerb":       "filter",
+		"prioritizeVerb":   "prioritize",
+		"bindVerb":         "bind",
+		"weight":           max(o.Weight, 1),
+		"nodeCacheCapable": true,
+		"ignorable":        false,
+		"httpTimeout":      o.HTTPTimeout.String(),
+		"managedResources": []any{
+			map[string]any{"name": names.GPU, "ignoredByScheduler": true},
+			map[string]any{"name": names.GPUMemory, "ignoredByScheduler": true},
+		},
+	}
+	if !o.NoPreempt {
+		ext["preemptVerb"] = "preempt"
+	}
+	cfg := map[string]any{
+		"apiVersion": "kubescheduler.config.k8s.io/v1",
+		"kind":       "KubeSchedulerConfiguration",
+		"clientConnection": map[string]any{
+			"kubeconfig": kubeconfigPath,
+			"qps":        o.QPS,
+			"burst":      o.Burst,
+		},
+		"leaderElection": map[string]any{"leaderElect": false},
+		"extenders":      []any{ext},
+	}
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		// Maps of strings, numbers and bools always marshal.
+		return ""
+	}
+	return string(out)
+}

@@ -1,0 +1,20 @@
+// Package scheduling is rota-extender's decision layer: it answers
+// kube-scheduler's extender verbs (filter, prioritize, bind, preempt) by
+// calling the one placement engine (pkg/placement) on a ledger snapshot, and
+// maps the engine's reasons and scores onto the extender/v1 wire types.
+//
+// Filter and prioritize only read (one ledger snapshot per call). Bind is
+// two-phase: it re-runs placement.Fit on the current snapshot (or takes the
+// pod's gang slot), reserves in the ledger with a TTL (the ledger
+// serializes, so two binds never take the same memory), writes the
+// assignment annotation conditionally on the pod's resourceVersion, creates
+// the Binding and commits. Gangs are planned as a whole at the first member
+// filtered once every member exists (placement.PlanGang); the plan reserves
+// a slot per member and lives in a go-cache with a TTL.
+//
+// Every decision is counted in metrics, logged once at V(4) (per-node detail
+// at V(5)), kept for GET /debug/pods, and a refusal becomes a Warning event
+// on the pod.
+//
+// Time comes from Options.Now. An Extender is safe for concurrent use.
+package scheduling

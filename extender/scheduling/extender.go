@@ -1,0 +1,206 @@
+package scheduling
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/rota-sched/rota/extender/binder"
+	"github.com/rota-sched/rota/extender/logkey"
+	"github.com/rota-sched/rota/extender/metrics"
+	"github.com/rota-sched/rota/extender/state"
+	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/ledger"
+	"github.com/rota-sched/rota/pkg/placement"
+	"github.com/rota-sched/rota/pkg/podreq"
+)
+
+// PodGroups reads scheduler-plugins' PodGroup objects.
+type PodGroups interface {
+	// MinMember returns the PodGroup's spec.minMember.
+	MinMember(ctx context.Context, namespace, name string) (int, error)
+}
+
+// Options configure New. Names, Cache, Ledger, Binder and Metrics are required.
+type Options struct {
+	Names contract.Names
+	// Tiers is the number of topology tier labels (gang planning levels).
+	Tiers  int
+	Policy placement.Policy
+	Cache  *state.Cache
+	Ledger *ledger.Ledger
+	Binder *binder.Binder
+	// Recorder emits refusal events on pods; nil emits none.
+	Recorder record.EventRecorder
+	Metrics  *metrics.Metrics
+	// PodGroups is nil when the PodGroup CRD is not installed: pod-group
+	// gangs then need the gang-size annotation.
+	PodGroups PodGroups
+
+	ReservationTTL         time.Duration
+	GangTTL                time.Duration
+	MaxPreemptibleGangSize int
+	FilterBestOnly         bool
+	DebugPods              int
+	DebugTTL               time.Duration
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Extender answers the extender verbs.
+type Extender struct {
+	o         Options
+	names     contract.Names
+	ledger    *ledger.Ledger
+	cache     *state.Cache
+	binder    *binder.Binder
+	metrics   *metrics.Metrics
+	policy    placement.Policy
+	now       func() time.Time
+	decisions *decisionLog
+	gangs     *gangs
+	bg        sync.WaitGroup
+}
+
+// New builds an Extender.
+func New(o Options) (*Extender, error) {
+	if o.Cache == nil || o.Ledger == nil || o.Binder == nil || o.Metrics == nil {
+		return nil, errors.New("scheduling: cache, ledger, binder and metrics are required")
+	}
+	if o.Policy == nil {
+		p, err := placement.NewPolicy(placement.DefaultPolicyName, nil)
+		if err != nil {
+			return nil, err
+		}
+		o.Policy = p
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.ReservationTTL <= 0 {
+		o.ReservationTTL = 30 * time.Second
+	}
+	if o.GangTTL <= 0 {
+		o.GangTTL = 2 * time.Minute
+	}
+	if o.DebugTTL <= 0 {
+		o.DebugTTL = 30 * time.Minute
+	}
+	e := &Extender{o: o, names: o.Names, ledger: o.Ledger, cache: o.Cache, binder: o.Binder,
+		metrics: o.Metrics, policy: o.Policy, now: o.Now,
+		decisions: newDecisionLog(o.DebugPods, o.DebugTTL)}
+	e.gangs = newGangs(e)
+	return e, nil
+}
+
+// Ready reports whether the cache has rebuilt the ledger.
+func (e *Extender) Ready() bool { return e.cache.Ready() }
+
+// GangsWaiting is the number of gangs waiting for members or room.
+func (e *Extender) GangsWaiting() int { return e.gangs.waitingCount() }
+
+// Released is the cache's OnRelease hook: GPUs came free, so gangs that
+// wait for room are touched to make kube-scheduler retry them now.
+func (e *Extender) Released(_ []ledger.Allocation) { e.gangs.retryWaiting() }
+
+// Run expires reservations every expire interval and checks the ledger's
+// invariants every check interval until ctx ends; then it waits for the
+// background requeue touches.
+func (e *Extender) Run(ctx context.Context, expireEvery, checkEvery time.Duration) {
+	logger := klog.FromContext(ctx)
+	expire := time.NewTicker(expireEvery)
+	check := time.NewTicker(checkEvery)
+	defer expire.Stop()
+	defer check.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			e.bg.Wait()
+			return
+		case <-expire.C:
+			e.Expire(ctx)
+		case <-check.C:
+			errs := e.ledger.Check()
+			e.metrics.SetViolations(len(errs))
+			for i, err := range errs {
+				if i == 5 {
+					logger.Error(nil, "More ledger invariant violations", logkey.Count, len(errs)-5)
+					break
+				}
+				logger.Error(err, "Ledger invariant violated")
+			}
+		}
+	}
+}
+
+// Expire releases the reservations whose TTL passed.
+func (e *Extender) Expire(ctx context.Context) []ledger.Allocation {
+	logger := klog.FromContext(ctx)
+	out := e.ledger.Expire(e.now())
+	for _, a := range out {
+		kind := "pod"
+		if a.Gang != "" {
+			kind = "gang"
+		}
+		e.metrics.Expired.WithLabelValues(kind).Inc()
+		logger.V(2).Info("Reservation expired", logkey.Pod, a.Pod, logkey.Node, a.Node, logkey.Gang, a.Gang)
+	}
+	return out
+}
+
+// Wait blocks until background work (requeue touches) is done; for tests.
+func (e *Extender) Wait() { e.bg.Wait() }
+
+// Decisions returns the latest decisions kept for a pod, oldest first.
+func (e *Extender) Decisions(namespace, name string) []Decision {
+	return e.decisions.get(namespace+"/"+name, e.now())
+}
+
+func (e *Extender) request(pod *corev1.Pod) (placement.Request, error) {
+	return podreq.FromPod(pod, podreq.Options{Names: e.names})
+}
+
+// podRef names a pod for background writes.
+type podRef struct {
+	Namespace, Name string
+	UID             types.UID
+}
+
+// touch writes the requeue annotation on pods, in the background.
+func (e *Extender) touch(pods []podRef, why string) {
+	if len(pods) == 0 {
+		return
+	}
+	e.bg.Add(1)
+	go func() {
+		defer e.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for _, p := range pods {
+			if err := e.binder.Touch(ctx, p.Namespace, p.Name, p.UID, why, e.now()); err != nil {
+				klog.Background().V(2).Info("Requeue touch failed", logkey.Pod, klog.KRef(p.Namespace, p.Name), "err", err.Error())
+				continue
+			}
+			e.metrics.Requeues.Inc()
+		}
+	}()
+}
+
+// refuse emits a Warning event on the pod, at most once a minute per pod
+// unless the message changes (the recorder aggregates further).
+func (e *Extender) refuse(pod *corev1.Pod, msg string) {
+	if e.o.Recorder == nil || pod == nil {
+		return
+	}
+	if !e.decisions.shouldEmit(pod.Namespace+"/"+pod.Name, msg, e.now()) {
+		return
+	}
+	e.metrics.Events.Inc()
+	e.o.Recorder.Event(pod, corev1.EventTypeWarning, "GPUUnschedulable", msg)
+}

@@ -1,0 +1,203 @@
+package scheduling
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/rota-sched/rota/extender/logkey"
+	"github.com/rota-sched/rota/pkg/ledger"
+	"github.com/rota-sched/rota/pkg/placement"
+	"github.com/rota-sched/rota/pkg/podreq"
+)
+
+// Reason codes the adapter adds to placement's, for requests that never
+// reach the engine.
+const (
+	codeInvalidRequest placement.Code = "InvalidRequest"
+	codeNotBest        placement.Code = "NotBestScore"
+)
+
+// nodeNames returns the candidate names of args: NodeNames when the
+// scheduler is nodeCacheCapable, else the names of Nodes.
+func nodeNames(args *extenderv1.ExtenderArgs) []string {
+	if args.NodeNames != nil {
+		return *args.NodeNames
+	}
+	if args.Nodes == nil {
+		return nil
+	}
+	out := make([]string, len(args.Nodes.Items))
+	for i := range args.Nodes.Items {
+		out[i] = args.Nodes.Items[i].Name
+	}
+	return out
+}
+
+// filterResult answers in the form the scheduler asked in.
+func filterResult(args *extenderv1.ExtenderArgs, passed []string, failed, unresolvable extenderv1.FailedNodesMap) *extenderv1.ExtenderFilterResult {
+	res := &extenderv1.ExtenderFilterResult{FailedNodes: failed, FailedAndUnresolvableNodes: unresolvable}
+	if args.NodeNames != nil || args.Nodes == nil {
+		res.NodeNames = &passed
+		return res
+	}
+	keep := make(map[string]bool, len(passed))
+	for _, n := range passed {
+		keep[n] = true
+	}
+	list := &corev1.NodeList{}
+	for i := range args.Nodes.Items {
+		if keep[args.Nodes.Items[i].Name] {
+			list.Items = append(list.Items, args.Nodes.Items[i])
+		}
+	}
+	res.Nodes = list
+	return res
+}
+
+// filterState collects one filter call's answer.
+type filterState struct {
+	passed       []string
+	failed       extenderv1.FailedNodesMap
+	unresolvable extenderv1.FailedNodesMap
+	tally        reasonTally
+	gang         string
+	note         string
+}
+
+func newFilterState(n int) *filterState {
+	return &filterState{passed: make([]string, 0, n), failed: extenderv1.FailedNodesMap{},
+		unresolvable: extenderv1.FailedNodesMap{}}
+}
+
+func (f *filterState) reject(node string, r *placement.Reason) {
+	msg := r.Message()
+	if r.Resolvable {
+		f.failed[node] = msg
+	} else {
+		f.unresolvable[node] = msg
+	}
+	f.tally.add(r, node, func() string { return msg })
+}
+
+// rejectAll fails every node with one message.
+func (f *filterState) rejectAll(names []string, code placement.Code, resolvable bool, msg string) {
+	f.passed = f.passed[:0]
+	for _, n := range names {
+		if resolvable {
+			f.failed[n] = msg
+		} else {
+			f.unresolvable[n] = msg
+		}
+	}
+	if len(names) > 0 {
+		f.tally.addText(code, resolvable, names[0], msg)
+		f.tally.rs[len(f.tally.rs)-1].Nodes = len(names)
+	}
+}
+
+// Filter answers the filter verb: which of the candidate nodes the pod fits.
+// Pods that ask for no Rota resource pass every node. A gang member passes
+// only its slot's node once its gang is planned (see gangs).
+func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *extenderv1.ExtenderFilterResult {
+	start := e.now()
+	if args == nil || args.Pod == nil {
+		e.metrics.Decisions.WithLabelValues("filter", "error", "NoPod").Inc()
+		return &extenderv1.ExtenderFilterResult{Error: "filter: the request names no pod"}
+	}
+	pod := args.Pod
+	names := nodeNames(args)
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), logkey.Pod, klog.KObj(pod))
+	f := newFilterState(len(names))
+	switch {
+	case !podreq.Wants(pod, e.names):
+		f.passed = append(f.passed, names...)
+		f.note = "pod asks for no Rota resource"
+	default:
+		req, err := e.request(pod)
+		if err != nil {
+			f.rejectAll(names, codeInvalidRequest, false, "invalid GPU request: "+err.Error())
+			break
+		}
+		snap := e.ledger.Snapshot()
+		if ref, _ := podreq.GangOf(pod, e.names); ref != nil {
+			if done := e.gangs.filter(ctx, pod, req, ref, names, snap, f); done {
+				break
+			}
+		}
+		e.fitAll(req, names, snap, f)
+	}
+	outcome := "fit"
+	if len(f.passed) == 0 && len(names) > 0 {
+		outcome = "nofit"
+	}
+	for _, r := range f.tally.rs {
+		e.metrics.Decisions.WithLabelValues("filter", outcome, string(r.Code)).Add(float64(r.Nodes))
+	}
+	if len(f.tally.rs) == 0 {
+		e.metrics.Decisions.WithLabelValues("filter", outcome, "").Inc()
+	}
+	d := Decision{Time: start, Verb: "filter", Outcome: outcome, Nodes: len(names), Fits: len(f.passed),
+		Gang: f.gang, Message: f.note, Reasons: f.tally.sorted(), Duration: e.now().Sub(start).String()}
+	if outcome == "nofit" {
+		d.Message = f.tally.summary(len(names))
+		if f.note != "" {
+			d.Message = f.note
+		}
+		e.refuse(pod, d.Message)
+	}
+	e.decisions.add(pod.Namespace+"/"+pod.Name, d)
+	logger.V(4).Info("Filter decision", logkey.Outcome, outcome, logkey.Nodes, len(names), logkey.Fits, len(f.passed),
+		logkey.Gang, f.gang, logkey.Message, d.Message)
+	if v := logger.V(5); v.Enabled() {
+		for n, m := range f.failed {
+			v.Info("Filter node", logkey.Node, n, "fits", false, "resolvable", true, logkey.Reason, m)
+		}
+		for n, m := range f.unresolvable {
+			v.Info("Filter node", logkey.Node, n, "fits", false, "resolvable", false, logkey.Reason, m)
+		}
+	}
+	return filterResult(args, f.passed, f.failed, f.unresolvable)
+}
+
+// fitAll runs placement.Fit on every candidate node; with FilterBestOnly it
+// keeps only the nodes of the best score class.
+func (e *Extender) fitAll(req placement.Request, names []string, snap *ledger.Snapshot, f *filterState) {
+	var scores []int64
+	for _, n := range names {
+		ni := snap.Node(n)
+		c, reason := placement.Fit(req, ni)
+		if reason != nil {
+			if reason.Node == "" {
+				reason.Node = n
+			}
+			f.reject(n, reason)
+			continue
+		}
+		f.passed = append(f.passed, n)
+		if e.o.FilterBestOnly {
+			scores = append(scores, e.policy.Score(req, ni, c))
+		}
+	}
+	if !e.o.FilterBestOnly || len(f.passed) < 2 {
+		return
+	}
+	best := scores[0]
+	for _, s := range scores {
+		best = max(best, s)
+	}
+	kept := f.passed[:0]
+	for i, n := range f.passed {
+		if scores[i] == best {
+			kept = append(kept, n)
+			continue
+		}
+		msg := fmt.Sprintf("another node scores higher under the %s policy (%d < %d)", e.policy.Name(), scores[i], best)
+		f.failed[n] = msg
+		f.tally.addText(codeNotBest, true, n, msg)
+	}
+	f.passed = kept
+}

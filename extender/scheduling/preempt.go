@@ -1,0 +1,158 @@
+package scheduling
+
+import (
+	"context"
+	"errors"
+	"slices"
+
+	"k8s.io/klog/v2"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/rota-sched/rota/extender/logkey"
+	"github.com/rota-sched/rota/pkg/ledger"
+	"github.com/rota-sched/rota/pkg/placement"
+	"github.com/rota-sched/rota/pkg/podreq"
+)
+
+var errNoPod = errors.New("the request names no pod")
+
+// Preempt answers the preempt verb (ProcessPreemption). For every node the
+// scheduler proposes, it keeps the scheduler's own victims (they free what
+// the scheduler's plugins need) and adds the GPU victims placement.Victims
+// picks on the node's ledger view without them. A pod may be evicted only
+// when it is bound (committed), has a lower priority than the preemptor,
+// is not labelled preemptible=false, and is not in a gang larger than
+// MaxPreemptibleGangSize; a gang member takes its whole gang, so a gang is
+// eligible only when all its members run on that node. A node is dropped
+// when a scheduler victim is not eligible or no eligible set makes room.
+// The answer names victims by UID, as the scheduler knows them.
+func (e *Extender) Preempt(ctx context.Context, args *extenderv1.ExtenderPreemptionArgs) (*extenderv1.ExtenderPreemptionResult, error) {
+	start := e.now()
+	if args == nil || args.Pod == nil {
+		e.metrics.Decisions.WithLabelValues("preempt", "error", "NoPod").Inc()
+		return nil, errNoPod
+	}
+	pod := args.Pod
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), logkey.Pod, klog.KObj(pod))
+	in := args.NodeNameToMetaVictims
+	if in == nil && args.NodeNameToVictims != nil {
+		in = make(map[string]*extenderv1.MetaVictims, len(args.NodeNameToVictims))
+		for n, v := range args.NodeNameToVictims {
+			mv := &extenderv1.MetaVictims{}
+			if v != nil {
+				mv.NumPDBViolations = v.NumPDBViolations
+				for _, p := range v.Pods {
+					if p != nil {
+						mv.Pods = append(mv.Pods, &extenderv1.MetaPod{UID: string(p.UID)})
+					}
+				}
+			}
+			in[n] = mv
+		}
+	}
+	out := &extenderv1.ExtenderPreemptionResult{NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{}}
+	req, err := e.request(pod)
+	if err != nil || !podreq.Wants(pod, e.names) {
+		// Nothing of ours to free: the scheduler's victims stand.
+		out.NodeNameToMetaVictims = in
+		e.metrics.Decisions.WithLabelValues("preempt", "passthrough", "").Inc()
+		return out, nil
+	}
+	var prio int32
+	if pod.Spec.Priority != nil {
+		prio = *pod.Spec.Priority
+	}
+	snap := e.ledger.Snapshot()
+	dropped := 0
+	for node, mv := range in {
+		victims, ok := e.victimsOn(req, prio, snap.Node(node), mv)
+		if !ok {
+			dropped++
+			logger.V(5).Info("Preemption cannot make room on node", logkey.Node, node)
+			continue
+		}
+		res := &extenderv1.MetaVictims{}
+		if mv != nil {
+			res.NumPDBViolations = mv.NumPDBViolations
+		}
+		for _, uid := range victims {
+			res.Pods = append(res.Pods, &extenderv1.MetaPod{UID: uid})
+		}
+		out.NodeNameToMetaVictims[node] = res
+	}
+	outcome := "victims"
+	if len(out.NodeNameToMetaVictims) == 0 {
+		outcome = "nofit"
+	}
+	e.metrics.Decisions.WithLabelValues("preempt", outcome, "").Inc()
+	e.decisions.add(pod.Namespace+"/"+pod.Name, Decision{Time: start, Verb: "preempt", Outcome: outcome,
+		Nodes: len(in), Fits: len(out.NodeNameToMetaVictims), Duration: e.now().Sub(start).String()})
+	logger.V(4).Info("Preempt decision", logkey.Outcome, outcome, logkey.Nodes, len(in),
+		logkey.Fits, len(out.NodeNameToMetaVictims), "dropped", dropped)
+	return out, nil
+}
+
+// victimsOn returns the UIDs to evict on one node, or false.
+func (e *Extender) victimsOn(req placement.Request, prio int32, ni *ledger.NodeInfo, mv *extenderv1.MetaVictims) ([]string, bool) {
+	if ni == nil {
+		return nil, false
+	}
+	var base []string
+	if mv != nil {
+		for _, p := range mv.Pods {
+			if p == nil {
+				continue
+			}
+			if a, ok := ni.Allocs[p.UID]; ok && !e.evictable(a, prio, ni) {
+				return nil, false
+			}
+			base = append(base, p.UID)
+		}
+	}
+	view := ni.Without(base...)
+	extra, ok := placement.Victims(req, view, func(a *ledger.Allocation) bool { return e.evictable(a, prio, ni) })
+	if !ok {
+		return nil, false
+	}
+	out := slices.Clone(base)
+	add := func(uid string) {
+		if !slices.Contains(out, uid) {
+			out = append(out, uid)
+		}
+	}
+	for _, a := range extra {
+		add(a.PodUID)
+		if a.Gang != "" {
+			for _, m := range ni.Allocs {
+				if m.Gang == a.Gang {
+					add(m.PodUID)
+				}
+			}
+		}
+	}
+	return out, true
+}
+
+// evictable says whether allocation a on node ni may be evicted for a pod
+// of priority prio.
+func (e *Extender) evictable(a *ledger.Allocation, prio int32, ni *ledger.NodeInfo) bool {
+	if a.State != ledger.Committed || a.Priority >= prio || !a.Preemptible {
+		return false
+	}
+	if a.Gang == "" {
+		return true
+	}
+	size := a.GangSize
+	members := e.cache.GangMembers(a.Gang)
+	size = max(size, len(members))
+	if size > e.o.MaxPreemptibleGangSize {
+		return false
+	}
+	// The whole gang must run on this node: only its pods can be named here.
+	for _, m := range members {
+		if m.Spec.NodeName != ni.Node.Name {
+			return false
+		}
+	}
+	return true
+}

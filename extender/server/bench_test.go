@@ -1,0 +1,238 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/rota-sched/rota/extender/binder"
+	"github.com/rota-sched/rota/extender/metrics"
+	"github.com/rota-sched/rota/extender/scheduling"
+	"github.com/rota-sched/rota/extender/state"
+	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/ledger"
+	"github.com/rota-sched/rota/pkg/placement"
+	"github.com/rota-sched/rota/pkg/topology"
+)
+
+// staticLW lists a generated list once and never sends watch events.
+type staticLW struct{ cache.ListWatch }
+
+func (*staticLW) IsWatchListSemanticsUnSupported() bool { return true }
+
+func newStaticLW(list func() kruntime.Object) *staticLW {
+	return &staticLW{cache.ListWatch{
+		ListWithContextFunc: func(context.Context, metav1.ListOptions) (kruntime.Object, error) { return list(), nil },
+		WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) {
+			return watch.NewFake(), nil
+		},
+	}}
+}
+
+// bigCluster is an extender over generated informers: nodes x 8 GPUs of
+// 80 GiB, pods of which assigned are bound with a 10 GiB share each (8 per
+// node, one per GPU) and the rest pending. Realistic pods carry the
+// managedFields, env and volumes a real pod has, which the transform drops.
+type bigCluster struct {
+	ext    *scheduling.Extender
+	ledger *ledger.Ledger
+	cache  *state.Cache
+	srv    *httptest.Server
+	names  []string
+	stop   func()
+}
+
+func realisticPod(i int, nodeName string, uuids []string) *corev1.Pod {
+	name := fmt.Sprintf("job-%06d", i)
+	q := *resource.NewQuantity(10, resource.DecimalSI)
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: fmt.Sprintf("team-%02d", i%50), UID: types.UID(fmt.Sprintf("uid-%06d", i)),
+			ResourceVersion: fmt.Sprint(1000 + i),
+			Labels:          map[string]string{"app": "trainer", "job": name, "pod-template-hash": "5d8c7f9b6d"},
+			Annotations:     map[string]string{"kubectl.kubernetes.io/last-applied-configuration": string(bytes.Repeat([]byte("x"), 600))},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: name, UID: "owner"}},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager", Operation: "Update",
+				FieldsV1: &metav1.FieldsV1{Raw: bytes.Repeat([]byte(`{"f:spec":{}}`), 40)}}},
+		},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{
+				Name: "main", Image: "registry.example.com/train:v1.2.3", Command: []string{"python", "train.py", "--epochs", "100"},
+				Env: []corev1.EnvVar{{Name: "A", Value: "1"}, {Name: "B", Value: "2"}, {Name: "NCCL_DEBUG", Value: "INFO"}},
+				Resources: corev1.ResourceRequirements{
+					Limits:   corev1.ResourceList{corev1.ResourceName(names.GPUMemory): q, corev1.ResourceCPU: resource.MustParse("4")},
+					Requests: corev1.ResourceList{corev1.ResourceName(names.GPUMemory): q, corev1.ResourceCPU: resource.MustParse("4")},
+				},
+				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+			}},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+		},
+		Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: "False"}}},
+	}
+	if nodeName != "" {
+		g := i % 8
+		as := contract.Assignment{Version: contract.Version, Node: nodeName,
+			GPUs: []contract.AssignedGPU{{Index: g, UUID: uuids[g], MemoryMiB: 10 * 1024}}}
+		data, _ := as.Marshal()
+		p.Annotations[names.AssignmentAnnotation] = string(data)
+		p.Spec.NodeName = nodeName
+		p.Status.Phase = corev1.PodRunning
+	}
+	return p
+}
+
+func loadBigCluster(tb testing.TB, nodes, pods, assigned int) *bigCluster {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background()))
+	nodeNames := make([]string, nodes)
+	for i := range nodes {
+		nodeNames[i] = fmt.Sprintf("gpu-node-%05d", i)
+	}
+	uuidsOf := func(name string) []string {
+		n := topology.FromSpec(topology.Spec{Name: name, Count: 8, MemoryMiB: 80 * 1024})
+		out := make([]string, 8)
+		for i, g := range n.GPUs {
+			out[i] = g.UUID
+		}
+		return out
+	}
+	nodeLW := newStaticLW(func() kruntime.Object {
+		list := &corev1.NodeList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}
+		for i, name := range nodeNames {
+			n := node(name, 8, 80, 4, fmt.Sprintf("leaf-%03d", i/32))
+			n.Status.Capacity = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("128")}
+			list.Items = append(list.Items, *n)
+		}
+		return list
+	})
+	podLW := newStaticLW(func() kruntime.Object {
+		list := &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}
+		list.Items = make([]corev1.Pod, 0, pods)
+		var uuids []string
+		for i := range pods {
+			nodeName := ""
+			if i < assigned {
+				nodeName = nodeNames[(i/8)%nodes]
+				if i%8 == 0 {
+					uuids = uuidsOf(nodeName)
+				}
+			}
+			list.Items = append(list.Items, *realisticPod(i, nodeName, uuids))
+		}
+		return list
+	})
+	nodeInf := cache.NewSharedIndexInformer(nodeLW, &corev1.Node{}, 0, cache.Indexers{})
+	podInf := cache.NewSharedIndexInformer(podLW, &corev1.Pod{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	led := ledger.New()
+	c, err := state.New(ctx, state.Options{Names: names, Tiers: tiers, Ledger: led, Nodes: nodeInf, Pods: podInf})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	m := metrics.New(metrics.Source{Snapshot: led.Snapshot})
+	policy, _ := placement.NewPolicy(placement.Binpack, nil)
+	e, err := scheduling.New(scheduling.Options{Names: names, Tiers: 2, Policy: policy, Cache: c, Ledger: led,
+		Binder: binder.New(fake.NewSimpleClientset(), names, time.Second), Metrics: m, DebugPods: 10000})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	go nodeInf.Run(ctx.Done())
+	go podInf.Run(ctx.Done())
+	if !c.WaitReady(ctx) {
+		tb.Fatal("not ready")
+	}
+	srv := httptest.NewServer(New(e, Options{MaxBodyBytes: 16 << 20, Metrics: m, Logger: klog.Background()}).Handler())
+	return &bigCluster{ext: e, ledger: led, cache: c, srv: srv, names: nodeNames, stop: func() { srv.Close(); cancel() }}
+}
+
+func benchVerb(b *testing.B, path string) {
+	bc := loadBigCluster(b, 5000, 40000, 40000)
+	defer bc.stop()
+	if n := len(bc.ledger.Allocations()); n != 40000 {
+		b.Fatalf("%d allocations, want 40000", n)
+	}
+	body, err := json.Marshal(args(pod("bench").mem(40).obj(), bc.names...))
+	if err != nil {
+		b.Fatal(err)
+	}
+	client := &http.Client{}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		resp, err := client.Post(bc.srv.URL+path, "application/json", bytes.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+}
+
+// BenchmarkHTTPFilter5kNodes is one filter call, full HTTP round trip, with
+// 5,000 node names (8 GPUs each) and 40,000 assigned pods in the ledger.
+func BenchmarkHTTPFilter5kNodes(b *testing.B) { benchVerb(b, "/filter") }
+
+// BenchmarkHTTPPrioritize5kNodes is the same for prioritize.
+func BenchmarkHTTPPrioritize5kNodes(b *testing.B) { benchVerb(b, "/prioritize") }
+
+// heapAfterLoad loads nodes and pods into informers and ledger and returns
+// the heap in use (HeapInuse: spans holding live objects) they add, in MiB;
+// it logs the live bytes (HeapAlloc) as well.
+func heapAfterLoad(tb testing.TB, nodes, pods, assigned int) (float64, *bigCluster) {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	bc := loadBigCluster(tb, nodes, pods, assigned)
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	tb.Logf("heap: in use +%.1f MiB, live objects +%.1f MiB", float64(after.HeapInuse-min(before.HeapInuse, after.HeapInuse))/(1<<20),
+		float64(after.HeapAlloc-min(before.HeapAlloc, after.HeapAlloc))/(1<<20))
+	return float64(after.HeapInuse-min(before.HeapInuse, after.HeapInuse)) / (1 << 20), bc
+}
+
+// TestHeap5kNodes50kPods: 5,000 nodes and 50,000 pods (40,000 bound) in
+// informers and ledger stay under 300 MiB of heap.
+func TestHeap5kNodes50kPods(t *testing.T) {
+	if testing.Short() {
+		t.Skip("loads 55,000 objects")
+	}
+	mib, bc := heapAfterLoad(t, 5000, 50000, 40000)
+	defer bc.stop()
+	if n := len(bc.ledger.Allocations()); n != 40000 {
+		t.Fatalf("%d allocations, want 40000", n)
+	}
+	t.Logf("heap in use after loading 5,000 nodes and 50,000 pods: %.1f MiB", mib)
+	if mib > 300 {
+		t.Errorf("heap %.1f MiB, want < 300 MiB", mib)
+	}
+	runtime.KeepAlive(bc)
+}
+
+// BenchmarkHeap5kNodes50kPods reports the same figure as a metric.
+func BenchmarkHeap5kNodes50kPods(b *testing.B) {
+	for b.Loop() {
+		mib, bc := heapAfterLoad(b, 5000, 50000, 40000)
+		b.ReportMetric(mib, "heap-MiB")
+		bc.stop()
+	}
+}

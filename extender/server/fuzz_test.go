@@ -1,0 +1,87 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+)
+
+// fuzzFixture is one extender with a used node, a free node and a bound
+// low-priority pod, shared by a fuzz target's runs.
+func fuzzFixture(f *testing.F) *fixture {
+	objs := append(halfUsed(), node("empty", 8, 80, 4, "leaf-a"), pod("pending").mem(10).obj(),
+		member("g0", 2), member("g1", 2))
+	return newFixture(f, fixtureOpts{}, objs...)
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// fuzzPost sends body and checks the invariants every answer must keep.
+func fuzzPost(t *testing.T, fx *fixture, path string, body []byte, hasErrorField bool) {
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Post(fx.srv.URL+path, "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		if !json.Valid(raw) {
+			t.Fatalf("%s answered invalid JSON %q", path, raw)
+		}
+	case hasErrorField:
+		t.Fatalf("%s answered %d; verbs with an Error field always answer 200", path, resp.StatusCode)
+	case resp.StatusCode != http.StatusBadRequest:
+		t.Fatalf("%s answered %d", path, resp.StatusCode)
+	}
+	if errs := fx.ledger.Check(); len(errs) > 0 {
+		t.Fatalf("ledger.Check() after %s %q: %v", path, body, errs)
+	}
+}
+
+func seeds(f *testing.F, extra ...[]byte) {
+	for _, s := range append(extra, []byte(``), []byte(`{`), []byte(`null`), []byte(`[]`), []byte(`{"Pod":null}`),
+		[]byte(`{"Pod":{"spec":{"containers":[{"resources":{"limits":{"example.com/gpu-memory":"1e9"}}}]}},"NodeNames":["half"]}`)) {
+		f.Add(s)
+	}
+}
+
+func FuzzFilter(f *testing.F) {
+	seeds(f, mustJSON(args(pod("a").mem(40).obj(), "half", "empty", "nowhere")),
+		mustJSON(args(member("g0", 2), "half", "empty")),
+		mustJSON(&extenderv1.ExtenderArgs{Pod: pod("x").gpus(2).obj()}))
+	fx := fuzzFixture(f)
+	f.Fuzz(func(t *testing.T, body []byte) { fuzzPost(t, fx, "/filter", body, true) })
+}
+
+func FuzzPrioritize(f *testing.F) {
+	seeds(f, mustJSON(args(pod("a").mem(4).obj(), "half", "empty")), mustJSON(args(pod("b").gpus(1).obj(), "empty")))
+	fx := fuzzFixture(f)
+	f.Fuzz(func(t *testing.T, body []byte) { fuzzPost(t, fx, "/prioritize", body, false) })
+}
+
+func FuzzBind(f *testing.F) {
+	seeds(f, mustJSON(bindArgs(pod("pending").obj(), "empty")), mustJSON(bindArgs(pod("pending").obj(), "half")),
+		mustJSON(bindArgs(pod("ghost").obj(), "empty")), mustJSON(bindArgs(member("g0", 2), "empty")))
+	fx := fuzzFixture(f)
+	f.Fuzz(func(t *testing.T, body []byte) { fuzzPost(t, fx, "/bind", body, true) })
+}
+
+func FuzzPreempt(f *testing.F) {
+	seeds(f, mustJSON(&extenderv1.ExtenderPreemptionArgs{Pod: pod("hi").mem(40).prio(10).obj(),
+		NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{"half": {Pods: []*extenderv1.MetaPod{{UID: "uid-p1"}}}, "x": nil}}))
+	fx := fuzzFixture(f)
+	f.Fuzz(func(t *testing.T, body []byte) { fuzzPost(t, fx, "/preempt", body, false) })
+}

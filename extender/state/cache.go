@@ -1,0 +1,327 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/rota-sched/rota/extender/logkey"
+	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/ledger"
+	"github.com/rota-sched/rota/pkg/podreq"
+	"github.com/rota-sched/rota/pkg/topology"
+)
+
+// GangIndex is the pod indexer that maps a gang key ("namespace/name", from
+// the gang label or scheduler-plugins' pod-group label) to its pods.
+const GangIndex = "rota-gang"
+
+// Options configure New.
+type Options struct {
+	Names  contract.Names
+	Tiers  topology.Labels
+	Ledger *ledger.Ledger
+	// Nodes and Pods are not yet started informers (New sets their transform
+	// and indexers, which client-go only allows before the start).
+	Nodes cache.SharedIndexInformer
+	Pods  cache.SharedIndexInformer
+	// OnRelease, when set, is called from the pod handler after a pod that
+	// finished or was deleted released its GPUs (the gang's other
+	// reservations that the ledger released with it are listed too).
+	OnRelease func(released []ledger.Allocation)
+}
+
+// Stats counts the problems the cache met; all counters only grow.
+type Stats struct {
+	// InvalidTopology counts node topology annotations that did not parse.
+	InvalidTopology int64
+	// InvalidAssignment counts pod assignment annotations that did not parse
+	// or name another node than the pod is bound to.
+	InvalidAssignment int64
+	// RestoreConflicts counts assignments the ledger refused (GPU taken).
+	RestoreConflicts int64
+	// Unaccounted counts bound pods that ask for Rota resources but carry no
+	// assignment (bound by another scheduler).
+	Unaccounted int64
+}
+
+// Cache feeds the ledger from the informers. It is safe for concurrent use.
+type Cache struct {
+	names     contract.Names
+	tiers     topology.Labels
+	ledger    *ledger.Ledger
+	nodes     cache.SharedIndexInformer
+	pods      cache.SharedIndexInformer
+	onRelease func([]ledger.Allocation)
+	logger    klog.Logger
+
+	nodeReg, podReg cache.ResourceEventHandlerRegistration
+
+	mu      sync.Mutex
+	nodeSig map[string]string // node name -> annotation + tier values last applied
+
+	invalidTopology, invalidAssignment, restoreConflicts, unaccounted atomic.Int64
+}
+
+// New wires the handlers onto the informers. Start the informers afterwards;
+// Ready reports when the ledger holds everything the initial lists held.
+func New(ctx context.Context, o Options) (*Cache, error) {
+	if o.Ledger == nil || o.Nodes == nil || o.Pods == nil {
+		return nil, errors.New("state: ledger and both informers are required")
+	}
+	c := &Cache{
+		names: o.Names, tiers: o.Tiers, ledger: o.Ledger, nodes: o.Nodes, pods: o.Pods,
+		onRelease: o.OnRelease, logger: klog.FromContext(ctx), nodeSig: map[string]string{},
+	}
+	if err := o.Nodes.SetTransform(NodeTransform(o.Names, o.Tiers)); err != nil {
+		return nil, fmt.Errorf("node informer transform: %w", err)
+	}
+	if err := o.Pods.SetTransform(PodTransform(o.Names)); err != nil {
+		return nil, fmt.Errorf("pod informer transform: %w", err)
+	}
+	if err := o.Pods.AddIndexers(cache.Indexers{GangIndex: c.gangIndex}); err != nil {
+		return nil, fmt.Errorf("pod gang index: %w", err)
+	}
+	var err error
+	c.nodeReg, err = o.Nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.nodeChanged(obj) },
+		UpdateFunc: func(_, obj any) { c.nodeChanged(obj) },
+		DeleteFunc: c.nodeDeleted,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node handler: %w", err)
+	}
+	c.podReg, err = o.Pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.podChanged(nil, obj) },
+		UpdateFunc: c.podChanged,
+		DeleteFunc: c.podDeleted,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pod handler: %w", err)
+	}
+	return c, nil
+}
+
+// Ledger returns the ledger the cache feeds.
+func (c *Cache) Ledger() *ledger.Ledger { return c.ledger }
+
+// Ready reports whether both informers have synced and the handlers have
+// applied their initial lists to the ledger (the ledger is rebuilt).
+func (c *Cache) Ready() bool {
+	return c.nodes.HasSynced() && c.pods.HasSynced() && c.nodeReg.HasSynced() && c.podReg.HasSynced()
+}
+
+// WaitReady blocks until Ready or ctx ends; it reports Ready.
+func (c *Cache) WaitReady(ctx context.Context) bool {
+	return cache.WaitForCacheSync(ctx.Done(), c.nodes.HasSynced, c.pods.HasSynced, c.nodeReg.HasSynced, c.podReg.HasSynced)
+}
+
+// Stats returns the problem counters.
+func (c *Cache) Stats() Stats {
+	return Stats{
+		InvalidTopology: c.invalidTopology.Load(), InvalidAssignment: c.invalidAssignment.Load(),
+		RestoreConflicts: c.restoreConflicts.Load(), Unaccounted: c.unaccounted.Load(),
+	}
+}
+
+// Pod returns the cached (trimmed) pod, or false when the informer does not
+// hold it (yet).
+func (c *Cache) Pod(namespace, name string) (*corev1.Pod, bool) {
+	obj, ok, err := c.pods.GetIndexer().GetByKey(namespace + "/" + name)
+	if err != nil || !ok {
+		return nil, false
+	}
+	pod, ok := obj.(*corev1.Pod)
+	return pod, ok
+}
+
+// GangMembers returns the cached pods of a gang (key "namespace/name"),
+// terminal ones excluded.
+func (c *Cache) GangMembers(key string) []*corev1.Pod {
+	objs, err := c.pods.GetIndexer().ByIndex(GangIndex, key)
+	if err != nil {
+		return nil
+	}
+	out := make([]*corev1.Pod, 0, len(objs))
+	for _, o := range objs {
+		if p, ok := o.(*corev1.Pod); ok && !podreq.Terminal(p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// GangKeys returns the gang keys the informer knows, for metrics.
+func (c *Cache) GangKeys() []string { return c.pods.GetIndexer().ListIndexFuncValues(GangIndex) }
+
+func (c *Cache) gangIndex(obj any) ([]string, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return nil, nil
+	}
+	if k := GangKey(pod, c.names); k != "" {
+		return []string{k}, nil
+	}
+	return nil, nil
+}
+
+// GangKey returns the pod's gang key ("namespace/name") or "" when it
+// belongs to none. It reads the labels only, so pods with a broken size
+// annotation still count as members.
+func GangKey(pod *corev1.Pod, names contract.Names) string {
+	if n := pod.Labels[names.GangLabel]; n != "" {
+		return pod.Namespace + "/" + n
+	}
+	if n := pod.Labels[names.PodGroupLabel]; n != "" {
+		return pod.Namespace + "/" + n
+	}
+	return ""
+}
+
+// nodeChanged applies a node's topology to the ledger when it changed.
+func (c *Cache) nodeChanged(obj any) {
+	node, ok := obj.(*corev1.Node)
+	if !ok {
+		return
+	}
+	raw, has := node.Annotations[c.names.TopologyAnnotation]
+	sig := ""
+	if has {
+		var b strings.Builder
+		b.WriteString(raw)
+		for _, k := range c.tiers.Tiers {
+			b.WriteByte(0)
+			b.WriteString(node.Labels[k])
+		}
+		sig = b.String()
+	}
+	c.mu.Lock()
+	old, known := c.nodeSig[node.Name]
+	if known && old == sig {
+		c.mu.Unlock()
+		return
+	}
+	c.nodeSig[node.Name] = sig
+	c.mu.Unlock()
+	logger := klog.LoggerWithValues(c.logger, logkey.Node, klog.KObj(node))
+	if !has {
+		if known && old != "" {
+			logger.V(2).Info("Node lost its GPU topology annotation; no new GPU work goes there")
+			c.ledger.RemoveNode(node.Name)
+		}
+		return
+	}
+	t, err := contract.ParseTopology([]byte(raw))
+	if err != nil {
+		c.invalidTopology.Add(1)
+		logger.Error(err, "Invalid GPU topology annotation; node gets no new GPU work until it is fixed",
+			logkey.Annotation, c.names.TopologyAnnotation)
+		c.ledger.RemoveNode(node.Name)
+		return
+	}
+	n := topology.New(node.Name, node.Labels, c.tiers, t)
+	c.ledger.UpsertNode(n)
+	logger.V(2).Info("Node GPU topology applied", "gpus", len(n.GPUs), "generation", t.Generation, "tiers", n.Tiers)
+}
+
+func (c *Cache) nodeDeleted(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	node, ok := obj.(*corev1.Node)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	delete(c.nodeSig, node.Name)
+	c.mu.Unlock()
+	c.ledger.RemoveNode(node.Name)
+	c.logger.V(2).Info("Node deleted", logkey.Node, klog.KObj(node))
+}
+
+// podChanged keeps the pod's committed allocation in step with its
+// assignment annotation, binding and phase.
+func (c *Cache) podChanged(oldObj, obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	var old *corev1.Pod
+	if oldObj != nil {
+		old, _ = oldObj.(*corev1.Pod)
+	}
+	if old != nil && old.UID != pod.UID {
+		c.release(old.UID)
+		old = nil
+	}
+	if old != nil && old.Spec.NodeName == pod.Spec.NodeName && old.Status.Phase == pod.Status.Phase &&
+		old.Annotations[c.names.AssignmentAnnotation] == pod.Annotations[c.names.AssignmentAnnotation] {
+		return // nothing the ledger reads changed
+	}
+	if podreq.Terminal(pod) {
+		c.release(pod.UID)
+		return
+	}
+	if pod.Spec.NodeName == "" {
+		// Unbound pods hold only in-memory reservations; an assignment
+		// annotation without a binding (a bind that failed half-way) holds
+		// nothing until the scheduler binds the pod again.
+		return
+	}
+	logger := klog.LoggerWithValues(c.logger, logkey.Pod, klog.KObj(pod), logkey.Node, pod.Spec.NodeName)
+	as, err := podreq.Assignment(pod, c.names)
+	switch {
+	case err != nil:
+		c.invalidAssignment.Add(1)
+		logger.Error(err, "Invalid GPU assignment annotation on a bound pod; its GPUs are not accounted")
+		return
+	case as == nil:
+		if podreq.Wants(pod, c.names) {
+			c.unaccounted.Add(1)
+			logger.Info("Bound pod asks for GPUs but carries no assignment; it was not bound through Rota")
+		}
+		return
+	case as.Node != pod.Spec.NodeName:
+		c.invalidAssignment.Add(1)
+		logger.Error(nil, "GPU assignment names another node than the pod is bound to; its GPUs are not accounted",
+			"assignedNode", as.Node)
+		return
+	}
+	a := podreq.ToAllocation(pod, *as, c.names)
+	if err := c.ledger.Restore(a); err != nil {
+		c.restoreConflicts.Add(1)
+		logger.Error(err, "GPU assignment conflicts with the ledger; not accounted")
+		return
+	}
+	logger.V(5).Info("Pod GPU assignment restored", "gpus", as.UUIDs())
+}
+
+func (c *Cache) podDeleted(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	c.release(pod.UID)
+}
+
+func (c *Cache) release(uid any) {
+	id := fmt.Sprint(uid)
+	a, ok := c.ledger.Release(id)
+	if !ok {
+		return
+	}
+	c.logger.V(4).Info("Pod released its GPUs", logkey.Pod, a.Pod, logkey.Node, a.Node, "state", a.State.String())
+	if c.onRelease != nil {
+		c.onRelease([]ledger.Allocation{a})
+	}
+}

@@ -1,0 +1,109 @@
+package state
+
+import (
+	"context"
+	"reflect"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/ledger"
+	"github.com/rota-sched/rota/pkg/podreq"
+	"github.com/rota-sched/rota/pkg/topology"
+)
+
+var names = contract.Default
+
+func gpuNode() (*corev1.Node, *topology.Node) {
+	n := topology.FromSpec(topology.Spec{Name: "n", Model: "H100", Count: 2, MemoryMiB: 80 * 1024})
+	data, _ := n.Document().Marshal()
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: map[string]string{names.TopologyAnnotation: string(data)}}}, n
+}
+
+func boundPod(n *topology.Node) *corev1.Pod {
+	as := contract.Assignment{Version: contract.Version, Node: "n",
+		GPUs: []contract.AssignedGPU{{Index: 1, UUID: n.GPUs[1].UUID, MemoryMiB: 8192}}}
+	data, _ := as.Marshal()
+	q := resource.MustParse("8")
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "uid-p", ResourceVersion: "7",
+			Labels:        map[string]string{"app": "x", names.PreemptibleLabel: "false"},
+			Annotations:   map[string]string{names.AssignmentAnnotation: string(data), "other": "y"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}},
+		Spec: corev1.PodSpec{NodeName: "n", Containers: []corev1.Container{
+			{Name: "side", Image: "i", Env: []corev1.EnvVar{{Name: "A"}}},
+			{Name: "main", Image: "i", Resources: corev1.ResourceRequirements{
+				Limits:   corev1.ResourceList{corev1.ResourceName(names.GPUMemory): q, corev1.ResourceCPU: q},
+				Requests: corev1.ResourceList{corev1.ResourceName(names.GPUMemory): q}}},
+		}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1"},
+	}
+}
+
+func TestPodTransformKeepsWhatPodreqReads(t *testing.T) {
+	_, n := gpuNode()
+	full := boundPod(n)
+	obj, err := PodTransform(names)(full.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	trim := obj.(*corev1.Pod)
+	wantReq, err1 := podreq.FromPod(full, podreq.Options{Names: names})
+	gotReq, err2 := podreq.FromPod(trim, podreq.Options{Names: names})
+	if err1 != nil || err2 != nil || !reflect.DeepEqual(wantReq, gotReq) {
+		t.Errorf("FromPod(trimmed) = %+v, %v; want %+v, %v", gotReq, err2, wantReq, err1)
+	}
+	as, _ := podreq.Assignment(full, names)
+	if a, b := podreq.ToAllocation(full, *as, names), podreq.ToAllocation(trim, *as, names); !reflect.DeepEqual(a, b) {
+		t.Errorf("ToAllocation(trimmed) = %+v, want %+v", b, a)
+	}
+	if trim.ManagedFields != nil || trim.Labels["app"] != "" || trim.Annotations["other"] != "" ||
+		len(trim.Spec.Containers) != 1 || trim.Status.PodIP != "" || trim.ResourceVersion != "7" {
+		t.Errorf("transform kept too much or too little: %+v", trim)
+	}
+}
+
+func TestDeletedFinalStateUnknownReleases(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	nodeObj, n := gpuNode()
+	p := boundPod(n)
+	client := fake.NewSimpleClientset(nodeObj, p)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	led := ledger.New()
+	var released []ledger.Allocation
+	c, err := New(ctx, Options{Names: names, Tiers: topology.DefaultLabels(names), Ledger: led,
+		Nodes: factory.Core().V1().Nodes().Informer(), Pods: factory.Core().V1().Pods().Informer(),
+		OnRelease: func(as []ledger.Allocation) { released = append(released, as...) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	defer cancel()
+	if !c.WaitReady(ctx) {
+		t.Fatal("not ready")
+	}
+	if _, ok := led.Get("uid-p"); !ok {
+		t.Fatal("bound pod not restored")
+	}
+	c.podDeleted(cache.DeletedFinalStateUnknown{Key: "ns/p", Obj: p})
+	if _, ok := led.Get("uid-p"); ok {
+		t.Error("tombstoned pod still holds GPUs")
+	}
+	if len(released) != 1 || released[0].PodUID != "uid-p" {
+		t.Errorf("OnRelease saw %+v", released)
+	}
+	c.podDeleted(cache.DeletedFinalStateUnknown{Key: "ns/p", Obj: "garbage"}) // never panics
+	c.nodeDeleted(cache.DeletedFinalStateUnknown{Key: "n", Obj: nodeObj})
+	if led.Snapshot().Node("n") != nil {
+		t.Error("tombstoned node still in the ledger")
+	}
+}

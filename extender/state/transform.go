@@ -1,0 +1,120 @@
+package state
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/topology"
+)
+
+// PodTransform trims a pod to what the extender reads: name, namespace, UID,
+// resourceVersion, Rota's labels and annotations, node name, priority,
+// scheduler name, the containers' Rota resources and the phase. Everything
+// else (managedFields, env, volumes, status details) is dropped before the
+// informer stores the pod.
+func PodTransform(names contract.Names) cache.TransformFunc {
+	labels := []string{names.GangLabel, names.PodGroupLabel, names.PreemptibleLabel, names.TeamLabel}
+	annotations := []string{names.AssignmentAnnotation, names.GangSizeAnnotation}
+	resources := []corev1.ResourceName{corev1.ResourceName(names.GPU), corev1.ResourceName(names.GPUMemory)}
+	return func(obj any) (any, error) {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok {
+			return obj, nil // DeletedFinalStateUnknown and friends
+		}
+		out := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
+				DeletionTimestamp: pod.DeletionTimestamp,
+				Labels:            keep(pod.Labels, labels), Annotations: keep(pod.Annotations, annotations),
+			},
+			Spec: corev1.PodSpec{
+				NodeName: pod.Spec.NodeName, Priority: pod.Spec.Priority, SchedulerName: pod.Spec.SchedulerName,
+				InitContainers: trimContainers(pod.Spec.InitContainers, resources),
+				Containers:     trimContainers(pod.Spec.Containers, resources),
+			},
+			Status: corev1.PodStatus{Phase: pod.Status.Phase},
+		}
+		return out, nil
+	}
+}
+
+// NodeTransform trims a node to its name, UID, resourceVersion, tier labels
+// and topology annotation.
+func NodeTransform(names contract.Names, tiers topology.Labels) cache.TransformFunc {
+	annotations := []string{names.TopologyAnnotation}
+	return func(obj any) (any, error) {
+		node, ok := obj.(*corev1.Node)
+		if !ok {
+			return obj, nil
+		}
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+			Name: node.Name, UID: node.UID, ResourceVersion: node.ResourceVersion,
+			Labels: keep(node.Labels, tiers.Tiers), Annotations: keep(node.Annotations, annotations),
+		}}, nil
+	}
+}
+
+func keep(m map[string]string, keys []string) map[string]string {
+	var out map[string]string
+	for _, k := range keys {
+		if v, ok := m[k]; ok {
+			if out == nil {
+				out = make(map[string]string, len(keys))
+			}
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// trimContainers keeps, per container, only the Rota resources (and the
+// restart policy that makes an init container a sidecar). Containers that
+// ask for none are dropped; nil when no container asks.
+func trimContainers(cs []corev1.Container, resources []corev1.ResourceName) []corev1.Container {
+	var out []corev1.Container
+	for i := range cs {
+		req := keepResources(cs[i].Resources.Requests, resources)
+		lim := keepResources(cs[i].Resources.Limits, resources)
+		if req == nil && lim == nil {
+			continue
+		}
+		// Extended resources need limits equal to requests; when they are,
+		// the limits alone say the same (podreq reads limits first) and one
+		// map per container is saved.
+		if equalResources(req, lim) {
+			req = nil
+		}
+		out = append(out, corev1.Container{
+			Name: cs[i].Name, RestartPolicy: cs[i].RestartPolicy,
+			Resources: corev1.ResourceRequirements{Requests: req, Limits: lim},
+		})
+	}
+	return out
+}
+
+func keepResources(rl corev1.ResourceList, names []corev1.ResourceName) corev1.ResourceList {
+	var out corev1.ResourceList
+	for _, n := range names {
+		if q, ok := rl[n]; ok {
+			if out == nil {
+				out = corev1.ResourceList{}
+			}
+			out[n] = q
+		}
+	}
+	return out
+}
+
+func equalResources(a, b corev1.ResourceList) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, qa := range a {
+		if qb, ok := b[k]; !ok || qa.Cmp(qb) != 0 {
+			return false
+		}
+	}
+	return true
+}
