@@ -61,8 +61,8 @@ func TestSchedulerConfig(t *testing.T) {
 	if e.URLPrefix != "http://127.0.0.1:8888" || e.FilterVerb != "filter" || e.PrioritizeVerb != "prioritize" ||
 		e.BindVerb != "bind" || e.PreemptVerb != "preempt" || e.Weight != 5 || !e.NodeCacheCapable || e.Ignorable ||
 		e.HTTPTimeout != "5s" || len(e.ManagedResources) != 2 ||
-		e.ManagedResources[0].Name != "gpu.acme.io/gpu" || !e.ManagedResources[0].IgnoredByScheduler ||
-		e.ManagedResources[1].Name != "gpu.acme.io/gpu-memory" || !e.ManagedResources[1].IgnoredByScheduler {
+		e.ManagedResources[0].Name != "gpu.acme.io/gpu" || e.ManagedResources[0].IgnoredByScheduler ||
+		e.ManagedResources[1].Name != "gpu.acme.io/gpu-memory" || e.ManagedResources[1].IgnoredByScheduler {
 		t.Errorf("extender entry = %+v", e)
 	}
 }

@@ -55,8 +55,11 @@ func WithClientRate(qps, burst int) SchedulerOption {
 //   - filterVerb, prioritizeVerb, bindVerb, preemptVerb, nodeCacheCapable: the
 //     scheduler sends and receives node names, never Node objects;
 //   - managedResources <domain>/gpu and <domain>/gpu-memory with
-//     ignoredByScheduler: true, so nothing but the extender accounts for
-//     them (the scheduler's NodeResourcesFit skips them);
+//     ignoredByScheduler: false: the scheduler's NodeResourcesFit also counts
+//     them per node (a coarse, always-consistent check beside the
+//     extender's per-GPU ledger). Its preemption dry run needs that: with
+//     the resources ignored it never finds a victim and never calls the
+//     preempt verb (measured on kube-scheduler v1.37.2);
 //   - ignorable: false: when the extender is down, GPU pods wait instead of
 //     landing on GPUs nobody accounted for.
 //
@@ -82,8 +85,8 @@ func SchedulerConfig(extenderURL, kubeconfigPath string, opts ...SchedulerOption
 		"ignorable":        false,
 		"httpTimeout":      o.HTTPTimeout.String(),
 		"managedResources": []any{
-			map[string]any{"name": names.GPU, "ignoredByScheduler": true},
-			map[string]any{"name": names.GPUMemory, "ignoredByScheduler": true},
+			map[string]any{"name": names.GPU, "ignoredByScheduler": false},
+			map[string]any{"name": names.GPUMemory, "ignoredByScheduler": false},
 		},
 	}
 	if !o.NoPreempt {

@@ -17,14 +17,14 @@ import (
 var errNoPod = errors.New("the request names no pod")
 
 // Preempt answers the preempt verb (ProcessPreemption). For every node the
-// scheduler proposes, it keeps the scheduler's own victims (they free what
-// the scheduler's plugins need) and adds the GPU victims placement.Victims
-// picks on the node's ledger view without them. A pod may be evicted only
+// scheduler proposes, it keeps the scheduler's victims that hold no GPUs
+// (they free what the scheduler's plugins need) and replaces its GPU
+// victims with the set placement.Victims picks on the node's ledger view. A pod may be evicted only
 // when it is bound (committed), has a lower priority than the preemptor,
 // is not labelled preemptible=false, and is not in a gang larger than
 // MaxPreemptibleGangSize; a gang member takes its whole gang, so a gang is
 // eligible only when all its members run on that node. A node is dropped
-// when a scheduler victim is not eligible or no eligible set makes room.
+// when no eligible set makes room.
 // The answer names victims by UID, as the scheduler knows them.
 func (e *Extender) Preempt(ctx context.Context, args *extenderv1.ExtenderPreemptionArgs) (*extenderv1.ExtenderPreemptionResult, error) {
 	start := e.now()
@@ -92,7 +92,14 @@ func (e *Extender) Preempt(ctx context.Context, args *extenderv1.ExtenderPreempt
 	return out, nil
 }
 
-// victimsOn returns the UIDs to evict on one node, or false.
+// victimsOn returns the UIDs to evict on one node, or false. The
+// scheduler's victims that hold no Rota allocation stay (they free what its
+// own plugins need). Its GPU victims are only a proposal: kube-scheduler
+// counts GPU resources per node, not per GPU, and picks the newest
+// low-priority pods, which may be labelled preemptible=false or sit on the
+// wrong GPU. Rota replaces them with placement.Victims over every eligible
+// allocation on the node, which frees one GPU for a share or enough idle
+// GPUs for whole-GPU pods. The scheduler accepts any pod of the node.
 func (e *Extender) victimsOn(req placement.Request, prio int32, ni *ledger.NodeInfo, mv *extenderv1.MetaVictims) ([]string, bool) {
 	if ni == nil {
 		return nil, false
@@ -103,15 +110,14 @@ func (e *Extender) victimsOn(req placement.Request, prio int32, ni *ledger.NodeI
 			if p == nil {
 				continue
 			}
-			if a, ok := ni.Allocs[p.UID]; ok && !e.evictable(a, prio, ni) {
-				return nil, false
+			if _, ours := ni.Allocs[p.UID]; ours {
+				continue
 			}
 			base = append(base, p.UID)
 		}
 	}
-	view := ni.Without(base...)
-	extra, ok := placement.Victims(req, view, func(a *ledger.Allocation) bool { return e.evictable(a, prio, ni) })
-	if !ok {
+	extra, ok := placement.Victims(req, ni, func(a *ledger.Allocation) bool { return e.evictable(a, prio, ni) })
+	if !ok || (len(extra) == 0 && len(base) == 0) {
 		return nil, false
 	}
 	out := slices.Clone(base)

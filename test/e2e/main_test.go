@@ -95,15 +95,8 @@ func run(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	began := time.Now()
-	var schedCfg string
-	if os.Getenv("ROTA_E2E_GPU_VISIBLE_TO_SCHEDULER") == "1" {
-		// Experiment: let kube-scheduler count the GPU resources itself
-		// (ignoredByScheduler: false), which its preemption dry run needs
-		// to find victims at all.
-		schedCfg = harness.SchedulerConfigVisible()
-	}
 	var err error
-	env, err = harness.Start(ctx, harness.Options{Quota: quotaDoc, SchedulerConfig: schedCfg,
+	env, err = harness.Start(ctx, harness.Options{Quota: quotaDoc,
 		Logf: func(f string, a ...any) { fmt.Printf("e2e: "+f+"\n", a...) }})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: starting the control plane with Rota: %v\n", err)

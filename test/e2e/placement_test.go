@@ -165,16 +165,32 @@ func TestWholeGPUsNVLinkIsland(t *testing.T) {
 }
 
 // TestUnschedulableReason: a pod no node can hold gets a FailedScheduling
-// event whose message carries Rota's explanation.
+// event whose message carries Rota's explanation. Both cases pass the
+// scheduler's own per-node count (NodeResourcesFit sees enough gpu and
+// gpu-memory in total), so only Rota's per-GPU view can refuse them.
 func TestUnschedulableReason(t *testing.T) {
 	const name = "reason"
 	ctx, ns := setup(t, name, "", 2*time.Minute)
 	spec := t4
 	spec.Count = 2
 	nodes(ctx, t, name, "t4", 2, spec) // 15 GiB GPUs
+	// A cordoned node with larger GPUs: the webhook admits a 20 GiB share
+	// (some GPU in the cluster holds it), the scheduler skips the node.
+	bigSpec := h100
+	bigSpec.Count = 8
+	big := nodes(ctx, t, name, "big", 1, bigSpec)
+	if err := env.Cordon(ctx, big[0].Spec.Name, true); err != nil {
+		t.Fatal(err)
+	}
+	// Three 10 GiB shares take one GPU each (15 GiB GPUs hold one), so one
+	// node keeps no idle GPU and the other one.
+	for i := range 3 {
+		create(ctx, t, pod(ns, fmt.Sprintf("share-%d", i), name).Memory(10).Obj())
+	}
+	waitPods(ctx, t, ns, "the shares running", func(p []corev1.Pod) bool { return harness.Running(p) == 3 })
 
 	create(ctx, t, pod(ns, "too-much-memory", name).Memory(20).Obj())
-	create(ctx, t, pod(ns, "too-many-gpus", name).GPUs(4).Obj())
+	create(ctx, t, pod(ns, "too-many-gpus", name).GPUs(2).Obj())
 	for _, p := range []string{"too-much-memory", "too-many-gpus"} {
 		msg := failedScheduling(ctx, t, ns, p)
 		t.Logf("%s: FailedScheduling: %s", p, msg)
@@ -185,13 +201,14 @@ func TestUnschedulableReason(t *testing.T) {
 			t.Errorf("%s bound to %s", p, got.Spec.NodeName)
 		}
 	}
-	// Rota's words, as the extender wrote them into FailedNodes.
-	for p, want := range map[string]string{
-		"too-much-memory": "needs 20 GiB on one GPU; the largest GPU here has 15 GiB",
-		"too-many-gpus":   "node has 2 healthy GPUs, pod needs 4",
+	// Rota's words, as the extender wrote them into FailedNodes (one per
+	// node) and into its own event (one example per kind of reason).
+	for p, want := range map[string]struct{ node, event string }{
+		"too-much-memory": {"needs 20 GiB on one GPU; the largest GPU here has 15 GiB", "the largest GPU here has 15 GiB"},
+		"too-many-gpus":   {"1 free GPU, pod needs 2", "pod needs 2"},
 	} {
-		if msg, _ := env.LastFailedScheduling(ctx, ns, p); !strings.Contains(msg, want) {
-			t.Errorf("%s: FailedScheduling %q does not carry Rota's reason %q", p, msg, want)
+		if msg, _ := env.LastFailedScheduling(ctx, ns, p); !strings.Contains(msg, want.node) {
+			t.Errorf("%s: FailedScheduling %q does not carry Rota's reason %q", p, msg, want.node)
 		}
 		evs, err := env.PodEvents(ctx, ns, p)
 		if err != nil {
@@ -199,12 +216,12 @@ func TestUnschedulableReason(t *testing.T) {
 		}
 		found := false
 		for _, ev := range evs {
-			if ev.Source.Component == "rota-extender" && ev.Reason == "GPUUnschedulable" && strings.Contains(ev.Message, want) {
+			if ev.Source.Component == "rota-extender" && ev.Reason == "GPUUnschedulable" && strings.Contains(ev.Message, want.event) {
 				found = true
 			}
 		}
 		if !found {
-			t.Errorf("%s: no GPUUnschedulable event from rota-extender saying %q", p, want)
+			t.Errorf("%s: no GPUUnschedulable event from rota-extender saying %q", p, want.event)
 		}
 	}
 	checkInvariants(ctx, t, nil)

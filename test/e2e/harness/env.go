@@ -219,16 +219,6 @@ func Start(ctx context.Context, o Options) (_ *Env, err error) {
 	return e, nil
 }
 
-// SchedulerConfigVisible is extender/config.SchedulerConfig with
-// ignoredByScheduler turned off for both resources, for a scheduler
-// template: kube-scheduler then counts example.com/gpu and gpu-memory
-// against the Node's allocatable itself, as its preemption needs. The
-// extender URL is filled in by Start.
-func SchedulerConfigVisible() string {
-	return strings.ReplaceAll(extconfig.SchedulerConfig(extenderURLPlaceholder, "{{.Kubeconfig}}"),
-		"ignoredByScheduler: true", "ignoredByScheduler: false")
-}
-
 const extenderURLPlaceholder = "http://rota-extender.invalid"
 
 // StartExtender starts rota-extender (again) and waits for its /readyz.
