@@ -87,6 +87,10 @@ func Run(ctx context.Context, d Deps) error {
 		if err := podwatch.StartPods(ctx, d.Client, cfg.NodeName, matcher); err != nil {
 			return err
 		}
+		if sock := cfg.PodResourcesSocket; sock != "" {
+			// Tells apart same-shape pods the kubelet admits in one batch.
+			matcher.SetPodLister(func(ctx context.Context) ([]handoff.PodDevices, error) { return podwatch.List(ctx, sock) })
+		}
 		interval := d.ReconcileInterval
 		if interval <= 0 {
 			interval = 10 * time.Second

@@ -5,6 +5,11 @@
 // their assignment annotations and applies the rule written down in
 // deviceplugin/README.md ("The Allocate handoff").
 //
+// The kubelet's PodResources list (a PodLister the caller supplies) says
+// which of the pending pods the kubelet is admitting.
+//
 // Matcher is safe for concurrent use; it reads no clock except through the
-// wait deadline its callers pass, and performs no I/O.
+// wait deadline its callers pass (and the short backoff between PodResources
+// retries), and its only I/O is the caller's PodLister, called without the
+// matcher's lock held.
 package handoff

@@ -95,7 +95,8 @@ func FuzzMatch(f *testing.F) {
 			if len(avail) < w.n {
 				continue
 			}
-			ids, _, err := m.Preferred(ctx, w.kind, avail, nil, w.n, time.Nanosecond)
+			pref, err := m.Preferred(ctx, w.kind, avail, nil, w.n, time.Nanosecond)
+			ids := pref.IDs
 			if err != nil && !errors.Is(err, ErrNoMatch) {
 				t.Fatalf("Preferred error %v is neither ErrNoMatch nor ErrAmbiguous", err)
 			}

@@ -46,6 +46,7 @@ type Matcher struct {
 	pods    map[string]*entry // by pod UID
 	seq     uint64
 	changed chan struct{} // closed and replaced on every update
+	lister  PodLister     // the kubelet's PodResources List; nil when unavailable
 }
 
 // entry is one pod bound to the node.
@@ -237,6 +238,14 @@ type Grant struct {
 	// Twins are other pending pods with an identical memory share on the
 	// same GPU; see the README for why this is not a guess.
 	Twins []string
+	// Admitting is set when the kubelet's PodResources list showed this pod
+	// as the one being admitted; NotAdmitting names the other pending pods of
+	// the same shape, which it showed not being admitted.
+	Admitting    bool
+	NotAdmitting []string
+	// PodResourcesErr says why PodResources could not be asked (the
+	// matcher's own rules decided).
+	PodResourcesErr string
 }
 
 // Env is the container environment for g.
@@ -305,24 +314,59 @@ func twins(k Kind, es []*entry) bool {
 
 // Allocate matches one kubelet Allocate container request (resource kind k,
 // device IDs ids) to exactly one pending pod, waiting up to wait for the pod
-// informer to catch up, and records the container as allocated.
+// informer to catch up, and records the container as allocated. With a
+// PodResources lister set, the kubelet's list says which of the pending pods
+// of this shape it is admitting; the devices must belong to that pod.
 func (m *Matcher) Allocate(ctx context.Context, k Kind, ids []string, wait time.Duration) (Grant, error) {
 	if len(ids) == 0 {
 		return Grant{}, fmt.Errorf("%w: the kubelet asked for zero %s devices", ErrNoMatch, m.resourceName(k))
 	}
 	var g Grant
-	err := m.waitLocked(ctx, wait, func() (bool, error) {
-		cs := m.candidatesLocked(k, len(ids), ids)
-		switch {
-		case len(cs) == 0:
+	err := m.waitLocked(ctx, wait, func(a *admission) (bool, error) {
+		g = Grant{}
+		shape := m.candidatesLocked(k, len(ids), nil)
+		cs := slices.DeleteFunc(slices.Clone(shape), func(e *entry) bool {
+			return !all(ids, func(id string) bool { return e.owns(k, id) })
+		})
+		if len(cs) == 0 {
 			return false, m.noMatchLocked(k, len(ids), ids)
-		case len(cs) > 1 && !twins(k, cs):
-			return true, fmt.Errorf("%w on node %s for %s devices %s: %s; refusing to guess (each pod's assignment must name distinct devices)",
-				ErrAmbiguous, m.node, m.resourceName(k), list(ids), keys(cs))
+		}
+		admitting := false
+		if m.lister != nil {
+			if !a.fetched {
+				return false, errNeedAdmission
+			}
+			if a.usable() {
+				adm := m.admittingLocked(k, a, shape)
+				if len(adm) == 0 {
+					return false, m.noneAdmittingLocked(k, len(ids), shape)
+				}
+				narrowed := slices.DeleteFunc(slices.Clone(cs), func(e *entry) bool { return !slices.Contains(adm, e) })
+				if len(narrowed) == 0 {
+					return true, fmt.Errorf("%w: the kubelet is admitting %s (PodResources), but the %s devices %s it chose belong to the assignment of %s; refusing to hand another pod's GPU",
+						ErrNoMatch, keys(adm), m.resourceName(k), list(ids), keys(cs))
+				}
+				for _, e := range shape {
+					if !slices.Contains(adm, e) {
+						g.NotAdmitting = append(g.NotAdmitting, e.key)
+					}
+				}
+				cs, admitting = narrowed, true
+			} else {
+				g.PodResourcesErr = a.err.Error()
+			}
+		}
+		if len(cs) > 1 && !twins(k, cs) {
+			by := ""
+			if admitting {
+				by = " (the kubelet's PodResources lists each of them as being admitted)"
+			}
+			return true, fmt.Errorf("%w on node %s for %s devices %s: %s%s; refusing to guess (each pod's assignment must name distinct devices)",
+				ErrAmbiguous, m.node, m.resourceName(k), list(ids), keys(cs), by)
 		}
 		e := cs[0]
 		s := e.next(k)
-		g = Grant{Pod: e.key, PodUID: e.uid, Container: s.container, Kind: k}
+		g.Pod, g.PodUID, g.Container, g.Kind, g.Admitting = e.key, e.uid, s.container, k, admitting
 		if k == KindGPU {
 			for _, a := range e.assign.GPUs {
 				if slices.Contains(ids, a.UUID) {
@@ -343,12 +387,33 @@ func (m *Matcher) Allocate(ctx context.Context, k Kind, ids []string, wait time.
 	return g, err
 }
 
+// Preference is the answer to one GetPreferredAllocation container request.
+type Preference struct {
+	// IDs are the devices to prefer: the must-include IDs, then the pod's.
+	IDs []string
+	// Pod is the pod steered to (namespace/name).
+	Pod string
+	// Others are other pending pods of the same shape that could also have
+	// been meant, when PodResources could not tell (for the caller to log).
+	Others []string
+	// Admitting is set when the kubelet's PodResources list showed Pod as
+	// the pod being admitted; NotAdmitting names the other pending pods of
+	// the same shape.
+	Admitting    bool
+	NotAdmitting []string
+	// PodResourcesErr says why PodResources could not be asked.
+	PodResourcesErr string
+}
+
 // Preferred answers one GetPreferredAllocation container request: the
-// devices of the first pending pod (in bound order) whose next container
-// for k asks for size devices and whose assigned devices are all available
-// (or must be included). Ambiguous lists the other pods that could also have
-// been meant, for the caller to log; Allocate still checks the final choice.
-func (m *Matcher) Preferred(ctx context.Context, k Kind, available, mustInclude []string, size int, wait time.Duration) (ids, ambiguous []string, err error) {
+// devices of the pending pod whose next container for k asks for size
+// devices and whose assigned devices are all available (or must be
+// included). With a PodResources lister set, the kubelet's list says which
+// of them it is admitting (also when only one is known: the pod being
+// admitted may not have reached the informer yet); without it, the first in
+// bound order is chosen and the others are reported. Allocate still checks
+// the final choice.
+func (m *Matcher) Preferred(ctx context.Context, k Kind, available, mustInclude []string, size int, wait time.Duration) (Preference, error) {
 	avail := make(map[string]bool, len(available)+len(mustInclude))
 	for _, id := range available {
 		avail[id] = true
@@ -356,24 +421,66 @@ func (m *Matcher) Preferred(ctx context.Context, k Kind, available, mustInclude 
 	for _, id := range mustInclude {
 		avail[id] = true
 	}
-	err = m.waitLocked(ctx, wait, func() (bool, error) {
-		for _, e := range m.candidatesLocked(k, size, mustInclude) {
+	var p Preference
+	err := m.waitLocked(ctx, wait, func(a *admission) (bool, error) {
+		p = Preference{}
+		cs := m.candidatesLocked(k, size, mustInclude)
+		if len(cs) > 0 && m.lister != nil {
+			if !a.fetched {
+				return false, errNeedAdmission
+			}
+			if a.usable() {
+				adm := m.admittingLocked(k, a, cs)
+				switch {
+				case len(adm) == 0:
+					return false, m.noneAdmittingLocked(k, size, cs)
+				case len(adm) > 1 && !twins(k, adm):
+					return true, fmt.Errorf("%w on node %s for %d %s devices: %s, and the kubelet's PodResources lists each of them as being admitted; refusing to guess",
+						ErrAmbiguous, m.node, size, m.resourceName(k), keys(adm))
+				}
+				for _, e := range cs {
+					if !slices.Contains(adm, e) {
+						p.NotAdmitting = append(p.NotAdmitting, e.key)
+					}
+				}
+				cs, p.Admitting = adm[:1], true
+			} else {
+				p.PodResourcesErr = a.err.Error()
+			}
+		}
+		for _, e := range cs {
 			got := m.pickLocked(e, k, avail, mustInclude, size)
 			if len(got) < size {
 				continue
 			}
-			if ids == nil {
-				ids = got
+			if p.IDs == nil {
+				p.IDs, p.Pod = got, e.key
 				continue
 			}
-			ambiguous = append(ambiguous, e.key)
+			p.Others = append(p.Others, e.key)
 		}
-		if ids == nil {
-			return false, m.noMatchLocked(k, size, mustInclude)
+		switch {
+		case p.IDs != nil:
+			return true, nil
+		case p.Admitting:
+			// The kubelet's available devices do not change during this
+			// call, and steering to another pod's devices would hand them
+			// the wrong GPU: fail now.
+			e := cs[0]
+			return true, fmt.Errorf("%w: the kubelet is admitting %s (PodResources), but only %d of the %d %s devices it needs from its assignment %s are available to it (held by pods the kubelet still counts?)",
+				ErrNoMatch, e.key, len(m.pickLocked(e, k, avail, mustInclude, size)), size, m.resourceName(k), strings.Join(e.assign.UUIDs(), ","))
 		}
-		return true, nil
+		return false, m.noMatchLocked(k, size, mustInclude)
 	})
-	return ids, ambiguous, err
+	return p, err
+}
+
+// noneAdmittingLocked explains that several pending pods ask for a shape but
+// the kubelet's PodResources list shows none of them being admitted (the
+// pod it admits may not have reached the informer yet).
+func (m *Matcher) noneAdmittingLocked(k Kind, n int, es []*entry) error {
+	return fmt.Errorf("%w: pending pods %s on node %s ask for %d %s devices, but the kubelet's PodResources lists none of them as being admitted",
+		ErrNoMatch, keys(es), m.node, n, m.resourceName(k))
 }
 
 // pickLocked chooses size devices of e's assignment among avail, starting
@@ -409,16 +516,23 @@ func (m *Matcher) pickLocked(e *entry, k Kind, avail map[string]bool, mustInclud
 }
 
 // waitLocked runs try under the lock until it reports done or the wait
-// (bounded by ctx) runs out, re-running it after every pod update. It
-// returns try's last error.
-func (m *Matcher) waitLocked(ctx context.Context, wait time.Duration, try func() (bool, error)) error {
+// (bounded by ctx) runs out, re-running it after every pod update. When try
+// asks for the kubelet's PodResources list (errNeedAdmission), it is fetched
+// once, without the lock, and try runs again at once. It returns try's last
+// error.
+func (m *Matcher) waitLocked(ctx context.Context, wait time.Duration, try func(*admission) (bool, error)) error {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
+	var a admission
 	for {
 		m.mu.Lock()
-		done, err := try()
-		ch := m.changed
+		done, err := try(&a)
+		ch, lister := m.changed, m.lister
 		m.mu.Unlock()
+		if errors.Is(err, errNeedAdmission) && !a.fetched {
+			a.fetch(ctx, lister)
+			continue
+		}
 		if done || err == nil {
 			return err
 		}

@@ -209,7 +209,8 @@ func TestInitContainersAndSeveralContainers(t *testing.T) {
 		{[]string{uuid(0), uuid(6)}, []string{uuid(6)}, 1},
 	}
 	for i, s := range steps {
-		ids, _, err := m.Preferred(ctx, KindGPU, s.avail, s.must, s.size, time.Millisecond)
+		pref, err := m.Preferred(ctx, KindGPU, s.avail, s.must, s.size, time.Millisecond)
+		ids := pref.IDs
 		if err != nil {
 			t.Fatalf("step %d Preferred: %v", i, err)
 		}
@@ -231,17 +232,17 @@ func TestPreferredSteersToAssignment(t *testing.T) {
 	m.Upsert(pod("a", 1, container(names.GPU, 2, false), assigned(true, 81920, 6, 2)))
 	m.Upsert(pod("b", 2, container(names.GPUMemory, 3, false), assigned(false, 3072, 1)))
 	all := []string{uuid(0), uuid(1), uuid(2), uuid(3), uuid(4), uuid(5), uuid(6), uuid(7)}
-	ids, amb, err := m.Preferred(context.Background(), KindGPU, all, nil, 2, time.Millisecond)
-	if err != nil || !slices.Equal(ids, []string{uuid(6), uuid(2)}) || len(amb) != 0 {
-		t.Fatalf("Preferred(gpu) = %v %v %v", ids, amb, err)
+	pref, err := m.Preferred(context.Background(), KindGPU, all, nil, 2, time.Millisecond)
+	if err != nil || !slices.Equal(pref.IDs, []string{uuid(6), uuid(2)}) || len(pref.Others) != 0 {
+		t.Fatalf("Preferred(gpu) = %+v %v", pref, err)
 	}
 	avail := append(mem(0, 0, 1, 2), mem(1, 9, 3, 5, 4)...)
-	ids, _, err = m.Preferred(context.Background(), KindMemory, avail, nil, 3, time.Millisecond)
-	if err != nil || !slices.Equal(ids, mem(1, 3, 4, 5)) {
-		t.Fatalf("Preferred(memory) = %v %v", ids, err)
+	pref, err = m.Preferred(context.Background(), KindMemory, avail, nil, 3, time.Millisecond)
+	if err != nil || !slices.Equal(pref.IDs, mem(1, 3, 4, 5)) {
+		t.Fatalf("Preferred(memory) = %+v %v", pref, err)
 	}
 	// GPU 6 is no longer available: pod a cannot be served.
-	if _, _, err := m.Preferred(context.Background(), KindGPU, all[:6], nil, 2, time.Millisecond); !errors.Is(err, ErrNoMatch) {
+	if _, err := m.Preferred(context.Background(), KindGPU, all[:6], nil, 2, time.Millisecond); !errors.Is(err, ErrNoMatch) {
 		t.Fatalf("Preferred without GPU 6: err = %v", err)
 	}
 }

@@ -67,15 +67,21 @@ func (p *Plugin) GetPreferredAllocation(ctx context.Context, req *pluginapi.Pref
 	logger := klog.FromContext(ctx)
 	resp := &pluginapi.PreferredAllocationResponse{}
 	for _, cr := range req.ContainerRequests {
-		ids, ambiguous, err := p.matcher.Preferred(ctx, p.kind, cr.AvailableDeviceIDs, cr.MustIncludeDeviceIDs, int(cr.AllocationSize), p.wait)
+		pref, err := p.matcher.Preferred(ctx, p.kind, cr.AvailableDeviceIDs, cr.MustIncludeDeviceIDs, int(cr.AllocationSize), p.wait)
 		if err != nil {
 			logger.Info("No preferred allocation", "resource", p.resource, "size", cr.AllocationSize, "err", err.Error())
 			return nil, status.Error(codes.FailedPrecondition, err.Error())
 		}
-		if len(ambiguous) > 0 {
+		switch {
+		case pref.Admitting:
+			logger.V(2).Info("Preferred allocation for the pod the kubelet is admitting (PodResources)",
+				"resource", p.resource, "size", cr.AllocationSize, "pod", pref.Pod, "devices", pref.IDs, "notAdmitting", pref.NotAdmitting)
+		case len(pref.Others) > 0:
 			logger.Info("Preferred allocation steered to the earliest-bound pod; others wait for the same shape",
-				"resource", p.resource, "size", cr.AllocationSize, "devices", ids, "others", ambiguous)
+				"resource", p.resource, "size", cr.AllocationSize, "pod", pref.Pod, "devices", pref.IDs, "others", pref.Others,
+				"podResourcesErr", pref.PodResourcesErr)
 		}
+		ids := pref.IDs
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
 	}
 	return resp, nil
@@ -101,8 +107,15 @@ func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 			logger.Info("Allocate refused", "resource", p.resource, "devices", cr.DevicesIds, "err", err.Error())
 			return nil, status.Error(codes.FailedPrecondition, err.Error())
 		}
-		logger.Info("Allocated", "resource", p.resource, "pod", g.Pod, "container", g.Container,
-			"gpus", g.UUIDs, "memoryMiB", int64(g.MemoryMiB), "twins", g.Twins)
+		kv := []any{"resource", p.resource, "pod", g.Pod, "container", g.Container,
+			"gpus", g.UUIDs, "memoryMiB", int64(g.MemoryMiB), "twins", g.Twins}
+		if g.Admitting {
+			kv = append(kv, "byPodResources", true, "notAdmitting", g.NotAdmitting)
+		}
+		if g.PodResourcesErr != "" {
+			kv = append(kv, "podResourcesErr", g.PodResourcesErr)
+		}
+		logger.Info("Allocated", kv...)
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{Envs: g.Env()})
 	}
 	p.metrics.Allocate(p.resource, time.Since(start), "")

@@ -374,14 +374,21 @@ func testKubeletRestart(ctx context.Context, t *testing.T, e *Env, ns string) {
 
 // testBoundWhileKubeletDown: pods bound to the node while its kubelet is
 // down (an upgrade, a crash loop; the Node stays Ready for the scheduler
-// until the node lifecycle controller notices) reach the restarted
-// kubelet in one batch, which it admits sorted by creation time, to the
-// second. Two same-shape memory shares created together must still each
-// get the GPU their own assignment names, and neither may be rejected
-// because the plugin had not re-registered yet. 5 rounds.
+// until the node lifecycle controller notices) reach the restarted kubelet
+// in its first batch. The kubelet admits that batch before its pod sources
+// count as ready, so its device manager has not yet freed the devices its
+// checkpoint still holds for pods deleted since it was last written
+// (UpdateAllocatedDevices returns early until then): the assigned GPU's
+// devices may not be offered, and the plugin then refuses rather than hand
+// another GPU (deviceplugin/README.md, "Pods bound while the kubelet is
+// down"). The property checked, 3 rounds of two same-shape memory shares:
+// every such pod either runs with exactly its assigned GPU or is rejected
+// at admission (Failed, UnexpectedAdmissionError) — never runs with another
+// pod's GPU — and a replacement created once the kubelet is up runs with
+// its own GPU (what a controller does with the rejected pod).
 func testBoundWhileKubeletDown(ctx context.Context, t *testing.T, e *Env, ns string) {
-	const rounds, units = 5, 48
-	wrong := 0
+	const rounds, units = 3, 48
+	ran, rejected := 0, 0
 	for round := range rounds {
 		names := []string{fmt.Sprintf("down-%d-a", round), fmt.Sprintf("down-%d-b", round)}
 		if err := e.StopKubelet(); err != nil {
@@ -403,39 +410,76 @@ func testBoundWhileKubeletDown(ctx context.Context, t *testing.T, e *Env, ns str
 		if err != nil {
 			t.Fatal(err)
 		}
-		var problems []string
+		var running, again []string
 		for _, n := range names {
 			pod, err := e.WaitRunning(ctx, ns, n)
-			if err != nil {
-				problems = append(problems, err.Error())
+			if pod == nil || (err != nil && pod.Status.Phase != corev1.PodFailed) {
+				t.Fatalf("round %d: %v", round, err)
+			}
+			if pod.Status.Phase == corev1.PodFailed {
+				// Rejected at admission: safe, as long as it is the kubelet's
+				// admission that rejected it (no container ever ran).
+				if pod.Status.Reason != "UnexpectedAdmissionError" || len(pod.Status.ContainerStatuses) > 0 && pod.Status.ContainerStatuses[0].ContainerID != "" {
+					t.Errorf("round %d: %s failed other than by admission: %s", round, n, describePod(pod))
+				}
+				t.Logf("round %d: %s rejected at admission: %s", round, n, pod.Status.Message)
+				rejected++
+				again = append(again, n+"-again")
 				continue
 			}
-			a := mustAssignment(t, e, pod)
-			env, err := e.ContainerEnv(ctx, ns, n, "app")
-			if err != nil {
-				t.Fatal(err)
+			running = append(running, n)
+			ran++
+			checkOwnGPU(ctx, t, e, ns, n, pod, units, fmt.Sprintf("round %d", round))
+		}
+		// A replacement for each rejected pod, created with the kubelet up.
+		if len(again) > 0 {
+			createAll(ctx, t, e, ns, again, Request{MemoryUnits: units}, Request{})
+			for _, n := range again {
+				pod, err := e.WaitRunning(ctx, ns, n)
+				if err != nil {
+					t.Fatalf("round %d: replacement: %v", round, err)
+				}
+				checkOwnGPU(ctx, t, e, ns, n, pod, units, fmt.Sprintf("round %d replacement", round))
 			}
-			if env["NVIDIA_VISIBLE_DEVICES"] != a.GPUs[0].UUID || env["ROTA_ASSIGNED_POD"] != ns+"/"+n {
-				problems = append(problems, fmt.Sprintf("%s sees GPU %s as %s; its assignment is GPU %d %s",
-					n, env["NVIDIA_VISIBLE_DEVICES"], env["ROTA_ASSIGNED_POD"], a.GPUs[0].Index, a.GPUs[0].UUID))
+		}
+		var keys []string
+		for _, n := range append(running, again...) {
+			keys = append(keys, ns+"/"+n)
+		}
+		if len(keys) > 0 {
+			if err := e.CheckPodResources(ctx, keys...); err != nil {
+				t.Errorf("round %d: PodResources: %s", round, strings.ReplaceAll(err.Error(), "\n", "; "))
 			}
 		}
-		if err := e.CheckPodResources(ctx, ns+"/"+names[0], ns+"/"+names[1]); err != nil {
-			problems = append(problems, "PodResources: "+strings.ReplaceAll(err.Error(), "\n", "; "))
-		}
-		if len(problems) > 0 {
-			wrong++
-			t.Errorf("round %d:\n  %s", round, strings.Join(problems, "\n  "))
-		}
-		if err := e.DeletePods(ctx, ns, names...); err != nil {
+		if err := e.DeletePods(ctx, ns, append(names, again...)...); err != nil {
 			t.Fatal(err)
 		}
 		if err := e.WaitNodeGPUs(ctx, e.opts.GPUs.Count); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if wrong > 0 {
-		t.Errorf("%d of %d rounds: a pod bound while the kubelet was down did not get its own GPU", wrong, rounds)
+	t.Logf("%d pods bound while the kubelet was down: %d ran with their own GPU, %d rejected at admission (replacements ran with their own GPU)",
+		2*rounds, ran, rejected)
+}
+
+// checkOwnGPU checks that the running pod's app container sees exactly the
+// GPU and memory limit of its own assignment.
+func checkOwnGPU(ctx context.Context, t *testing.T, e *Env, ns, n string, pod *corev1.Pod, units int, what string) {
+	t.Helper()
+	a := mustAssignment(t, e, pod)
+	env, err := e.ContainerEnv(ctx, ns, n, "app")
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	want := map[string]string{
+		"NVIDIA_VISIBLE_DEVICES":           a.GPUs[0].UUID,
+		"ROTA_ASSIGNED_POD":                ns + "/" + n,
+		"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": fmt.Sprintf("0=%dM", units*1024),
+	}
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		if env[k] != want[k] {
+			t.Errorf("%s: %s sees %s=%s, want %s (its assignment is GPU %d)", what, n, k, env[k], want[k], a.GPUs[0].Index)
+		}
 	}
 }
 

@@ -1,0 +1,105 @@
+package handoff
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// PodLister returns what the kubelet's PodResources API (v1 List) reports
+// now. The kubelet lists its active pods: those in its pod manager that are
+// not terminal, which during the admission of a pod includes that pod (the
+// kubelet adds it to its pod manager before admitting it) but not the pods
+// of the same batch it has not reached yet.
+type PodLister func(ctx context.Context) ([]PodDevices, error)
+
+// SetPodLister lets the matcher ask the kubelet which pod it is admitting
+// when several pending pods ask for the same shape (see the README, "The
+// Allocate handoff"). nil turns it off. Call before serving.
+func (m *Matcher) SetPodLister(l PodLister) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.lister = l
+}
+
+// listTimeout bounds one PodResources List call; listTries and listBackoff
+// ride out the kubelet's rate limit on the API (100 calls/s, burst 10,
+// answered at once with an error when exceeded).
+const (
+	listTimeout = 2 * time.Second
+	listTries   = 4
+	listBackoff = 25 * time.Millisecond
+)
+
+// admission is what one PodResources List said, fetched at most once per
+// GetPreferredAllocation or Allocate call: the kubelet is blocked in that
+// call, admitting one pod, so its answer does not change meanwhile.
+type admission struct {
+	fetched bool
+	pods    map[string]map[string]map[string][]string // ns/name → container → resource → IDs
+	err     error                                     // List failed: the matcher falls back to its own rules
+}
+
+// errNeedAdmission is returned by a try function that needs the kubelet's
+// PodResources list before it can decide; waitLocked fetches it without the
+// lock held and runs try again.
+var errNeedAdmission = errors.New("need the kubelet's PodResources list")
+
+// fetch calls the lister (outside the matcher's lock).
+func (a *admission) fetch(ctx context.Context, l PodLister) {
+	a.fetched = true
+	if l == nil {
+		a.err = errors.New("PodResources not configured")
+		return
+	}
+	var list []PodDevices
+	var err error
+	for try := range listTries {
+		if try > 0 {
+			select {
+			case <-ctx.Done():
+				a.err = fmt.Errorf("%w (%w)", err, ctx.Err())
+				return
+			case <-time.After(listBackoff):
+			}
+		}
+		lctx, cancel := context.WithTimeout(ctx, listTimeout)
+		list, err = l(lctx)
+		cancel()
+		if err == nil {
+			break
+		}
+	}
+	if err != nil {
+		a.err = err
+		return
+	}
+	a.pods = make(map[string]map[string]map[string][]string, len(list))
+	for _, p := range list {
+		a.pods[p.Namespace+"/"+p.Name] = p.Containers
+	}
+}
+
+// usable reports whether the list can narrow candidates.
+func (a *admission) usable() bool { return a.fetched && a.err == nil }
+
+// admittingLocked keeps the candidates the kubelet can be admitting now:
+// the pod is in its active list and the container the matcher expects next
+// for k holds no devices of k yet (regular init containers are not listed,
+// which counts as holding none).
+func (m *Matcher) admittingLocked(k Kind, a *admission, es []*entry) []*entry {
+	res := m.resourceName(k)
+	var out []*entry
+	for _, e := range es {
+		cs, ok := a.pods[e.key]
+		if !ok {
+			continue
+		}
+		if s := e.next(k); s == nil || len(cs[s.container][res]) > 0 {
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}
