@@ -33,6 +33,14 @@ type options struct {
 	popularity float64
 	check      bool
 	progress   string
+	// time mode
+	mode        string
+	workload    string
+	load        float64
+	maxDuration time.Duration
+	jobs        int
+	runtimes    string
+	copies      int
 }
 
 func main() {
@@ -56,6 +64,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.popularity, "popularity", 0, "keep only the most common pod shapes covering this share of pods in the target workload (0: all)")
 	fs.BoolVar(&o.check, "check", false, "run ledger.Check after every placement (slow)")
 	fs.StringVar(&o.progress, "progress", "auto", "progress display: auto (bar on a terminal, lines otherwise), bar, lines, none")
+	fs.StringVar(&o.mode, "mode", "static", "static: the FGD protocol (pods never leave); time: pods arrive, queue, run and leave")
+	fs.StringVar(&o.workload, "workload", "gang", "time mode: gang (synthetic teams, gangs and topology) or trace (the --pods lists' creation and deletion times)")
+	fs.Float64Var(&o.load, "load", 0.9, "time mode: offered GPU load (GPU-seconds asked per GPU-second of capacity)")
+	fs.DurationVar(&o.maxDuration, "max-duration", 7*24*time.Hour, "time mode, trace: cap on a pod's duration")
+	fs.IntVar(&o.copies, "copies", 3, "time mode, trace: submit the pod list this many times over")
+	fs.IntVar(&o.jobs, "jobs", 2000, "time mode, gang: jobs to generate")
+	fs.StringVar(&o.runtimes, "runtimes", "testdata/philly/philly_runtime.csv", "time mode, gang: job runtime sample (CSV column runtime, seconds)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -68,6 +83,25 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.popularity < 0 || o.popularity > 1 {
 		errs = append(errs, fmt.Errorf("--popularity %v: want 0..1", o.popularity))
+	}
+	switch o.mode {
+	case "static", "time":
+	default:
+		errs = append(errs, fmt.Errorf("--mode %q: want static or time", o.mode))
+	}
+	switch o.workload {
+	case "gang", "trace":
+	default:
+		errs = append(errs, fmt.Errorf("--workload %q: want gang or trace", o.workload))
+	}
+	if o.load <= 0 || o.load > 10 {
+		errs = append(errs, fmt.Errorf("--load %v: want a ratio in (0, 10]", o.load))
+	}
+	if o.copies < 1 || o.copies > 100 {
+		errs = append(errs, fmt.Errorf("--copies %d: want 1..100", o.copies))
+	}
+	if o.jobs < 1 || o.jobs > 1_000_000 {
+		errs = append(errs, fmt.Errorf("--jobs %d: want 1..1000000", o.jobs))
 	}
 	switch o.progress {
 	case "auto", "bar", "lines", "none":
@@ -161,6 +195,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	seeds, err := parseSeeds(o.seeds)
 	if err != nil {
 		return err
+	}
+	if o.mode == "time" {
+		return runTimed(o, seeds, stdout)
 	}
 	paths, err := podPaths(o.pods)
 	if err != nil {

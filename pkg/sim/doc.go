@@ -13,6 +13,17 @@
 // GPU allocation ratio and the fragmentation amount and ratio against the
 // arrived GPU request.
 //
+// RunTimed is the time-aware mode: jobs (one pod, or a gang of identical
+// members) arrive at their times, are admitted against team quota
+// (pkg/quota), wait in a queue ordered by priority then arrival with
+// backfill, are placed (one pod through the policy, a gang all-or-nothing
+// through placement.PlanGang and ledger.ReserveAll), run for their duration
+// and leave. It reports utilization over time, queue waits, GPU-hours idle
+// while work waited, gang waits and quota use. TraceJobs builds jobs from a
+// pod list's creation and deletion times; GangLoad generates a training
+// cluster's teams, gangs and topology with durations drawn from a runtime
+// sample (testdata/philly).
+//
 // GPU shares: a trace's gpu_milli is a share of one GPU. Every simulated GPU
 // has 1000 MiB of memory and a memory unit of 1 MiB, so a share of m
 // thousandths is exactly m memory units and whole GPUs are whole GPUs.

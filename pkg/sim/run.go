@@ -91,14 +91,19 @@ var (
 )
 
 // Cluster builds the simulated nodes: one topology.Node per row, GPUs of
-// GPUMemoryMiB with unit UnitMiB, CPU and host memory tracked. The result is
+// GPUMemoryMiB with unit UnitMiB, CPU and host memory tracked, Leaf as the
+// first topology tier. The result is
 // sorted by node name, the order placement.Rank breaks ties in.
 func Cluster(nodes []Node) []*topology.Node {
 	out := make([]*topology.Node, 0, len(nodes))
 	for _, n := range nodes {
+		var tiers []string
+		if n.Leaf != "" {
+			tiers = []string{n.Leaf}
+		}
 		out = append(out, topology.FromSpec(topology.Spec{
 			Name: n.Name, Model: n.Model, Count: n.GPUs, MemoryMiB: GPUMemoryMiB, UnitMiB: UnitMiB,
-			CPUMilli: n.CPUMilli, HostMemoryMiB: n.HostMemoryMiB,
+			CPUMilli: n.CPUMilli, HostMemoryMiB: n.HostMemoryMiB, Tiers: tiers,
 		}))
 	}
 	slices.SortFunc(out, func(a, b *topology.Node) int { return cmp.Compare(a.Name, b.Name) })

@@ -57,6 +57,8 @@ type Node struct {
 	HostMemoryMiB MiB
 	GPUs          int
 	Model         string
+	// Leaf is the node's leaf switch (topology tier 0; "": unknown).
+	Leaf string
 }
 
 // Errors of the CSV readers; match them with errors.Is.

@@ -1,0 +1,36 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestRunTimeModeGang(t *testing.T) {
+	var out, errb bytes.Buffer
+	args := []string{"--mode", "time", "--jobs", "150", "--runtimes", "../../testdata/philly/philly_runtime.csv",
+		"--out", t.TempDir()}
+	if err := run(args, &out, &errb); err != nil {
+		t.Fatalf("run(%v): %v\n%s", args, err, errb.String())
+	}
+	for _, want := range []string{"| measure | bestfit | fgd | fragmentation-aware |", "gangs partly placed | 0 | 0 | 0 |",
+		"| pretrain", "| foundation"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestRunTimeModeFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--mode", "later"},
+		{"--mode", "time", "--workload", "other"},
+		{"--mode", "time", "--load", "0"},
+		{"--mode", "time", "--copies", "0"},
+	} {
+		var out, errb bytes.Buffer
+		if err := run(args, &out, &errb); err == nil {
+			t.Errorf("run(%v): no error", args)
+		}
+	}
+}

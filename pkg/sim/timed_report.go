@@ -1,0 +1,95 @@
+package sim
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// hours formats seconds as hours with two decimals.
+func hours(s float64) string { return fmt.Sprintf("%.2f h", s/3600) }
+
+// WriteTimedTable writes the headline of each timed result (one column per
+// result, in order) as a markdown table, then the waits per job kind and
+// the quota use per team.
+func WriteTimedTable(w io.Writer, rs []TimedResult) error {
+	var b strings.Builder
+	b.WriteString("| measure |")
+	for _, r := range rs {
+		fmt.Fprintf(&b, " %s |", r.Policy)
+	}
+	b.WriteString("\n|---|")
+	b.WriteString(strings.Repeat("---:|", len(rs)))
+	b.WriteString("\n")
+	row := func(name string, f func(TimedResult) string) {
+		fmt.Fprintf(&b, "| %s |", name)
+		for _, r := range rs {
+			fmt.Fprintf(&b, " %s |", f(r))
+		}
+		b.WriteString("\n")
+	}
+	row("jobs placed / submitted", func(r TimedResult) string { return fmt.Sprintf("%d / %d", r.Placed, r.Jobs) })
+	row("mean GPU allocation over arrivals (%)", func(r TimedResult) string { return fmt.Sprintf("%.2f", r.UtilMean) })
+	row("queue wait p50", func(r TimedResult) string { return hours(r.Wait.P50) })
+	row("queue wait p99", func(r TimedResult) string { return hours(r.Wait.P99) })
+	row("GPU-hours idle while work waited", func(r TimedResult) string { return fmt.Sprintf("%.0f", r.LostGPUHours) })
+	row("longest wait of a 1-GPU job", func(r TimedResult) string { return hours(r.SmallMaxWait) })
+	row("gangs partly placed", func(r TimedResult) string { return fmt.Sprint(r.GangPartial) })
+	row("last job left at", func(r TimedResult) string { return hours(r.End) })
+	if len(rs) == 0 {
+		_, err := io.WriteString(w, b.String())
+		return err
+	}
+	b.WriteString("\nQueue wait by job kind (p50 / p99 / max, placed of submitted)\n\n| kind |")
+	for _, r := range rs {
+		fmt.Fprintf(&b, " %s |", r.Policy)
+	}
+	b.WriteString("\n|---|")
+	b.WriteString(strings.Repeat("---:|", len(rs)))
+	b.WriteString("\n")
+	for k, ks := range rs[0].Kinds {
+		fmt.Fprintf(&b, "| %s (%.0f GPUs/job) |", ks.Group, ks.MeanGPUsPerJob)
+		for _, r := range rs {
+			if k < len(r.Kinds) {
+				s := r.Kinds[k]
+				fmt.Fprintf(&b, " %s / %s / %s, %d of %d |", hours(s.P50), hours(s.P99), hours(s.Max), s.Placed, s.Jobs)
+			}
+		}
+		b.WriteString("\n")
+	}
+	if len(rs[0].Teams) > 0 {
+		b.WriteString("\nQuota use by team (GPUs: guarantee; mean / peak running; peak borrowed; jobs held for quota, longest hold)\n\n| team |")
+		for _, r := range rs {
+			fmt.Fprintf(&b, " %s |", r.Policy)
+		}
+		b.WriteString("\n|---|")
+		b.WriteString(strings.Repeat("---:|", len(rs)))
+		b.WriteString("\n")
+		for k, ts := range rs[0].Teams {
+			fmt.Fprintf(&b, "| %s (%.0f) |", ts.Team, ts.GuaranteeGPUs)
+			for _, r := range rs {
+				if k < len(r.Teams) {
+					s := r.Teams[k]
+					fmt.Fprintf(&b, " %.0f / %.0f; %.0f; %d, %s |", s.MeanGPUs, s.PeakGPUs, s.PeakBorrowedGPUs, s.Held, hours(s.HoldMax))
+				}
+			}
+			b.WriteString("\n")
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WriteUtilCSV writes every result's utilization samples:
+// policy,t_hours,alloc_pct,queued_gpus.
+func WriteUtilCSV(w io.Writer, rs []TimedResult) error {
+	var b strings.Builder
+	b.WriteString("policy,t_hours,alloc_pct,queued_gpus\n")
+	for _, r := range rs {
+		for _, p := range r.Util {
+			fmt.Fprintf(&b, "%s,%.3f,%.2f,%.1f\n", r.Policy, p.T/3600, p.Alloc, p.QueuedGPUs)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
