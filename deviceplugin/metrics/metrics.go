@@ -121,3 +121,6 @@ func (m *Metrics) PublishError() {
 	}
 	m.publishErrors.Inc()
 }
+
+// Registry returns the registry the metrics are registered on.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }

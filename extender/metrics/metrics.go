@@ -9,6 +9,7 @@ package metrics
 
 import (
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -29,6 +30,9 @@ type Source struct {
 	Problems func() map[string]int64
 	// GangsWaiting returns how many gangs wait for members or room.
 	GangsWaiting func() int
+	// Pending returns how many GPU pods wait for a node and how long the
+	// oldest has waited.
+	Pending func() (int, time.Duration)
 }
 
 // Metrics holds every metric the extender exports.
@@ -44,6 +48,8 @@ type Metrics struct {
 	GangWait        prometheus.Histogram
 	Requeues        prometheus.Counter
 	Events          prometheus.Counter
+	// PodFailures counts GPU pods that ended Failed, by node.
+	PodFailures *prometheus.CounterVec
 
 	violations atomic.Int64
 }
@@ -91,9 +97,13 @@ func New(src Source) *Metrics {
 			Namespace: namespace, Name: "refusal_events_total",
 			Help: "Kubernetes events emitted on pods for refusals (before the recorder's own aggregation).",
 		}),
+		PodFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "pod_failures_total",
+			Help: "Bound pods asking for Rota resources that ended Failed, by node (a node failing many is suspect).",
+		}, []string{"node"}),
 	}
 	m.Registry.MustRegister(m.RequestDuration, m.Decisions, m.HTTPErrors, m.BindConflicts, m.Expired,
-		m.GangPlans, m.GangWait, m.Requeues, m.Events,
+		m.GangPlans, m.GangWait, m.Requeues, m.Events, m.PodFailures,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&ledgerCollector{src: src, m: m})
 	return m
@@ -125,6 +135,10 @@ var (
 		"Annotations the cache could not account, by kind.", []string{"kind"}, nil)
 	descGangsWaiting = prometheus.NewDesc(namespace+"_gangs_waiting",
 		"Gangs waiting for members or for room.", nil, nil)
+	descPending = prometheus.NewDesc(namespace+"_pending_pods",
+		"Pods asking for Rota resources that wait for a node.", nil, nil)
+	descPendingOldest = prometheus.NewDesc(namespace+"_pending_pod_oldest_seconds",
+		"How long the longest-waiting GPU pod has waited for a node (0 when none waits).", nil, nil)
 )
 
 // ledgerCollector reads the gauges from one ledger snapshot per scrape.
@@ -135,7 +149,7 @@ type ledgerCollector struct {
 
 func (c *ledgerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMemAllocated, descMemTotal, descWholeUsed, descGPUsBusy, descGPUsTotal,
-		descNodes, descFrag, descAllocs, descViolations, descProblems, descGangsWaiting} {
+		descNodes, descFrag, descAllocs, descViolations, descProblems, descGangsWaiting, descPending, descPendingOldest} {
 		ch <- d
 	}
 }
@@ -196,5 +210,10 @@ func (c *ledgerCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if c.src.GangsWaiting != nil {
 		ch <- prometheus.MustNewConstMetric(descGangsWaiting, prometheus.GaugeValue, float64(c.src.GangsWaiting()))
+	}
+	if c.src.Pending != nil {
+		n, oldest := c.src.Pending()
+		ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(n))
+		ch <- prometheus.MustNewConstMetric(descPendingOldest, prometheus.GaugeValue, oldest.Seconds())
 	}
 }

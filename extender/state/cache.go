@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -36,6 +37,10 @@ type Options struct {
 	// finished or was deleted released its GPUs (the gang's other
 	// reservations that the ledger released with it are listed too).
 	OnRelease func(released []ledger.Allocation)
+	// OnPodFailed, when set, is called with the node of every bound pod
+	// asking for Rota resources that ends Failed (alerting on nodes that
+	// fail many GPU pods).
+	OnPodFailed func(node string)
 }
 
 // Stats counts the problems the cache met; all counters only grow.
@@ -54,13 +59,14 @@ type Stats struct {
 
 // Cache feeds the ledger from the informers. It is safe for concurrent use.
 type Cache struct {
-	names     contract.Names
-	tiers     topology.Labels
-	ledger    *ledger.Ledger
-	nodes     cache.SharedIndexInformer
-	pods      cache.SharedIndexInformer
-	onRelease func([]ledger.Allocation)
-	logger    klog.Logger
+	names       contract.Names
+	tiers       topology.Labels
+	ledger      *ledger.Ledger
+	nodes       cache.SharedIndexInformer
+	pods        cache.SharedIndexInformer
+	onRelease   func([]ledger.Allocation)
+	onPodFailed func(node string)
+	logger      klog.Logger
 
 	nodeReg, podReg cache.ResourceEventHandlerRegistration
 
@@ -78,7 +84,7 @@ func New(ctx context.Context, o Options) (*Cache, error) {
 	}
 	c := &Cache{
 		names: o.Names, tiers: o.Tiers, ledger: o.Ledger, nodes: o.Nodes, pods: o.Pods,
-		onRelease: o.OnRelease, logger: klog.FromContext(ctx), nodeSig: map[string]string{},
+		onRelease: o.OnRelease, onPodFailed: o.OnPodFailed, logger: klog.FromContext(ctx), nodeSig: map[string]string{},
 	}
 	if err := o.Nodes.SetTransform(NodeTransform(o.Names, o.Tiers)); err != nil {
 		return nil, fmt.Errorf("node informer transform: %w", err)
@@ -266,6 +272,7 @@ func (c *Cache) podChanged(oldObj, obj any) {
 		return // nothing the ledger reads changed
 	}
 	if podreq.Terminal(pod) {
+		c.failed(old, pod)
 		c.release(pod.UID)
 		return
 	}
@@ -311,7 +318,40 @@ func (c *Cache) podDeleted(obj any) {
 	if !ok {
 		return
 	}
+	c.failed(nil, pod)
 	c.release(pod.UID)
+}
+
+// failed reports a GPU pod that turned Failed on its node, once: only
+// while the ledger still holds its GPUs (the caller releases them next). A
+// pod informer that watches only non-terminal pods sees the turn as a
+// delete carrying the Failed pod.
+func (c *Cache) failed(old, pod *corev1.Pod) {
+	if c.onPodFailed == nil || pod.Status.Phase != corev1.PodFailed || pod.Spec.NodeName == "" ||
+		(old != nil && old.Status.Phase == corev1.PodFailed) || !podreq.Wants(pod, c.names) {
+		return
+	}
+	if _, held := c.ledger.Get(string(pod.UID)); !held {
+		return
+	}
+	c.onPodFailed(pod.Spec.NodeName)
+}
+
+// Pending counts the pods asking for Rota resources that wait for a node,
+// and how long the oldest has waited at now.
+func (c *Cache) Pending(now time.Time) (int, time.Duration) {
+	n, oldest := 0, time.Duration(0)
+	for _, obj := range c.pods.GetStore().List() {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok || pod.Spec.NodeName != "" || pod.DeletionTimestamp != nil || podreq.Terminal(pod) || !podreq.Wants(pod, c.names) {
+			continue
+		}
+		n++
+		if !pod.CreationTimestamp.IsZero() {
+			oldest = max(oldest, now.Sub(pod.CreationTimestamp.Time))
+		}
+	}
+	return n, oldest
 }
 
 func (c *Cache) release(uid any) {

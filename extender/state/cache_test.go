@@ -4,6 +4,7 @@ import (
 	"context"
 	"reflect"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -105,5 +106,49 @@ func TestDeletedFinalStateUnknownReleases(t *testing.T) {
 	c.nodeDeleted(cache.DeletedFinalStateUnknown{Key: "n", Obj: nodeObj})
 	if led.Snapshot().Node("n") != nil {
 		t.Error("tombstoned node still in the ledger")
+	}
+}
+
+// A GPU pod that ends Failed is reported once with its node (the watch of
+// non-terminal pods shows the turn as a delete of the Failed pod), and
+// pending GPU pods are counted with the age of the oldest.
+func TestFailuresAndPending(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	nodeObj, n := gpuNode()
+	running := boundPod(n)
+	waiting := boundPod(n)
+	waiting.Name, waiting.UID, waiting.Spec.NodeName = "w", "uid-w", ""
+	delete(waiting.Annotations, names.AssignmentAnnotation)
+	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	waiting.CreationTimestamp = metav1.NewTime(created)
+	client := fake.NewSimpleClientset(nodeObj, running, waiting)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	var failed []string
+	c, err := New(ctx, Options{Names: names, Tiers: topology.DefaultLabels(names), Ledger: ledger.New(),
+		Nodes: factory.Core().V1().Nodes().Informer(), Pods: factory.Core().V1().Pods().Informer(),
+		OnPodFailed: func(node string) { failed = append(failed, node) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	defer cancel()
+	if !c.WaitReady(ctx) {
+		t.Fatal("not ready")
+	}
+	if n, oldest := c.Pending(created.Add(90 * time.Second)); n != 1 || oldest != 90*time.Second {
+		t.Errorf("Pending = %d, %s; want 1, 1m30s", n, oldest)
+	}
+	dead := running.DeepCopy()
+	dead.Status.Phase = corev1.PodFailed
+	c.podChanged(running, dead)
+	c.podDeleted(dead) // the same turn seen again as a delete
+	if len(failed) != 1 || failed[0] != "n" {
+		t.Errorf("OnPodFailed saw %v; want [n] (once per pod)", failed)
+	}
+	c.podChanged(dead, dead) // no new turn
+	if len(failed) != 1 {
+		t.Errorf("an unchanged Failed pod was reported again: %v", failed)
 	}
 }

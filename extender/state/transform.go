@@ -26,8 +26,8 @@ func PodTransform(names contract.Names) cache.TransformFunc {
 		out := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{
 				Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
-				DeletionTimestamp: pod.DeletionTimestamp,
-				Labels:            keep(pod.Labels, labels), Annotations: keep(pod.Annotations, annotations),
+				CreationTimestamp: pod.CreationTimestamp, DeletionTimestamp: pod.DeletionTimestamp,
+				Labels: keep(pod.Labels, labels), Annotations: keep(pod.Annotations, annotations),
 			},
 			Spec: corev1.PodSpec{
 				NodeName: pod.Spec.NodeName, Priority: pod.Spec.Priority, SchedulerName: pod.Spec.SchedulerName,

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -137,6 +138,7 @@ func run(ctx context.Context, cfg config.Config) error {
 		o.FieldSelector = "status.phase!=" + string(corev1.PodSucceeded) + ",status.phase!=" + string(corev1.PodFailed)
 	}))
 	led := ledger.New()
+	var podFailures func(node string)
 	var ext *scheduling.Extender
 	var extMu sync.Mutex
 	extender := func() *scheduling.Extender { extMu.Lock(); defer extMu.Unlock(); return ext }
@@ -146,6 +148,11 @@ func run(ctx context.Context, cfg config.Config) error {
 		OnRelease: func(as []ledger.Allocation) {
 			if e := extender(); e != nil {
 				e.Released(as)
+			}
+		},
+		OnPodFailed: func(node string) {
+			if f := podFailures; f != nil {
+				f(node)
 			}
 		},
 	})
@@ -165,7 +172,9 @@ func run(ctx context.Context, cfg config.Config) error {
 			}
 			return 0
 		},
+		Pending: func() (int, time.Duration) { return cache.Pending(time.Now()) },
 	})
+	podFailures = func(node string) { m.PodFailures.WithLabelValues(node).Inc() }
 	b := binder.New(client, names, cfg.APITimeout)
 	b.OnConflict = m.BindConflicts.Inc
 	podGroups, err := scheduling.NewDynamicPodGroups(client.Discovery(), dyn, cfg.GangTTL/4)
