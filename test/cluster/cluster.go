@@ -100,9 +100,9 @@ type Cluster struct {
 	client     kubernetes.Interface
 
 	mu            sync.Mutex // serializes starting and stopping processes
-	etcd          *process
-	apiServer     *process
-	scheduler     *process
+	etcd          *Process
+	apiServer     *Process
+	scheduler     *Process
 	schedulerPort int
 	stopped       bool
 
@@ -149,7 +149,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating certificates: %w", err)
 	}
-	ports, err := freePorts(4)
+	ports, err := FreePorts(4)
 	if err != nil {
 		return nil, err
 	}
@@ -162,15 +162,19 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 
-	c.etcd = newProcess(opts.BinDir, etcdBin, c.Dir, etcdArgs(c.Dir, etcdClient, etcdPeer))
-	if err := c.etcd.start(); err != nil {
+	// Each binary logs to <Dir>/<binary>.log.
+	newProcess := func(name string, args []string) *Process {
+		return NewProcess(name, filepath.Join(opts.BinDir, name), filepath.Join(c.Dir, name+".log"), args)
+	}
+	c.etcd = newProcess(etcdBin, etcdArgs(c.Dir, etcdClient, etcdPeer))
+	if err := c.etcd.Start(); err != nil {
 		return nil, err
 	}
 	if err := c.waitHTTP(ctx, c.etcd, c.EtcdURL+"/health", nil); err != nil {
 		return nil, err
 	}
 
-	c.apiServer = newProcess(opts.BinDir, apiServerBin, c.Dir,
+	c.apiServer = newProcess(apiServerBin,
 		append(apiServerArgs(p, c.EtcdURL, apiPort), opts.APIServerArgs...))
 	if err := c.startAPIServer(ctx); err != nil {
 		return nil, err
@@ -184,7 +188,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := os.WriteFile(schedConfigFile, config, 0o600); err != nil {
 		return nil, err
 	}
-	c.scheduler = newProcess(opts.BinDir, schedulerBin, c.Dir,
+	c.scheduler = newProcess(schedulerBin,
 		append(schedulerArgs(c.Dir, schedConfigFile, c.schedulerPort), opts.SchedulerArgs...))
 	if !opts.NoScheduler {
 		if err := c.StartScheduler(ctx); err != nil {
@@ -240,7 +244,7 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	if c.stopped {
 		return errors.New("cluster is stopped")
 	}
-	if err := c.apiServer.stop(apiServerStopGrace); err != nil {
+	if err := c.apiServer.Stop(apiServerStopGrace); err != nil {
 		return err
 	}
 	return c.startAPIServer(ctx)
@@ -250,7 +254,7 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 func (c *Cluster) StopScheduler() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.scheduler.stop(stopGrace)
+	return c.scheduler.Stop(stopGrace)
 }
 
 // StartScheduler starts kube-scheduler (again) with the configuration Start
@@ -261,7 +265,7 @@ func (c *Cluster) StartScheduler(ctx context.Context) error {
 	if c.stopped {
 		return errors.New("cluster is stopped")
 	}
-	if err := c.scheduler.start(); err != nil {
+	if err := c.scheduler.Start(); err != nil {
 		return err
 	}
 	insecure := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
@@ -274,7 +278,7 @@ func (c *Cluster) StartScheduler(ctx context.Context) error {
 func (c *Cluster) SchedulerRunning() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.scheduler != nil && c.scheduler.running()
+	return c.scheduler != nil && c.scheduler.Running()
 }
 
 // LogFile returns the log path of component "etcd", "kube-apiserver" or "kube-scheduler".
@@ -300,7 +304,7 @@ func (c *Cluster) Stop() error {
 	}
 	c.stopped = true
 	var errs []error
-	for _, p := range []*process{c.scheduler, c.apiServer, c.etcd} {
+	for _, p := range []*Process{c.scheduler, c.apiServer, c.etcd} {
 		if p == nil {
 			continue
 		}
@@ -308,7 +312,7 @@ func (c *Cluster) Stop() error {
 		if p == c.apiServer {
 			grace = apiServerStopGrace
 		}
-		errs = append(errs, p.stop(grace))
+		errs = append(errs, p.Stop(grace))
 	}
 	if c.removeDir {
 		errs = append(errs, os.RemoveAll(c.Dir))
@@ -317,7 +321,7 @@ func (c *Cluster) Stop() error {
 }
 
 func (c *Cluster) startAPIServer(ctx context.Context) error {
-	if err := c.apiServer.start(); err != nil {
+	if err := c.apiServer.Start(); err != nil {
 		return err
 	}
 	return c.waitReady(ctx, c.apiServer, func(ctx context.Context) error {
@@ -327,20 +331,20 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 }
 
 func (c *Cluster) writeKubeconfigs(p *pki) error {
-	admin, err := p.clientCert("rota-admin", "system:masters")
+	admin, err := p.ClientCert("rota-admin", "system:masters")
 	if err != nil {
 		return err
 	}
-	sched, err := p.clientCert("system:kube-scheduler")
+	sched, err := p.ClientCert("system:kube-scheduler")
 	if err != nil {
 		return err
 	}
 	c.Kubeconfig = filepath.Join(c.Dir, "admin.kubeconfig")
 	c.SchedulerKubeconfig = filepath.Join(c.Dir, "scheduler.kubeconfig")
-	for path, cert := range map[string]clientCert{c.Kubeconfig: admin, c.SchedulerKubeconfig: sched} {
+	for path, cert := range map[string]ClientCert{c.Kubeconfig: admin, c.SchedulerKubeconfig: sched} {
 		kc := clientcmdapi.NewConfig()
-		kc.Clusters["rota"] = &clientcmdapi.Cluster{Server: c.APIServerURL, CertificateAuthorityData: p.caPEM}
-		kc.AuthInfos["rota"] = &clientcmdapi.AuthInfo{ClientCertificateData: cert.certPEM, ClientKeyData: cert.keyPEM}
+		kc.Clusters["rota"] = &clientcmdapi.Cluster{Server: c.APIServerURL, CertificateAuthorityData: p.PEM}
+		kc.AuthInfos["rota"] = &clientcmdapi.AuthInfo{ClientCertificateData: cert.CertPEM, ClientKeyData: cert.KeyPEM}
 		kc.Contexts["rota"] = &clientcmdapi.Context{Cluster: "rota", AuthInfo: "rota"}
 		kc.CurrentContext = "rota"
 		if err := clientcmd.WriteToFile(*kc, path); err != nil {
@@ -359,7 +363,7 @@ func (c *Cluster) writeKubeconfigs(p *pki) error {
 }
 
 // waitHTTP polls url until it answers 200 OK.
-func (c *Cluster) waitHTTP(ctx context.Context, p *process, url string, client *http.Client) error {
+func (c *Cluster) waitHTTP(ctx context.Context, p *Process, url string, client *http.Client) error {
 	if client == nil {
 		client = &http.Client{Timeout: 5 * time.Second}
 	}
@@ -382,7 +386,7 @@ func (c *Cluster) waitHTTP(ctx context.Context, p *process, url string, client *
 
 // waitReady polls ready until it succeeds, p exits, ctx ends or the start
 // timeout passes.
-func (c *Cluster) waitReady(ctx context.Context, p *process, ready func(context.Context) error) error {
+func (c *Cluster) waitReady(ctx context.Context, p *Process, ready func(context.Context) error) error {
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, c.opts.StartTimeout)
 	defer cancel()
@@ -394,16 +398,16 @@ func (c *Cluster) waitReady(ctx context.Context, p *process, ready func(context.
 		last = ready(attempt)
 		cancelAttempt()
 		if last == nil {
-			klog.V(2).InfoS("Component ready", "component", p.name, "pid", p.cmd.Process.Pid,
+			klog.V(2).InfoS("Component ready", "component", p.Name, "pid", p.cmd.Process.Pid,
 				"took", time.Since(began).Round(time.Millisecond))
 			return nil
 		}
 		select {
-		case <-p.exited():
-			return p.exitError()
+		case <-p.Exited():
+			return p.ExitError()
 		case <-ctx.Done():
 			return fmt.Errorf("%s not ready after %s: %w (last check: %v)\n%s",
-				p.name, time.Since(began).Round(time.Second), ctx.Err(), last, p.logTail(30))
+				p.Name, time.Since(began).Round(time.Second), ctx.Err(), last, p.LogTail(30))
 		case <-tick.C:
 		}
 	}
@@ -461,9 +465,9 @@ func schedulerArgs(dir, configFile string, port int) []string {
 	}
 }
 
-// freePorts returns n distinct free TCP ports on 127.0.0.1. Another process
+// FreePorts returns n distinct free TCP ports on 127.0.0.1. Another process
 // could take one before it is used; on a test machine that is rare enough.
-func freePorts(n int) ([]int, error) {
+func FreePorts(n int) ([]int, error) {
 	var ports []int
 	var listeners []net.Listener
 	defer func() {

@@ -16,61 +16,74 @@ import (
 	"time"
 )
 
-// pki is the cluster's throwaway public-key infrastructure: one CA that signs
-// the API server's serving certificate and the client certificates, and the
-// key pair that signs service-account tokens. ECDSA P-256 keeps generation in
-// the microseconds; nothing outside the test trusts any of it.
-type pki struct {
-	caCert *x509.Certificate
-	caKey  crypto.Signer
-	caPEM  []byte
-
-	// Paths of the files the processes read.
-	caFile, servingCertFile, servingKeyFile, saPubFile, saKeyFile string
+// CA is a throwaway certificate authority: an ECDSA P-256 key (generation
+// takes microseconds) and a self-signed certificate. Nothing outside the test
+// trusts it.
+type CA struct {
+	Cert *x509.Certificate
+	PEM  []byte // Cert, PEM-encoded
+	key  crypto.Signer
 }
 
-// clientCert is a PEM certificate and key for one client identity.
-type clientCert struct {
-	certPEM, keyPEM []byte
+// ClientCert is a PEM certificate and key for one client identity.
+type ClientCert struct {
+	CertPEM, KeyPEM []byte
 }
 
-func newPKI(dir string) (*pki, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+// NewCA creates a CA named commonName.
+func NewCA(commonName string) (*CA, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
 	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "rota-test-ca"},
+		Subject:               pkix.Name{CommonName: commonName},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(10 * 365 * 24 * time.Hour),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, caKey.Public(), caKey)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
 	if err != nil {
 		return nil, err
 	}
-	caCert, err := x509.ParseCertificate(der)
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	return &CA{Cert: cert, PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), key: key}, nil
+}
+
+// pki is the cluster's throwaway public-key infrastructure: one CA that signs
+// the API server's serving certificate and the client certificates, and the
+// key pair that signs service-account tokens.
+type pki struct {
+	*CA
+
+	// Paths of the files the processes read.
+	caFile, servingCertFile, servingKeyFile, saPubFile, saKeyFile string
+}
+
+func newPKI(dir string) (*pki, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	ca, err := NewCA("rota-test-ca")
 	if err != nil {
 		return nil, err
 	}
 	p := &pki{
-		caCert:          caCert,
-		caKey:           caKey,
-		caPEM:           pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		CA:              ca,
 		caFile:          filepath.Join(dir, "ca.crt"),
 		servingCertFile: filepath.Join(dir, "apiserver.crt"),
 		servingKeyFile:  filepath.Join(dir, "apiserver.key"),
 		saPubFile:       filepath.Join(dir, "sa.pub"),
 		saKeyFile:       filepath.Join(dir, "sa.key"),
 	}
-	if err := os.WriteFile(p.caFile, p.caPEM, 0o600); err != nil {
+	if err := os.WriteFile(p.caFile, p.PEM, 0o600); err != nil {
 		return nil, err
 	}
 
@@ -84,10 +97,10 @@ func newPKI(dir string) (*pki, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(p.servingCertFile, serving.certPEM, 0o600); err != nil {
+	if err := os.WriteFile(p.servingCertFile, serving.CertPEM, 0o600); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(p.servingKeyFile, serving.keyPEM, 0o600); err != nil {
+	if err := os.WriteFile(p.servingKeyFile, serving.KeyPEM, 0o600); err != nil {
 		return nil, err
 	}
 
@@ -112,34 +125,34 @@ func newPKI(dir string) (*pki, error) {
 	return p, nil
 }
 
-// clientCert issues a client certificate for user in groups (the API server
+// ClientCert issues a client certificate for user in groups (the API server
 // reads the common name as the user and the organizations as groups).
-func (p *pki) clientCert(user string, groups ...string) (clientCert, error) {
-	return p.issue(&x509.Certificate{
+func (ca *CA) ClientCert(user string, groups ...string) (ClientCert, error) {
+	return ca.issue(&x509.Certificate{
 		Subject:     pkix.Name{CommonName: user, Organization: groups},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	})
 }
 
-func (p *pki) issue(tmpl *x509.Certificate) (clientCert, error) {
+func (ca *CA) issue(tmpl *x509.Certificate) (ClientCert, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return clientCert{}, err
+		return ClientCert{}, err
 	}
 	now := time.Now()
 	tmpl.SerialNumber = serial()
 	tmpl.NotBefore = now.Add(-time.Hour)
 	tmpl.NotAfter = now.Add(365 * 24 * time.Hour)
 	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, key.Public(), p.caKey)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.key)
 	if err != nil {
-		return clientCert{}, fmt.Errorf("signing certificate for %s: %w", tmpl.Subject.CommonName, err)
+		return ClientCert{}, fmt.Errorf("signing certificate for %s: %w", tmpl.Subject.CommonName, err)
 	}
 	kp, err := keyPEM(key)
 	if err != nil {
-		return clientCert{}, err
+		return ClientCert{}, err
 	}
-	return clientCert{certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM: kp}, nil
+	return ClientCert{CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), KeyPEM: kp}, nil
 }
 
 func keyPEM(key *ecdsa.PrivateKey) ([]byte, error) {

@@ -12,12 +12,12 @@ func TestPKI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, err := p.clientCert("system:kube-scheduler")
+	cert, err := p.ClientCert("system:kube-scheduler")
 	if err != nil {
 		t.Fatal(err)
 	}
 	roots := x509.NewCertPool()
-	roots.AddCert(p.caCert)
+	roots.AddCert(p.Cert)
 	for _, tc := range []struct {
 		file  string
 		usage x509.ExtKeyUsage
@@ -26,7 +26,7 @@ func TestPKI(t *testing.T) {
 		{p.servingCertFile, x509.ExtKeyUsageServerAuth, "127.0.0.1"},
 		{"", x509.ExtKeyUsageClientAuth, ""},
 	} {
-		data := cert.certPEM
+		data := cert.CertPEM
 		if tc.file != "" {
 			if data, err = os.ReadFile(tc.file); err != nil {
 				t.Fatal(err)

@@ -6,67 +6,92 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
 
-// process is one control-plane binary running as a child in its own process
-// group, with stdout and stderr appended to a log file. A process is used from
-// one goroutine at a time (the Cluster's lock serializes start and stop).
-type process struct {
-	name    string // e.g. "kube-apiserver"; also the log file's base name
-	path    string
-	args    []string
-	logPath string
+// Process is one binary running as a child in its own process group, its
+// stdout and stderr appended to a log file. On Linux the kernel kills it if
+// the test process dies first (Pdeathsig). It can be stopped (SIGTERM, then
+// SIGKILL), killed (SIGKILL, as in kill -9) and started again with the same
+// arguments. A Process is safe for concurrent use.
+//
+// The control plane (test/cluster), Rota's binaries in the e2e harness and
+// the real-node suite's children all run as a Process.
+type Process struct {
+	Name    string // e.g. "kube-apiserver"; used in errors
+	Path    string // the binary; a bare name is looked up in $PATH
+	Args    []string
+	LogPath string
 
+	mu   sync.Mutex
 	cmd  *exec.Cmd
-	done chan struct{} // closed when the process has exited
-	err  error         // exit status; valid after done is closed
+	done chan struct{} // closed when the current run has exited
+	err  error         // exit status of the last run; valid after done is closed
 }
 
-func newProcess(binDir, name, dir string, args []string) *process {
-	return &process{
-		name:    name,
-		path:    filepath.Join(binDir, name),
-		args:    args,
-		logPath: filepath.Join(dir, name+".log"),
-	}
+// NewProcess returns a Process, not yet started, that runs path with args and
+// appends its output to logPath.
+func NewProcess(name, path, logPath string, args []string) *Process {
+	return &Process{Name: name, Path: path, Args: args, LogPath: logPath}
 }
 
-// start launches the process. The log file is appended to, so a restarted
+// Start launches the process. The log file is appended to, so a restarted
 // process keeps its earlier output above a marker line.
-func (p *process) start() error {
-	if p.running() {
-		return fmt.Errorf("%s is already running (pid %d)", p.name, p.cmd.Process.Pid)
+func (p *Process) Start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.runningLocked() {
+		return fmt.Errorf("%s is already running (pid %d)", p.Name, p.cmd.Process.Pid)
 	}
-	logFile, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	logFile, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(logFile, "=== %s %s %s\n", time.Now().Format(time.RFC3339Nano), p.path, strings.Join(p.args, " "))
-	cmd := exec.Command(p.path, p.args...)
-	cmd.Stdout = logFile
-	cmd.Stderr = logFile
+	fmt.Fprintf(logFile, "=== %s %s %s\n", time.Now().Format(time.RFC3339Nano), p.Path, strings.Join(p.Args, " "))
+	cmd := exec.Command(p.Path, p.Args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
-		return fmt.Errorf("starting %s: %w", p.name, err)
+		return fmt.Errorf("starting %s: %w", p.Name, err)
 	}
-	p.cmd = cmd
-	p.done = make(chan struct{})
-	p.err = nil
-	go func(done chan struct{}) {
+	done := make(chan struct{})
+	p.cmd, p.done, p.err = cmd, done, nil
+	go func() {
 		err := cmd.Wait()
 		logFile.Close()
-		p.err = err
+		p.mu.Lock()
+		if p.done == done {
+			p.err = err
+		}
+		p.mu.Unlock()
 		close(done)
-	}(p.done)
+	}()
 	return nil
 }
 
-func (p *process) running() bool {
+// PID returns the process id of the current or last run, or 0 when it was
+// never started.
+func (p *Process) PID() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+// Running reports whether the process is running.
+func (p *Process) Running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.runningLocked()
+}
+
+func (p *Process) runningLocked() bool {
 	if p.cmd == nil {
 		return false
 	}
@@ -78,29 +103,45 @@ func (p *process) running() bool {
 	}
 }
 
-// exited returns a channel closed when the process exits, or nil if it was
-// never started.
-func (p *process) exited() <-chan struct{} { return p.done }
+// Exited returns a channel closed when the current run ends, or nil if the
+// process was never started.
+func (p *Process) Exited() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.done
+}
 
-// stop sends SIGTERM to the process group, waits up to grace, then sends
+// Kill sends SIGKILL to the process group (kill -9) and waits for the exit.
+func (p *Process) Kill() error { return p.signal(syscall.SIGKILL, 0) }
+
+// Stop sends SIGTERM to the process group, waits up to grace, then sends
 // SIGKILL. It returns once the process has exited; stopping a process that is
-// not running is a no-op.
-func (p *process) stop(grace time.Duration) error {
-	if p.cmd == nil {
+// not running only clears what is left in its group.
+func (p *Process) Stop(grace time.Duration) error { return p.signal(syscall.SIGTERM, grace) }
+
+func (p *Process) signal(sig syscall.Signal, grace time.Duration) error {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
 		return nil
 	}
-	pgid := p.cmd.Process.Pid // Setpgid makes the group id the child's pid.
-	if p.running() {
-		_ = syscall.Kill(-pgid, syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(grace):
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	pgid := cmd.Process.Pid // Setpgid makes the group id the child's pid.
+	select {
+	case <-done:
+	default:
+		_ = syscall.Kill(-pgid, sig)
+		if sig != syscall.SIGKILL {
 			select {
-			case <-p.done:
-			case <-time.After(10 * time.Second):
-				return fmt.Errorf("%s (pid %d) did not exit after SIGKILL", p.name, pgid)
+			case <-done:
+			case <-time.After(grace):
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
 			}
+		}
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			return fmt.Errorf("%s (pid %d) did not exit after SIGKILL", p.Name, pgid)
 		}
 	}
 	// Anything the process left behind in its group goes too.
@@ -108,19 +149,21 @@ func (p *process) stop(grace time.Duration) error {
 	return nil
 }
 
-// exitError describes how the process ended, for errors raised while waiting
-// for it to become ready.
-func (p *process) exitError() error {
+// ExitError describes how the last run ended, with the end of its log, for
+// errors raised while waiting for the process to become ready.
+func (p *Process) ExitError() error {
+	p.mu.Lock()
 	err := p.err
+	p.mu.Unlock()
 	if err == nil {
 		err = errors.New("exited with status 0")
 	}
-	return fmt.Errorf("%s exited: %w\n%s", p.name, err, p.logTail(30))
+	return fmt.Errorf("%s exited: %w\n%s", p.Name, err, p.LogTail(30))
 }
 
-// logTail returns the last n lines of the log, indented, for error messages.
-func (p *process) logTail(n int) string {
-	data, err := os.ReadFile(p.logPath)
+// LogTail returns the last n lines of the log, indented, for error messages.
+func (p *Process) LogTail(n int) string {
+	data, err := os.ReadFile(p.LogPath)
 	if err != nil {
 		return "  (no log: " + err.Error() + ")"
 	}
@@ -129,7 +172,7 @@ func (p *process) logTail(n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "  --- last %d lines of %s\n", len(lines), p.logPath)
+	fmt.Fprintf(&b, "  --- last %d lines of %s\n", len(lines), p.LogPath)
 	for _, l := range lines {
 		b.WriteString("  ")
 		b.Write(l)

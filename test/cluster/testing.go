@@ -45,9 +45,9 @@ func (c *Cluster) logTails(n int) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var s string
-	for _, p := range []*process{c.etcd, c.apiServer, c.scheduler} {
+	for _, p := range []*Process{c.etcd, c.apiServer, c.scheduler} {
 		if p != nil {
-			s += fmt.Sprintf("\n%s", p.logTail(n))
+			s += fmt.Sprintf("\n%s", p.LogTail(n))
 		}
 	}
 	return s

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/rota-sched/rota/test/cluster"
 )
 
 // containerdConfig is containerd 1.6's configuration (version 2) with
@@ -48,7 +50,7 @@ var cniBinDirs = []string{"/usr/lib/cni", "/opt/cni/bin"}
 type containerd struct {
 	dir    string
 	socket string
-	proc   *process
+	proc   *cluster.Process
 }
 
 func newContainerd(dir string) (*containerd, error) {
@@ -82,7 +84,7 @@ func newContainerd(dir string) (*containerd, error) {
 
 // start starts containerd and waits until it answers.
 func (c *containerd) start(ctx context.Context) error {
-	if err := c.proc.start(); err != nil {
+	if err := c.proc.Start(); err != nil {
 		return err
 	}
 	return waitUntil(ctx, 30*time.Second, "containerd to answer", c.proc, func() (bool, string) {

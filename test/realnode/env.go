@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -84,9 +83,9 @@ type Env struct {
 	opts       Options
 	guard      *hostGuard
 	containerd *containerd
-	kubelet    *process
-	plugin     *process
-	extender   *process
+	kubelet    *cluster.Process
+	plugin     *cluster.Process
+	extender   *cluster.Process
 
 	mu      sync.Mutex
 	stopped bool
@@ -179,7 +178,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	if err != nil {
 		return e, err
 	}
-	ports, err := freePorts(4)
+	ports, err := cluster.FreePorts(4)
 	if err != nil {
 		return e, err
 	}
@@ -202,7 +201,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	e.extender = newProcess("rota-extender", filepath.Join(rotaDir, "rota-extender"), e.Dir, append([]string{
 		"--kubeconfig=" + e.Cluster.Kubeconfig, "--listen=127.0.0.1:" + strconv.Itoa(ports[0]), "--v=4",
 	}, opts.ExtenderArgs...))
-	if err := e.extender.start(); err != nil {
+	if err := e.extender.Start(); err != nil {
 		return e, err
 	}
 
@@ -260,7 +259,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	}
 	e.kubelet = newProcess("kubelet", filepath.Join(binDir, "kubelet"), e.Dir,
 		kubeletArgs(cfgFile, e.Cluster.Kubeconfig, rootDir, e.NodeName))
-	if err := e.kubelet.start(); err != nil {
+	if err := e.kubelet.Start(); err != nil {
 		return e, err
 	}
 
@@ -294,7 +293,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	}); err != nil {
 		return e, err
 	}
-	if err := e.plugin.start(); err != nil {
+	if err := e.plugin.Start(); err != nil {
 		return e, err
 	}
 	if err := e.waitHTTP(ctx, e.extender, e.ExtenderURL+"/readyz"); err != nil {
@@ -397,7 +396,7 @@ func (e *Env) RestartKubelet(ctx context.Context) error {
 
 // StopKubelet stops the kubelet (SIGTERM); containers keep running and the
 // Node stays Ready in the API (no node lifecycle controller runs).
-func (e *Env) StopKubelet() error { return e.kubelet.stop(10 * time.Second) }
+func (e *Env) StopKubelet() error { return e.kubelet.Stop(10 * time.Second) }
 
 // StartKubelet starts the stopped kubelet and returns once it has created
 // its device plugin registration socket again.
@@ -405,7 +404,7 @@ func (e *Env) StartKubelet(ctx context.Context) error {
 	sock := filepath.Join(DevicePluginDir, kubeletSocketName)
 	// File times come from the kernel's coarse clock, a tick behind.
 	startedAt := time.Now().Add(-20 * time.Millisecond)
-	if err := e.kubelet.start(); err != nil {
+	if err := e.kubelet.Start(); err != nil {
 		return err
 	}
 	return waitUntil(ctx, time.Minute, "the restarted kubelet's device plugin socket", e.kubelet, func() (bool, string) {
@@ -418,21 +417,21 @@ func (e *Env) StartKubelet(ctx context.Context) error {
 }
 
 // KubeletLog and PluginLog return the paths of the logs.
-func (e *Env) KubeletLog() string { return e.kubelet.logPath }
+func (e *Env) KubeletLog() string { return e.kubelet.LogPath }
 
 // PluginLog returns the path of rota-device-plugin's log.
-func (e *Env) PluginLog() string { return e.plugin.logPath }
+func (e *Env) PluginLog() string { return e.plugin.LogPath }
 
 // LogTails returns the end of every log, for a failing test.
 func (e *Env) LogTails(n int) string {
 	var b strings.Builder
-	for _, p := range []*process{e.extender, e.kubelet, e.plugin} {
+	for _, p := range []*cluster.Process{e.extender, e.kubelet, e.plugin} {
 		if p != nil {
-			b.WriteString("\n" + p.logTail(n))
+			b.WriteString("\n" + p.LogTail(n))
 		}
 	}
 	if e.containerd != nil {
-		b.WriteString("\n" + e.containerd.proc.logTail(n))
+		b.WriteString("\n" + e.containerd.proc.LogTail(n))
 	}
 	return b.String()
 }
@@ -451,9 +450,9 @@ func (e *Env) Stop() error {
 	}
 	e.stopped = true
 	var errs []error
-	stop := func(p *process, grace time.Duration) {
+	stop := func(p *cluster.Process, grace time.Duration) {
 		if p != nil {
-			errs = append(errs, p.stop(grace))
+			errs = append(errs, p.Stop(grace))
 		}
 	}
 	stop(e.plugin, 5*time.Second)
@@ -487,7 +486,7 @@ func (e *Env) Stop() error {
 	return err
 }
 
-func (e *Env) waitHTTP(ctx context.Context, p *process, url string) error {
+func (e *Env) waitHTTP(ctx context.Context, p *cluster.Process, url string) error {
 	client := &http.Client{Timeout: 2 * time.Second}
 	return waitUntil(ctx, time.Minute, url, p, func() (bool, string) {
 		resp, err := client.Get(url)
@@ -501,7 +500,7 @@ func (e *Env) waitHTTP(ctx context.Context, p *process, url string) error {
 
 // waitUntil polls cond every 100ms until it holds, p exits, ctx ends or
 // timeout passes; the error carries cond's last description.
-func waitUntil(ctx context.Context, timeout time.Duration, what string, p *process, cond func() (bool, string)) error {
+func waitUntil(ctx context.Context, timeout time.Duration, what string, p *cluster.Process, cond func() (bool, string)) error {
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -509,7 +508,7 @@ func waitUntil(ctx context.Context, timeout time.Duration, what string, p *proce
 	defer tick.Stop()
 	var exited <-chan struct{}
 	if p != nil {
-		exited = p.exited()
+		exited = p.Exited()
 	}
 	for {
 		ok, last := cond()
@@ -518,11 +517,11 @@ func waitUntil(ctx context.Context, timeout time.Duration, what string, p *proce
 		}
 		select {
 		case <-exited:
-			return fmt.Errorf("waiting for %s: %w", what, p.exitError())
+			return fmt.Errorf("waiting for %s: %w", what, p.ExitError())
 		case <-ctx.Done():
 			tail := ""
 			if p != nil {
-				tail = "\n" + p.logTail(30)
+				tail = "\n" + p.LogTail(30)
 			}
 			return fmt.Errorf("waiting for %s: %w after %s (last: %s)%s", what, ctx.Err(),
 				time.Since(began).Round(time.Millisecond), last, tail)
@@ -531,24 +530,9 @@ func waitUntil(ctx context.Context, timeout time.Duration, what string, p *proce
 	}
 }
 
-// freePorts returns n distinct free TCP ports on 127.0.0.1.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
+// newProcess runs path as name, its output in <dir>/<name>.log.
+func newProcess(name, path, dir string, args []string) *cluster.Process {
+	return cluster.NewProcess(name, path, filepath.Join(dir, name+".log"), args)
 }
 
 func executable(path string) bool {

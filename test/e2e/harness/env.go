@@ -23,7 +23,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -75,6 +74,16 @@ type Options struct {
 	SchedulerConfig string
 	// Logf receives progress lines; nil discards them.
 	Logf func(format string, args ...any)
+}
+
+// Process is one of Rota's binaries running as a child in its own process
+// group, its output appended to a log file in the cluster folder. It can be
+// stopped (SIGTERM), killed (SIGKILL, as in kill -9) and started again.
+type Process = cluster.Process
+
+// newProcess runs binDir/name with its output in <dir>/<logName>.log.
+func newProcess(binDir, name, logName, dir string, args []string) *Process {
+	return cluster.NewProcess(name, filepath.Join(binDir, name), filepath.Join(dir, logName+".log"), args)
 }
 
 // Env is a running control plane with Rota.
@@ -166,7 +175,7 @@ func Start(ctx context.Context, o Options) (_ *Env, err error) {
 			}
 		}
 	}()
-	ports, err := freePorts(2)
+	ports, err := cluster.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
@@ -424,25 +433,6 @@ func waitHTTP(ctx context.Context, p *Process, url string, client *http.Client) 
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 func executable(path string) bool {
