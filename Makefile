@@ -22,7 +22,7 @@ unit: ## unit, property and fuzz-seed tests with -race
 test: lint unit e2e ## everything CI runs: lint, unit tests, scenario tests on a real control plane
 
 e2e: k8s-tools helm build ## scenario tests against a real etcd + kube-apiserver + kube-scheduler
-	$(GO) test -tags e2e -count=1 -timeout 30m -v ./test/... 2>&1 | tee $(BIN)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|SUMMARY|panic)' ; exit $${PIPESTATUS[0]}
+	$(GO) test -tags e2e -count=1 -timeout 30m -v ./test/... 2>&1 | tee $(BIN)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|SUMMARY|panic|  passed:|  FAILED)' ; exit $${PIPESTATUS[0]}
 
 lint: verify-imports ## go vet, gofmt, import rules
 	$(GO) vet ./...
