@@ -41,6 +41,10 @@ type Options struct {
 	// asking for Rota resources that ends Failed (alerting on nodes that
 	// fail many GPU pods).
 	OnPodFailed func(node string)
+	// Adjust, when set, may rewrite a node's topology before the ledger
+	// takes it (remediation marks quarantined and recovering GPUs
+	// unhealthy). It must return a new Node, never modify its argument.
+	Adjust func(*topology.Node) *topology.Node
 }
 
 // Stats counts the problems the cache met; all counters only grow.
@@ -66,6 +70,7 @@ type Cache struct {
 	pods        cache.SharedIndexInformer
 	onRelease   func([]ledger.Allocation)
 	onPodFailed func(node string)
+	adjust      func(*topology.Node) *topology.Node
 	logger      klog.Logger
 
 	nodeReg, podReg cache.ResourceEventHandlerRegistration
@@ -84,7 +89,7 @@ func New(ctx context.Context, o Options) (*Cache, error) {
 	}
 	c := &Cache{
 		names: o.Names, tiers: o.Tiers, ledger: o.Ledger, nodes: o.Nodes, pods: o.Pods,
-		onRelease: o.OnRelease, onPodFailed: o.OnPodFailed, logger: klog.FromContext(ctx), nodeSig: map[string]string{},
+		onRelease: o.OnRelease, onPodFailed: o.OnPodFailed, adjust: o.Adjust, logger: klog.FromContext(ctx), nodeSig: map[string]string{},
 	}
 	if err := o.Nodes.SetTransform(NodeTransform(o.Names, o.Tiers)); err != nil {
 		return nil, fmt.Errorf("node informer transform: %w", err)
@@ -233,8 +238,24 @@ func (c *Cache) nodeChanged(obj any) {
 		return
 	}
 	n := topology.New(node.Name, node.Labels, c.tiers, t)
+	if c.adjust != nil {
+		n = c.adjust(n)
+	}
 	c.ledger.UpsertNode(n)
 	logger.V(2).Info("Node GPU topology applied", "gpus", len(n.GPUs), "generation", t.Generation, "tiers", n.Tiers)
+}
+
+// Reapply converts the cached node's topology again (Options.Adjust's
+// answer changed); a node the informer does not hold is left alone.
+func (c *Cache) Reapply(name string) {
+	obj, ok, err := c.nodes.GetIndexer().GetByKey(name)
+	if err != nil || !ok {
+		return
+	}
+	c.mu.Lock()
+	delete(c.nodeSig, name)
+	c.mu.Unlock()
+	c.nodeChanged(obj)
 }
 
 func (c *Cache) nodeDeleted(obj any) {

@@ -15,8 +15,9 @@ import (
 // else (managedFields, env, volumes, status details) is dropped before the
 // informer stores the pod.
 func PodTransform(names contract.Names) cache.TransformFunc {
-	labels := []string{names.GangLabel, names.PodGroupLabel, names.PreemptibleLabel, names.TeamLabel}
-	annotations := []string{names.AssignmentAnnotation, names.GangSizeAnnotation}
+	labels := []string{names.GangLabel, names.PodGroupLabel, names.PreemptibleLabel, names.TeamLabel, names.RemediationLabel}
+	annotations := []string{names.AssignmentAnnotation, names.GangSizeAnnotation,
+		names.CheckpointSignalAnnotation, names.CheckpointGraceAnnotation}
 	resources := []corev1.ResourceName{corev1.ResourceName(names.GPU), corev1.ResourceName(names.GPUMemory)}
 	return func(obj any) (any, error) {
 		pod, ok := obj.(*corev1.Pod)

@@ -70,7 +70,31 @@ type Names struct {
 	// GPUHealthAnnotation on a Node lets an admin force a GPU back to healthy
 	// ("<uuid>=healthy,...").
 	GPUHealthAnnotation string
+
+	// Remediation (extender/remediation). GPUFailureCondition is the pod
+	// condition type set on pods hit by a GPU or node fault.
+	GPUFailureCondition string
+	// RemediationLabel on a Pod: "mark-only" asks to be marked, never deleted.
+	RemediationLabel string
+	// CheckpointSignalAnnotation and CheckpointGraceAnnotation on a Pod ask
+	// for time to checkpoint before a remediation deletes it (the grace
+	// period becomes the deletion's; the signal is documentation for the
+	// pod's preStop hook, Kubernetes only sends SIGTERM).
+	CheckpointSignalAnnotation string
+	CheckpointGraceAnnotation  string
+	// QuarantineAnnotation on a Node lists what the extender quarantined
+	// ("node", GPU UUIDs); an admin writes "release" to return it all.
+	QuarantineAnnotation string
+	// QuarantineTaint (NoSchedule) keeps new pods off a quarantined node.
+	QuarantineTaint string
 }
+
+// Values of the remediation label and quarantine annotation.
+const (
+	RemediationMarkOnly = "mark-only"
+	QuarantineRelease   = "release"
+	QuarantineNode      = "node"
+)
 
 // PodGroupLabel is the label scheduler-plugins' coscheduling uses; it does not
 // depend on Rota's domain.
@@ -115,6 +139,13 @@ func NewNames(domain string) (Names, error) {
 		TeamLabel:            domain + "/team",
 		PreemptibleLabel:     domain + "/preemptible",
 		GPUHealthAnnotation:  domain + "/gpu-health-override",
+
+		GPUFailureCondition:        domain + "/GPUFailure",
+		RemediationLabel:           domain + "/remediation",
+		CheckpointSignalAnnotation: domain + "/checkpoint-signal",
+		CheckpointGraceAnnotation:  domain + "/checkpoint-grace",
+		QuarantineAnnotation:       domain + "/quarantine",
+		QuarantineTaint:            domain + "/quarantined",
 	}, nil
 }
 

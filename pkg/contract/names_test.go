@@ -49,7 +49,10 @@ func TestNewNames(t *testing.T) {
 			want := Names{Domain: d, GPU: d + "/gpu", GPUMemory: d + "/gpu-memory",
 				TopologyAnnotation: d + "/gpu-topology", AssignmentAnnotation: d + "/gpu-assignment",
 				GangLabel: d + "/gang", GangSizeAnnotation: d + "/gang-size", PodGroupLabel: PodGroupLabel,
-				TeamLabel: d + "/team", PreemptibleLabel: d + "/preemptible", GPUHealthAnnotation: d + "/gpu-health-override"}
+				TeamLabel: d + "/team", PreemptibleLabel: d + "/preemptible", GPUHealthAnnotation: d + "/gpu-health-override",
+				GPUFailureCondition: d + "/GPUFailure", RemediationLabel: d + "/remediation",
+				CheckpointSignalAnnotation: d + "/checkpoint-signal", CheckpointGraceAnnotation: d + "/checkpoint-grace",
+				QuarantineAnnotation: d + "/quarantine", QuarantineTaint: d + "/quarantined"}
 			if n != want {
 				t.Errorf("NewNames(%q) = %+v, want %+v", tc.giveDomain, n, want)
 			}

@@ -41,7 +41,8 @@ var valueSets = map[string][]string{
 	"monitoring": {"metrics.serviceMonitor.enabled=true", "metrics.prometheusRule.enabled=true",
 		"metrics.dashboard.enabled=true"},
 	"existing-scheduler": {"scheduler.mode=existing", "devicePlugin.backend=fake",
-		"devicePlugin.fakeConfig=/etc/rota/gpus.yaml", "extender.policy=fragmentation-aware"},
+		"devicePlugin.fakeConfig=/etc/rota/gpus.yaml", "extender.policy=fragmentation-aware",
+		"extender.remediation.mode=on"},
 }
 
 func repoRoot(t *testing.T) string {

@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -30,15 +31,18 @@ import (
 	"github.com/rota-sched/rota/extender/binder"
 	"github.com/rota-sched/rota/extender/config"
 	"github.com/rota-sched/rota/extender/metrics"
+	"github.com/rota-sched/rota/extender/remediation"
 	"github.com/rota-sched/rota/extender/scheduling"
 	"github.com/rota-sched/rota/extender/server"
 	"github.com/rota-sched/rota/extender/state"
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/placement"
+	pkgremediation "github.com/rota-sched/rota/pkg/remediation"
+	"github.com/rota-sched/rota/pkg/topology"
 )
 
 func main() {
-	cfg, err := parseFlags(os.Args[1:])
+	cfg, rcfg, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
 	}
@@ -49,7 +53,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	logger := klog.Background().WithName("rota-extender")
 	ctx = klog.NewContext(ctx, logger)
-	err = run(ctx, cfg)
+	err = run(ctx, cfg, rcfg)
 	stop()
 	if err != nil {
 		logger.Error(err, "rota-extender failed")
@@ -58,9 +62,11 @@ func main() {
 	klog.Flush()
 }
 
-// parseFlags binds the flags onto config.Default() and validates the result.
-func parseFlags(args []string) (config.Config, error) {
+// parseFlags binds the flags onto config.Default() and remediation.Default()
+// and validates the result.
+func parseFlags(args []string) (config.Config, remediation.Config, error) {
 	cfg := config.Default()
+	rcfg := remediation.Default()
 	fs := flag.NewFlagSet("rota-extender", flag.ContinueOnError)
 	klog.InitFlags(fs)
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", cfg.Kubeconfig, "kubeconfig file; empty means in-cluster configuration")
@@ -87,24 +93,39 @@ func parseFlags(args []string) (config.Config, error) {
 	fs.DurationVar(&cfg.CheckInterval, "check-interval", cfg.CheckInterval, "how often the ledger invariants are checked")
 	fs.IntVar(&cfg.DebugPods, "debug-pods", cfg.DebugPods, "pods whose recent decisions /debug/pods keeps")
 	fs.DurationVar(&cfg.DebugTTL, "debug-ttl", cfg.DebugTTL, "how long /debug/pods keeps a pod's decisions")
+	// Remediation: off by default because it deletes pods; run dry-run
+	// first (see extender/remediation's package doc).
+	mode := fs.String("remediation", string(rcfg.Mode), "fault remediation: off, dry-run (report only) or on (mark, delete, quarantine)")
+	fs.DurationVar(&rcfg.Interval, "remediation-interval", rcfg.Interval, "how often remediation reconciles")
+	fs.DurationVar(&rcfg.HeartbeatTimeout, "node-heartbeat-timeout", rcfg.HeartbeatTimeout, "a node whose Lease is older has stopped reporting")
+	fs.DurationVar(&rcfg.GracePeriod, "eviction-grace-period", rcfg.GracePeriod, "grace period of a remediation deletion (pods may ask for more with <domain>/checkpoint-grace)")
+	fs.DurationVar(&rcfg.MaxCheckpointGrace, "max-checkpoint-grace", rcfg.MaxCheckpointGrace, "cap on a pod's <domain>/checkpoint-grace")
+	fs.Float64Var(&rcfg.EvictionsPerMinute, "evictions-per-minute", rcfg.EvictionsPerMinute, "workloads (pod or whole gang) remediation may delete per minute, cluster-wide")
+	fs.IntVar(&rcfg.EvictionBurst, "eviction-burst", rcfg.EvictionBurst, "burst of --evictions-per-minute")
+	fs.Float64Var(&rcfg.NodeEvictionsPerMinute, "node-evictions-per-minute", rcfg.NodeEvictionsPerMinute, "workloads remediation may delete per minute for one faulty node")
+	fs.IntVar(&rcfg.NodeEvictionBurst, "node-eviction-burst", rcfg.NodeEvictionBurst, "burst of --node-evictions-per-minute")
+	fs.IntVar(&rcfg.QuarantineThreshold, "quarantine-threshold", rcfg.QuarantineThreshold, "failures within --quarantine-window that quarantine a GPU or node (0: never)")
+	fs.DurationVar(&rcfg.QuarantineWindow, "quarantine-window", rcfg.QuarantineWindow, "window of --quarantine-threshold")
+	fs.DurationVar(&rcfg.RecoveryQuiet, "recovery-quiet", rcfg.RecoveryQuiet, "how long a recovered GPU or node stays healthy before it takes new work")
 	if err := fs.Parse(args); err != nil {
-		return cfg, err
+		return cfg, rcfg, err
 	}
 	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected arguments: %v", fs.Args())
+		return cfg, rcfg, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
+	rcfg.Mode = pkgremediation.Mode(*mode)
 	cfg.QPS = float32(qps)
 	if *tiers != "" {
 		cfg.TierLabels = strings.Split(*tiers, ",")
 	}
-	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("invalid flags:\n%w", err)
+	if err := errors.Join(cfg.Validate(), rcfg.Validate()); err != nil {
+		return cfg, rcfg, fmt.Errorf("invalid flags:\n%w", err)
 	}
-	return cfg, nil
+	return cfg, rcfg, nil
 }
 
 // run wires the parts and serves until ctx ends.
-func run(ctx context.Context, cfg config.Config) error {
+func run(ctx context.Context, cfg config.Config, rcfg remediation.Config) error {
 	logger := klog.FromContext(ctx)
 	names, err := cfg.Names()
 	if err != nil {
@@ -139,6 +160,7 @@ func run(ctx context.Context, cfg config.Config) error {
 	}))
 	led := ledger.New()
 	var podFailures func(node string)
+	var ctl atomic.Pointer[remediation.Controller]
 	var ext *scheduling.Extender
 	var extMu sync.Mutex
 	extender := func() *scheduling.Extender { extMu.Lock(); defer extMu.Unlock(); return ext }
@@ -154,6 +176,15 @@ func run(ctx context.Context, cfg config.Config) error {
 			if f := podFailures; f != nil {
 				f(node)
 			}
+			if c := ctl.Load(); c != nil {
+				c.PodFailed(ctx, node)
+			}
+		},
+		Adjust: func(n *topology.Node) *topology.Node {
+			if c := ctl.Load(); c != nil {
+				return c.Adjust(n)
+			}
+			return n
 		},
 	})
 	if err != nil {
@@ -205,10 +236,33 @@ func run(ctx context.Context, cfg config.Config) error {
 	ext = e
 	extMu.Unlock()
 
+	// Remediation has informers of its own for full Nodes and node Leases
+	// (state's are trimmed to the topology) and shares state's pod informer.
+	var remFactories []informers.SharedInformerFactory
+	if rcfg.Mode != pkgremediation.Off {
+		rnf := informers.NewSharedInformerFactory(client, 0)
+		lf := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(corev1.NamespaceNodeLease))
+		c, err := remediation.New(remediation.Options{
+			Config: rcfg, Names: names, Client: client, Recorder: recorder,
+			Nodes: rnf.Core().V1().Nodes().Informer(), Leases: lf.Coordination().V1().Leases().Informer(),
+			Pods: podFactory.Core().V1().Pods().Informer(), Metrics: remediation.NewMetrics(m.Registry),
+			Reapply: cache.Reapply,
+		})
+		if err != nil {
+			return err
+		}
+		ctl.Store(c)
+		remFactories = append(remFactories, rnf, lf)
+	}
+
 	nodeFactory.Start(ctx.Done())
 	podFactory.Start(ctx.Done())
 	defer nodeFactory.Shutdown()
 	defer podFactory.Shutdown()
+	for _, f := range remFactories {
+		f.Start(ctx.Done())
+		defer f.Shutdown()
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if cache.WaitReady(ctx) {
@@ -217,6 +271,9 @@ func run(ctx context.Context, cfg config.Config) error {
 		}
 	})
 	wg.Go(func() { e.Run(ctx, cfg.ExpireInterval, cfg.CheckInterval) })
+	if c := ctl.Load(); c != nil {
+		wg.Go(func() { c.Run(ctx) })
+	}
 	srv := server.New(e, server.Options{MaxBodyBytes: cfg.MaxBodyBytes, Metrics: m, Logger: logger})
 	err = srv.Run(ctx, server.HTTP{Listen: cfg.Listen, ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout,
 		ShutdownTimeout: cfg.ShutdownTimeout,
