@@ -1,6 +1,7 @@
 // Package server is rota-extender's HTTP face: httprouter routes that decode
 // kube-scheduler's extender/v1 requests, call the decision layer, and encode
-// the answers, plus /healthz, /readyz, /metrics and /debug/pods.
+// the answers, plus /healthz, /readyz, /metrics, /debug/pods and the
+// status page under /ui.
 //
 // Bodies are bounded (http.MaxBytesReader). A body that does not decode is
 // answered with HTTP 200 and Error set where the verb's result has an Error
@@ -30,6 +31,7 @@ import (
 	"github.com/rota-sched/rota/extender/logkey"
 	"github.com/rota-sched/rota/extender/metrics"
 	"github.com/rota-sched/rota/extender/scheduling"
+	"github.com/rota-sched/rota/extender/ui"
 )
 
 // Verbs is what the server needs from the decision layer.
@@ -50,6 +52,8 @@ type Options struct {
 	Metrics      *metrics.Metrics
 	// Logger is the base logger of every request.
 	Logger klog.Logger
+	// UI, when set, serves the status page under /ui (see extender/ui).
+	UI *ui.UI
 }
 
 // Server routes the extender's HTTP endpoints.
@@ -74,6 +78,11 @@ func New(verbs Verbs, o Options) *Server {
 	})
 	s.router.GET("/readyz", s.readyz)
 	s.router.GET("/debug/pods/:namespace/:name", s.debugPod)
+	if o.UI != nil {
+		for _, p := range ui.Paths() {
+			s.router.Handler(http.MethodGet, p, o.UI)
+		}
+	}
 	if o.Metrics != nil {
 		s.router.Handler(http.MethodGet, "/metrics", promhttp.HandlerFor(o.Metrics.Registry, promhttp.HandlerOpts{}))
 	}

@@ -35,6 +35,7 @@ import (
 	"github.com/rota-sched/rota/extender/scheduling"
 	"github.com/rota-sched/rota/extender/server"
 	"github.com/rota-sched/rota/extender/state"
+	"github.com/rota-sched/rota/extender/ui"
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/placement"
 	pkgremediation "github.com/rota-sched/rota/pkg/remediation"
@@ -274,7 +275,10 @@ func run(ctx context.Context, cfg config.Config, rcfg remediation.Config) error 
 	if c := ctl.Load(); c != nil {
 		wg.Go(func() { c.Run(ctx) })
 	}
-	srv := server.New(e, server.Options{MaxBodyBytes: cfg.MaxBodyBytes, Metrics: m, Logger: logger})
+	status := ui.New(ui.Options{Names: names, Snapshot: led.Snapshot, Pods: podFactory.Core().V1().Pods().Lister(),
+		Decisions: e.Decisions})
+	wg.Go(func() { status.Run(ctx) })
+	srv := server.New(e, server.Options{MaxBodyBytes: cfg.MaxBodyBytes, Metrics: m, Logger: logger, UI: status})
 	err = srv.Run(ctx, server.HTTP{Listen: cfg.Listen, ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		TLS:             server.TLS{CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile, ClientCAFile: cfg.ClientCAFile}}, nil)

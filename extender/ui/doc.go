@@ -1,0 +1,17 @@
+// Package ui is rota-extender's read-only status page: GET /ui serves a
+// plain HTML page with a small vanilla script (embedded, no framework, no
+// external URL), and GET /ui/api/state the JSON it renders:
+//
+//   - the GPU map: every node's GPUs, coloured by use (idle, shared, whole,
+//     reserved) and health, with the pods and memory each GPU holds;
+//   - the queue: GPU pods waiting for a node, how long they have waited and
+//     the latest reason from the extender's decision log;
+//   - GPU use per namespace (the extender does not know team quotas, which
+//     live in rota-admission, so the page shows use, not use against quota);
+//   - fragmentation over time, from an in-memory ring of samples that Run
+//     takes (by default one every 10 s, the last hour).
+//
+// It reads the ledger snapshot, the pod lister and the decision log; it
+// writes nothing. It may import extender/scheduling (for the decision type)
+// but no other adapter. A UI is safe for concurrent use.
+package ui
