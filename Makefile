@@ -7,7 +7,7 @@ FUZZTIME ?= 10s
 BENCHTIME ?= 1s
 BENCHCOUNT ?= 5
 
-.PHONY: help build test unit e2e lint verify-imports bench bench-sim fuzz demo k8s-tools helm manifests clean
+.PHONY: help build test unit e2e lint verify-imports bench bench-sim replay fuzz demo k8s-tools helm manifests clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -49,6 +49,10 @@ k8s-tools: ## build etcd, kube-apiserver, kube-scheduler, kubectl once into .cac
 
 bench-sim: ## replay the openb trace: 7 policies x 10 seeds on the default list (about 3 minutes)
 	$(GO) run ./cmd/rota-sim --out $(BIN)/sim
+
+replay: k8s-tools build ## openb default list, seed 42, through the real kube-scheduler + rota-extender vs pkg/sim (about 10 minutes)
+	@mkdir -p out/replay
+	$(GO) test -tags replay -count=1 -timeout 45m -v -run 'TestReplay$$' ./test/replay -args -policies=fragmentation-aware,binpack -seed=42 -out=$(CURDIR)/out/replay 2>&1 | tee $(BIN)/replay.log | grep -E '^(--- |PASS|FAIL|ok|panic)|replay_test.go:'; exit $${PIPESTATUS[0]}
 
 helm: ## build the Helm CLI once into .cache/k8s/bin
 	@bash hack/helm.sh

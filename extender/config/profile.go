@@ -1,0 +1,87 @@
+package config
+
+import (
+	"sigs.k8s.io/yaml"
+)
+
+// ProfileWeight is the extender weight SchedulerProfile uses by default.
+// kube-scheduler multiplies an extender priority (0..10) by 10 and by the
+// weight, so one of Rota's ranks (see scheduling.RankScores) is worth
+// 10 x ProfileWeight = 1000 points. The in-tree score plugins the profile
+// keeps (TaintToleration 3, NodeAffinity 2, PodTopologySpread 2,
+// InterPodAffinity 2, NodeResourcesFit 1) add at most 10 x 100 = 1000
+// points, so they can never outvote one rank of Rota's order: they only
+// choose among nodes Rota scores the same.
+const ProfileWeight = 100
+
+// ProfileDisabledScorePlugins are the in-tree score plugins SchedulerProfile
+// turns off, and why:
+//
+//   - NodeResourcesBalancedAllocation prefers nodes whose CPU and memory
+//     use stay balanced: it spreads pods by host resources, which says
+//     nothing about GPUs and pulls against packing;
+//   - ImageLocality prefers nodes that already hold the image: on a GPU
+//     fleet that is a packing-blind preference (and in a replay nobody has
+//     images, so it only adds noise).
+//
+// NodeResourcesFit stays, with the MostAllocated strategy instead of the
+// default LeastAllocated (which spreads pods to the emptiest node and
+// fights Rota's packing among nodes Rota scores the same, and spreads
+// CPU-only pods, which Rota never sees, over every GPU node).
+var ProfileDisabledScorePlugins = []string{"NodeResourcesBalancedAllocation", "ImageLocality"}
+
+// SchedulerProfile renders the KubeSchedulerConfiguration Rota recommends
+// for placement quality: SchedulerConfig's extender entry (weight
+// ProfileWeight unless WithWeight says otherwise) plus
+//
+//   - percentageOfNodesToScore: 100. By default kube-scheduler stops
+//     filtering once it has found max(100, (50 - nodes/125)%) feasible
+//     nodes (about 40 % of a 1,213-node fleet), starting where the previous
+//     cycle stopped: the extender would then choose among a rotating sample
+//     and miss the best node most of the time;
+//   - the default profile with ProfileDisabledScorePlugins off and
+//     NodeResourcesFit scoring MostAllocated on cpu and memory.
+//
+// What stays random: kube-scheduler picks at random among the nodes with
+// the highest total score. RankScores gives every node of Rota's best score
+// class 10, so among a tie of the policy (equal fine scores) the choice is
+// the scheduler's, unless the remaining plugins separate those nodes. The
+// extender's --filter-best-only narrows the scheduler's choice to that
+// class, so nothing the scheduler adds can pick a worse class; it does not
+// break the tie itself.
+func SchedulerProfile(extenderURL, kubeconfigPath string, opts ...SchedulerOption) string {
+	opts = append([]SchedulerOption{WithWeight(ProfileWeight)}, opts...)
+	base := SchedulerConfig(extenderURL, kubeconfigPath, opts...)
+	var cfg map[string]any
+	if err := yaml.Unmarshal([]byte(base), &cfg); err != nil {
+		return ""
+	}
+	disabled := make([]any, 0, len(ProfileDisabledScorePlugins))
+	for _, p := range ProfileDisabledScorePlugins {
+		disabled = append(disabled, map[string]any{"name": p})
+	}
+	cfg["percentageOfNodesToScore"] = 100
+	cfg["profiles"] = []any{map[string]any{
+		"schedulerName": "default-scheduler",
+		"plugins": map[string]any{
+			"score": map[string]any{"disabled": disabled},
+		},
+		"pluginConfig": []any{map[string]any{
+			"name": "NodeResourcesFit",
+			"args": map[string]any{
+				"scoringStrategy": map[string]any{
+					"type": "MostAllocated",
+					"resources": []any{
+						map[string]any{"name": "cpu", "weight": 1},
+						map[string]any{"name": "memory", "weight": 1},
+					},
+				},
+			},
+		}},
+	}}
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		return ""
+	}
+	return string(out)
+}
