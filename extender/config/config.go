@@ -46,6 +46,9 @@ type Config struct {
 	TierLabels []string `json:"tierLabels,omitempty"`
 	// Policy scores nodes: binpack, spread, fragmentation-aware or fgd.
 	Policy string `json:"policy"`
+	// WorkloadFile lists the pod shapes the fragmentation-aware policies
+	// keep room for (LoadWorkload); empty means placement.DefaultWorkload.
+	WorkloadFile string `json:"workloadFile,omitempty"`
 	// FilterBestOnly makes filter pass only the nodes of the best score class
 	// (see scheduling.RankScores), so the placement does not depend on how
 	// kube-scheduler weighs the extender's priorities against its plugins.

@@ -86,6 +86,7 @@ func parseFlags(args []string) (config.Config, remediation.Config, error) {
 	fs.StringVar(&cfg.Domain, "domain", cfg.Domain, "domain of Rota's resources, labels and annotations")
 	tiers := fs.String("tier-labels", "", "comma-separated node labels of the topology tiers, narrowest first (default <domain>/leaf,topology.kubernetes.io/zone)")
 	fs.StringVar(&cfg.Policy, "policy", cfg.Policy, "scoring policy: "+strings.Join(placement.PolicyNames, ", "))
+	fs.StringVar(&cfg.WorkloadFile, "workload-file", "", "YAML or JSON list of pod shapes the fragmentation-aware policy keeps room for (default: a built-in mix)")
 	fs.BoolVar(&cfg.FilterBestOnly, "filter-best-only", cfg.FilterBestOnly, "filter passes only the nodes of the best score class")
 	fs.DurationVar(&cfg.ReservationTTL, "reservation-ttl", cfg.ReservationTTL, "lifetime of a bind's reservation")
 	fs.DurationVar(&cfg.GangTTL, "gang-ttl", cfg.GangTTL, "lifetime of a gang plan's reserved slots (each bind extends it)")
@@ -133,7 +134,11 @@ func run(ctx context.Context, cfg config.Config, rcfg remediation.Config) error 
 		return err
 	}
 	tiers := cfg.Tiers(names)
-	policy, err := placement.NewPolicy(cfg.Policy, nil)
+	workload, err := config.LoadWorkload(cfg.WorkloadFile)
+	if err != nil {
+		return err
+	}
+	policy, err := placement.NewPolicy(cfg.Policy, workload)
 	if err != nil {
 		return err
 	}
@@ -193,6 +198,7 @@ func run(ctx context.Context, cfg config.Config, rcfg remediation.Config) error 
 	}
 	m := metrics.New(metrics.Source{
 		Snapshot: led.Snapshot,
+		Workload: workload,
 		Problems: func() map[string]int64 {
 			s := cache.Stats()
 			return map[string]int64{"invalid_topology": s.InvalidTopology, "invalid_assignment": s.InvalidAssignment,
