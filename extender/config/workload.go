@@ -17,10 +17,10 @@ import (
 //   - {gpus: 8, weight: 0.05}
 //
 // The weights are the shapes' shares of the pod population (normalised).
-// The built-in default suits a mix close to Alibaba's openb trace; a
-// cluster whose pods look different should list its own shapes: the
-// replay in test/replay measured 15 points of allocation lost to a wrong
-// mix. An empty path returns nil (the default).
+// The built-in default is a generic guess; list the shapes your pods really
+// have: on the openb trace the replay in test/replay measured about 15
+// points of GPU allocation lost with the built-in mix against the trace's
+// own. An empty path returns nil (the default).
 func LoadWorkload(path string) (placement.Workload, error) {
 	if path == "" {
 		return nil, nil
