@@ -17,7 +17,10 @@ type Config struct {
 	// Kubeconfig is the kubeconfig file; empty means in-cluster config.
 	Kubeconfig string `json:"kubeconfig,omitempty"`
 	// QPS and Burst bound the extender's API client. Today's extenders die
-	// at client-go's default 5 QPS; one bind costs two writes.
+	// at client-go's default 5 QPS; one bind costs two writes, and at 200 QPS
+	// a burst of thousands of pods queued binds past the scheduler's
+	// httpTimeout (measured in test/load), so the default matches the
+	// scheduler's own rate.
 	QPS   float32 `json:"qps"`
 	Burst int     `json:"burst"`
 	// APITimeout bounds each API call made while binding.
@@ -74,8 +77,8 @@ type Config struct {
 // Default returns the configuration used when no flag is given.
 func Default() Config {
 	return Config{
-		QPS:                    200,
-		Burst:                  400,
+		QPS:                    1000,
+		Burst:                  2000,
 		APITimeout:             10 * time.Second,
 		Listen:                 "127.0.0.1:8888",
 		MaxBodyBytes:           16 << 20,

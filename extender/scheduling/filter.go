@@ -108,6 +108,10 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *e
 		e.metrics.Decisions.WithLabelValues("filter", "error", "NoPod").Inc()
 		return &extenderv1.ExtenderFilterResult{Error: "filter: the request names no pod"}
 	}
+	if !e.Ready() {
+		e.metrics.Decisions.WithLabelValues("filter", "error", "NotReady").Inc()
+		return &extenderv1.ExtenderFilterResult{Error: errNotReady.Error()}
+	}
 	pod := args.Pod
 	names := nodeNames(args)
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), logkey.Pod, klog.KObj(pod))

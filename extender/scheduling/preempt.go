@@ -16,6 +16,11 @@ import (
 
 var errNoPod = errors.New("the request names no pod")
 
+// errNotReady answers every verb until the ledger is rebuilt from the API
+// server: kube-scheduler calls the extender whatever /readyz says, and a
+// decision on a half-built ledger could give a pod GPUs another pod holds.
+var errNotReady = errors.New("rota-extender is starting: its GPU ledger is not rebuilt from the API server yet; the scheduler will retry")
+
 // Preempt answers the preempt verb (ProcessPreemption). For every node the
 // scheduler proposes, it keeps the scheduler's victims that hold no GPUs
 // (they free what the scheduler's plugins need) and replaces its GPU
@@ -31,6 +36,10 @@ func (e *Extender) Preempt(ctx context.Context, args *extenderv1.ExtenderPreempt
 	if args == nil || args.Pod == nil {
 		e.metrics.Decisions.WithLabelValues("preempt", "error", "NoPod").Inc()
 		return nil, errNoPod
+	}
+	if !e.Ready() {
+		e.metrics.Decisions.WithLabelValues("preempt", "error", "NotReady").Inc()
+		return nil, errNotReady
 	}
 	pod := args.Pod
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), logkey.Pod, klog.KObj(pod))

@@ -22,6 +22,10 @@ func (e *Extender) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs
 		e.metrics.Decisions.WithLabelValues("prioritize", "error", "NoPod").Inc()
 		return nil, errNoPod
 	}
+	if !e.Ready() {
+		e.metrics.Decisions.WithLabelValues("prioritize", "error", "NotReady").Inc()
+		return nil, errNotReady
+	}
 	pod := args.Pod
 	names := nodeNames(args)
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), logkey.Pod, klog.KObj(pod))

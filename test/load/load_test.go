@@ -1,0 +1,554 @@
+//go:build load
+
+// Package load measures scheduling throughput on a real control plane
+// (etcd, kube-apiserver, kube-scheduler from .cache/k8s/bin) with Rota's
+// binaries from bin/ (the e2e harness), on many simulated GPU nodes that
+// publish their topology annotation directly (no device plugins, no lease
+// renewal), in one run:
+//
+//   - plain: GPU-free pods, which kube-scheduler places without calling the
+//     extender (its managedResources do not match them);
+//   - rota: GPU pods (memory shares and whole GPUs) through the extender's
+//     filter, prioritize and bind;
+//
+// on the same scheduler and nodes, and their ratio (DESIGN.md's target:
+// Rota at least 0.8x the plain scheduler). Pods are created in bursts while
+// kube-scheduler is stopped and the rate is taken from the first to the last
+// bind, watched by an informer, so that pod creation (and the webhook) is
+// not part of the figure. It also reports the extender's latency p50/p99
+// by verb from its own rota_extender_request_duration_seconds histogram and
+// the peak RSS (VmHWM) of rota-extender and rota-admission.
+//
+// Run: go test -tags load -timeout 30m -v ./test/load/ (after make build k8s-tools).
+// ROTA_LOAD_NODES (default "1000,5000": the fleet grows between rounds; a
+// round is skipped once ROTA_LOAD_BUDGET, default 20m, is spent) and
+// ROTA_LOAD_PODS (default 5000 per phase) size it; ROTA_LOAD_PHASE_LIMIT (default 5m)
+// bounds the wait for one phase's binds, and ROTA_LOAD_EXTENDER_ARGS adds
+// rota-extender flags (e.g. "--kube-api-qps=1000 --kube-api-burst=2000").
+package load
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/topology"
+	"github.com/rota-sched/rota/test/cluster"
+	"github.com/rota-sched/rota/test/e2e/harness"
+)
+
+const (
+	namespace = "load"
+	gpuModel  = "NVIDIA H100 80GB HBM3"
+	gpusPer   = 8
+	gpuMiB    = contract.MiB(80 * 1024)
+	burst     = 500
+	workers   = 16
+)
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func TestSchedulingThroughput(t *testing.T) {
+	sizes := []int{1000, 5000}
+	if s := os.Getenv("ROTA_LOAD_NODES"); s != "" {
+		sizes = nil
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n <= 0 {
+				t.Fatalf("ROTA_LOAD_NODES=%q: want sizes like 1000,5000", s)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	pods := envInt("ROTA_LOAD_PODS", 5000)
+	budget := 20 * time.Minute
+	if d, err := time.ParseDuration(os.Getenv("ROTA_LOAD_BUDGET")); err == nil {
+		budget = d
+	}
+	if err := harness.CheckBinaries(); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(t.Context(), budget+10*time.Minute)
+	defer cancel()
+	extArgs := strings.Fields(os.Getenv("ROTA_LOAD_EXTENDER_ARGS"))
+	env, err := harness.Start(ctx, harness.Options{RemoveDir: os.Getenv("ROTA_KEEP_CLUSTER") != "1", Logf: t.Logf,
+		ExtenderArgs: extArgs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := env.Stop(); err != nil {
+			t.Logf("stopping: %v", err)
+		}
+	}()
+	if err := env.CreateNamespace(ctx, namespace, ""); err != nil {
+		t.Fatal(err)
+	}
+	w := newBindWatch(ctx, t, env)
+	// Nodes without lease renewal: the cluster's own simulator renews every
+	// node it created each 10s, which at this scale is load of its own.
+	sim := cluster.NewNodeSimulator(env.Client)
+	sim.KubeletVersion = env.Version
+
+	var rounds []round
+	have := 0
+	for i, size := range sizes {
+		if i > 0 && time.Since(began) > budget/3 {
+			t.Logf("skipping %d nodes: %s of the %s budget spent", size, time.Since(began).Round(time.Second), budget)
+			break
+		}
+		if size > have {
+			took := addNodes(ctx, t, env, sim, have, size)
+			t.Logf("%d nodes ready (%d added in %.1fs, %.0f nodes/s)", size, size-have, took.Seconds(), float64(size-have)/took.Seconds())
+			have = size
+		}
+		r := round{nodes: size, pods: pods, extArgs: strings.Join(extArgs, " ")}
+		before := scrape(ctx, t, env)
+		r.plain = runPhase(ctx, t, env, w, fmt.Sprintf("plain-%d", size), pods, false)
+		mid := scrape(ctx, t, env)
+		r.rota = runPhase(ctx, t, env, w, fmt.Sprintf("rota-%d", size), pods, true)
+		after := scrape(ctx, t, env)
+		if n := after.count("filter") - mid.count("filter"); n == 0 {
+			t.Errorf("%d nodes: the extender answered no filter call for GPU pods", size)
+		}
+		if n := mid.count("filter") - before.count("filter"); n != 0 {
+			t.Errorf("%d nodes: the extender answered %v filter calls for GPU-free pods; the plain phase is not plain", size, n)
+		}
+		r.latency = map[string][2]float64{}
+		for _, verb := range []string{"filter", "prioritize", "bind"} {
+			r.latency[verb] = [2]float64{after.quantile(mid, verb, 0.5), after.quantile(mid, verb, 0.99)}
+		}
+		r.extRSS, r.admRSS = vmHWM(env.Extender.PID()), vmHWM(env.Admission.PID())
+		rounds = append(rounds, r)
+		t.Log(r.String())
+	}
+	for _, r := range rounds {
+		fmt.Println("LOAD SUMMARY: " + r.String())
+	}
+	if len(rounds) == 0 {
+		t.Fatal("no round ran")
+	}
+}
+
+type phaseResult struct {
+	bound, total int
+	rate         float64 // pods/s, first to last bind
+	span         time.Duration
+	createRate   float64
+}
+
+type round struct {
+	nodes, pods    int
+	extArgs        string
+	plain, rota    phaseResult
+	latency        map[string][2]float64 // verb -> p50, p99 seconds
+	extRSS, admRSS int64                 // KiB
+}
+
+func (r round) String() string {
+	ratio := 0.0
+	if r.plain.rate > 0 {
+		ratio = r.rota.rate / r.plain.rate
+	}
+	verdict := "meets"
+	if ratio < 0.8 {
+		verdict = "MISSES"
+	}
+	ms := func(s float64) string {
+		if math.IsNaN(s) {
+			return "n/a"
+		}
+		return strconv.FormatFloat(s*1000, 'f', 1, 64) + "ms"
+	}
+	args := r.extArgs
+	if args == "" {
+		args = "defaults"
+	}
+	return fmt.Sprintf("%d nodes x %d GPUs, %d pods per phase, rota-extender flags: %s: plain scheduler %.1f pods/s (%d/%d bound in %.1fs), with Rota's extender %.1f pods/s (%d/%d in %.1fs); ratio %.2f (%s the 0.8 target); extender filter p50 %s p99 %s, prioritize p50 %s p99 %s, bind p50 %s p99 %s; peak RSS rota-extender %.0f MiB, rota-admission %.0f MiB; pod creation %.0f/%.0f pods/s",
+		r.nodes, gpusPer, r.pods, args, r.plain.rate, r.plain.bound, r.plain.total, r.plain.span.Seconds(),
+		r.rota.rate, r.rota.bound, r.rota.total, r.rota.span.Seconds(), ratio, verdict,
+		ms(r.latency["filter"][0]), ms(r.latency["filter"][1]), ms(r.latency["prioritize"][0]), ms(r.latency["prioritize"][1]),
+		ms(r.latency["bind"][0]), ms(r.latency["bind"][1]),
+		float64(r.extRSS)/1024, float64(r.admRSS)/1024, r.plain.createRate, r.rota.createRate)
+}
+
+// addNodes creates nodes load-<from>..load-<to-1> with 8 H100 each, in
+// parallel, each with its topology annotation written directly, and waits
+// until the extender holds them all.
+func addNodes(ctx context.Context, t *testing.T, env *harness.Env, sim *cluster.NodeSimulator, from, to int) time.Duration {
+	t.Helper()
+	began := time.Now()
+	units := int64(gpusPer) * int64(gpuMiB/contract.DefaultMemoryUnitMiB)
+	capacity := map[string]string{env.Names.GPU: strconv.Itoa(gpusPer), env.Names.GPUMemory: strconv.FormatInt(units, 10)}
+	leafLabel := env.Names.Domain + "/leaf"
+	work := make(chan int)
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := range work {
+				name := fmt.Sprintf("load-%05d", i)
+				leaf := fmt.Sprintf("leaf-%03d", i/32)
+				if err := addNode(ctx, env, sim, name, leaf, leafLabel, capacity); err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+				}
+			}
+		})
+	}
+	for i := from; i < to; i++ {
+		select {
+		case err := <-errs:
+			close(work)
+			wg.Wait()
+			t.Fatal(err)
+		case work <- i:
+		}
+	}
+	close(work)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	default:
+	}
+	for {
+		m := scrape(ctx, t, env)
+		if m.samples["rota_extender_nodes"] >= float64(to) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the extender holds %v of %d nodes", m.samples["rota_extender_nodes"], to)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return time.Since(began)
+}
+
+func addNode(ctx context.Context, env *harness.Env, sim *cluster.NodeSimulator, name, leaf, leafLabel string, capacity map[string]string) error {
+	if _, err := sim.CreateNode(ctx, name, map[string]string{leafLabel: leaf}, capacity); err != nil {
+		return err
+	}
+	doc := topology.FromSpec(topology.Spec{Name: name, Model: gpuModel, Count: gpusPer, MemoryMiB: gpuMiB,
+		IslandSize: 4, NUMANodes: 2, UnitMiB: contract.DefaultMemoryUnitMiB}).Document()
+	doc.Leaf = leaf
+	data, err := doc.Marshal()
+	if err != nil {
+		return err
+	}
+	patch, err := jsonPatch(env.Names.TopologyAnnotation, string(data))
+	if err != nil {
+		return err
+	}
+	_, err = env.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
+}
+
+func jsonPatch(key, value string) ([]byte, error) {
+	return fmt.Appendf(nil, `{"metadata":{"annotations":{%s:%s}}}`, strconv.Quote(key), strconv.Quote(value)), nil
+}
+
+// runPhase stops kube-scheduler, creates n pods of the phase in bursts,
+// starts kube-scheduler and waits for them to bind.
+func runPhase(ctx context.Context, t *testing.T, env *harness.Env, w *bindWatch, phase string, n int, gpu bool) phaseResult {
+	t.Helper()
+	if err := env.Cluster.StopScheduler(); err != nil {
+		t.Fatal(err)
+	}
+	created := time.Now()
+	for start := 0; start < n; start += burst {
+		var wg sync.WaitGroup
+		idx := make(chan int)
+		errs := make(chan error, 1)
+		for range workers {
+			wg.Go(func() {
+				for i := range idx {
+					if _, err := env.CreatePod(ctx, loadPod(env, phase, i, gpu)); err != nil {
+						select {
+						case errs <- err:
+						default:
+						}
+					}
+				}
+			})
+		}
+		for i := start; i < min(start+burst, n); i++ {
+			idx <- i
+		}
+		close(idx)
+		wg.Wait()
+		select {
+		case err := <-errs:
+			t.Fatalf("phase %s: %v", phase, err)
+		default:
+		}
+	}
+	createRate := float64(n) / time.Since(created).Seconds()
+	w.setExpect(phase, n)
+	started := time.Now()
+	if err := env.Cluster.StartScheduler(ctx); err != nil {
+		t.Fatal(err)
+	}
+	limit := 5 * time.Minute
+	if d, err := time.ParseDuration(os.Getenv("ROTA_LOAD_PHASE_LIMIT")); err == nil {
+		limit = d
+	}
+	res := w.wait(ctx, phase, limit)
+	res.createRate = createRate
+	if res.bound < n {
+		t.Errorf("phase %s: %d of %d pods bound within %s of kube-scheduler's start", phase, res.bound, n, limit)
+	}
+	t.Logf("phase %s: %d pods created at %.0f/s; %d bound at %.1f pods/s (first bind %.1fs after kube-scheduler started)",
+		phase, n, createRate, res.bound, res.rate, w.first(phase).Sub(started).Seconds())
+	return res
+}
+
+// loadPod is pod i of a phase: GPU-free (100m CPU) or, for Rota, a mix of
+// 10/20/40 GiB memory shares (60%) and 1 or 2 whole GPUs (40%).
+func loadPod(env *harness.Env, phase string, i int, gpu bool) *corev1.Pod {
+	b := harness.Pod(namespace, fmt.Sprintf("%s-%05d", phase, i)).Label("rota.test/phase", phase).CPU("100m")
+	if gpu {
+		switch i % 5 {
+		case 0, 1, 2:
+			b = b.Memory([]int64{10, 20, 40}[i%3])
+		case 3:
+			b = b.GPUs(1)
+		default:
+			b = b.GPUs(2)
+		}
+	}
+	p := b.Obj()
+	p.Spec.Containers[0].Resources.Requests[corev1.ResourceMemory] = resource.MustParse("64Mi")
+	return p
+}
+
+// bindWatch records when each pod of the namespace is first seen bound.
+type bindWatch struct {
+	mu     sync.Mutex
+	bound  map[string]map[string]time.Time // phase -> pod -> time
+	expect map[string]int
+}
+
+func newBindWatch(ctx context.Context, t *testing.T, env *harness.Env) *bindWatch {
+	w := &bindWatch{bound: map[string]map[string]time.Time{}, expect: map[string]int{}}
+	f := informers.NewSharedInformerFactoryWithOptions(env.Client, 0, informers.WithNamespace(namespace))
+	inf := f.Core().V1().Pods().Informer()
+	see := func(obj any) {
+		p, ok := obj.(*corev1.Pod)
+		if !ok || p.Spec.NodeName == "" {
+			return
+		}
+		now := time.Now()
+		phase := p.Labels["rota.test/phase"]
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		m := w.bound[phase]
+		if m == nil {
+			m = map[string]time.Time{}
+			w.bound[phase] = m
+		}
+		if _, ok := m[p.Name]; !ok {
+			m[p.Name] = now
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: see, UpdateFunc: func(_, o any) { see(o) }}); err != nil {
+		t.Fatal(err)
+	}
+	f.Start(ctx.Done())
+	t.Cleanup(f.Shutdown)
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		t.Fatal("pod informer did not sync")
+	}
+	return w
+}
+
+// setExpect sets how many pods of phase to wait for.
+func (w *bindWatch) setExpect(phase string, n int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.expect[phase] = n
+}
+
+func (w *bindWatch) first(phase string) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var f time.Time
+	for _, at := range w.bound[phase] {
+		if f.IsZero() || at.Before(f) {
+			f = at
+		}
+	}
+	return f
+}
+
+// wait waits until the phase's expected pods are bound (or limit passes)
+// and returns the rate from first to last bind.
+func (w *bindWatch) wait(ctx context.Context, phase string, limit time.Duration) phaseResult {
+	deadline := time.Now().Add(limit)
+	for {
+		w.mu.Lock()
+		n, want := len(w.bound[phase]), w.expect[phase]
+		w.mu.Unlock()
+		if n >= want || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	times := make([]time.Time, 0, len(w.bound[phase]))
+	for _, at := range w.bound[phase] {
+		times = append(times, at)
+	}
+	sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
+	r := phaseResult{bound: len(times), total: w.expect[phase]}
+	switch {
+	case len(times) > 1 && len(times) >= r.total:
+		r.span = times[len(times)-1].Sub(times[0])
+		r.rate = float64(len(times)-1) / r.span.Seconds()
+	case len(times) > 0:
+		// Not all bound: the rate over the whole wait, not just the
+		// stretch in which binds happened.
+		r.span = time.Since(times[0])
+		r.rate = float64(len(times)) / r.span.Seconds()
+	}
+	return r
+}
+
+// metrics is one scrape of rota-extender's /metrics.
+type metrics struct {
+	samples map[string]float64
+	buckets map[string]map[float64]float64 // verb -> le -> cumulative count
+}
+
+var bucketRE = regexp.MustCompile(`^rota_extender_request_duration_seconds_bucket\{(.*)\}$`)
+var labelRE = regexp.MustCompile(`(\w+)="([^"]*)"`)
+
+func scrape(ctx context.Context, t *testing.T, env *harness.Env) metrics {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, env.ExtenderURL+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("scraping rota-extender: %v", err)
+	}
+	defer resp.Body.Close()
+	m := metrics{samples: map[string]float64{}, buckets: map[string]map[float64]float64{}}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		name := line[:i]
+		m.samples[name] = v
+		if sm := bucketRE.FindStringSubmatch(name); sm != nil {
+			var verb string
+			le := math.NaN()
+			for _, l := range labelRE.FindAllStringSubmatch(sm[1], -1) {
+				switch l[1] {
+				case "verb":
+					verb = l[2]
+				case "le":
+					le, _ = strconv.ParseFloat(l[2], 64) // "+Inf" parses as +Inf
+				}
+			}
+			if verb != "" && !math.IsNaN(le) {
+				if m.buckets[verb] == nil {
+					m.buckets[verb] = map[float64]float64{}
+				}
+				m.buckets[verb][le] = v
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// count is the number of calls of verb observed.
+func (m metrics) count(verb string) float64 { return m.buckets[verb][math.Inf(1)] }
+
+// quantile estimates the q-quantile of verb's latency over the calls
+// between base and m, interpolating linearly inside a bucket as
+// Prometheus's histogram_quantile does.
+func (m metrics) quantile(base metrics, verb string, q float64) float64 {
+	type b struct{ le, n float64 }
+	var bs []b
+	for le, n := range m.buckets[verb] {
+		bs = append(bs, b{le, n - base.buckets[verb][le]})
+	}
+	sort.Slice(bs, func(i, j int) bool { return bs[i].le < bs[j].le })
+	if len(bs) == 0 || bs[len(bs)-1].n == 0 {
+		return math.NaN()
+	}
+	rank := q * bs[len(bs)-1].n
+	prevLe, prevN := 0.0, 0.0
+	for _, x := range bs {
+		if x.n >= rank {
+			if math.IsInf(x.le, 1) {
+				return prevLe
+			}
+			if x.n == prevN {
+				return x.le
+			}
+			return prevLe + (x.le-prevLe)*(rank-prevN)/(x.n-prevN)
+		}
+		prevLe, prevN = x.le, x.n
+	}
+	return prevLe
+}
+
+// vmHWM returns a process's peak resident set size in KiB (0 if unknown).
+func vmHWM(pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
+			v, _ := strconv.ParseInt(f[1], 10, 64)
+			return v
+		}
+	}
+	return 0
+}
