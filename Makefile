@@ -7,7 +7,7 @@ FUZZTIME ?= 10s
 BENCHTIME ?= 1s
 BENCHCOUNT ?= 5
 
-.PHONY: help build test unit e2e lint verify-imports bench bench-sim replay fuzz demo k8s-tools helm manifests clean
+.PHONY: help build test unit e2e lint verify-imports bench bench-sim replay load fuzz demo k8s-tools helm manifests clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -53,6 +53,9 @@ bench-sim: ## replay the openb trace: 7 policies x 10 seeds on the default list 
 replay: k8s-tools build ## openb default list, seed 42, through the real kube-scheduler + rota-extender vs pkg/sim (about 10 minutes)
 	@mkdir -p out/replay
 	$(GO) test -tags replay -count=1 -timeout 45m -v -run 'TestReplay$$' ./test/replay -args -policies=fragmentation-aware,binpack -seed=42 -out=$(CURDIR)/out/replay 2>&1 | tee $(BIN)/replay.log | grep -E '^(--- |PASS|FAIL|ok|panic)|replay_test.go:'; exit $${PIPESTATUS[0]}
+
+load: k8s-tools build ## scheduling throughput on 1,000 then 5,000 simulated GPU nodes: plain kube-scheduler vs Rota's extender in one run (10-25 minutes)
+	$(GO) test -tags load -count=1 -timeout 30m -v ./test/load/ 2>&1 | tee $(BIN)/load.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|LOAD SUMMARY|panic)|load_test.go' ; exit $${PIPESTATUS[0]}
 
 helm: ## build the Helm CLI once into .cache/k8s/bin
 	@bash hack/helm.sh
