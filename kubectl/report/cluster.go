@@ -70,6 +70,8 @@ type Cluster struct {
 
 	snap  *ledger.Snapshot
 	nodes map[string]*corev1.Node
+	// only, when set, limits the nodes an analysis considers (forPod).
+	only func(node string) bool
 	// topoErr holds the nodes whose topology annotation does not parse.
 	topoErr map[string]error
 	// noTopo counts nodes without a topology annotation.

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/placement"
@@ -30,10 +32,47 @@ type FitAnalysis struct {
 // nodeInfos returns the ledger's nodes, sorted by name.
 func (c *Cluster) nodeInfos() []*ledger.NodeInfo {
 	out := make([]*ledger.NodeInfo, 0, c.snap.Len())
-	for _, n := range c.snap.Names() {
+	for _, n := range c.nodeNames() {
 		out = append(out, c.snap.Node(n))
 	}
 	return out
+}
+
+// nodeNames lists the nodes the current analysis may use: all of them, or,
+// while a pod is analysed (forPod), those the scheduler could give it.
+func (c *Cluster) nodeNames() []string {
+	if c.only == nil {
+		return c.snap.Names()
+	}
+	var out []string
+	for _, n := range c.snap.Names() {
+		if c.only(n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// forPod narrows the analysis to the nodes kube-scheduler could consider
+// for p: not cordoned, and matching its nodeSelector (node affinity and
+// taints are not evaluated). It returns the function that lifts the limit.
+func (c *Cluster) forPod(p *corev1.Pod) func() {
+	c.only = func(name string) bool {
+		n := c.nodes[name]
+		if n == nil {
+			return true
+		}
+		if n.Spec.Unschedulable {
+			return false
+		}
+		for k, v := range p.Spec.NodeSelector {
+			if n.Labels[k] != v {
+				return false
+			}
+		}
+		return true
+	}
+	return func() { c.only = nil }
 }
 
 // tally groups per-node refusals by message, most nodes first.
@@ -63,7 +102,7 @@ func (t tally) sorted() []NodeReason {
 
 // fitPod runs placement.Fit for r on every node and explains the result.
 func (c *Cluster) fitPod(r placement.Request) FitAnalysis {
-	fa := FitAnalysis{Nodes: c.snap.Len()}
+	fa := FitAnalysis{Nodes: len(c.nodeNames())}
 	if fa.Nodes == 0 {
 		fa.Hints = append(fa.Hints, "no node publishes a GPU topology annotation ("+c.o.Names.TopologyAnnotation+"): is rota-device-plugin running?")
 		return fa
@@ -267,7 +306,7 @@ func slots(r placement.Request, ni *ledger.NodeInfo, limit int) int {
 // fitGang plans the gang's unplaced members with placement.PlanGang (as the
 // extender does) and explains the result.
 func (c *Cluster) fitGang(gp *GangProgress, member placement.Request, uids, pods []string) FitAnalysis {
-	fa := FitAnalysis{Nodes: c.snap.Len()}
+	fa := FitAnalysis{Nodes: len(c.nodeNames())}
 	need := len(uids)
 	if need == 0 {
 		fa.FitsNow = true
@@ -275,7 +314,7 @@ func (c *Cluster) fitGang(gp *GangProgress, member placement.Request, uids, pods
 		return fa
 	}
 	g := placement.Gang{Name: gp.Name, Member: member, UIDs: uids, Pods: pods}
-	plan, reason := placement.PlanGang(g, c.snap, nil, len(c.o.Tiers.Tiers))
+	plan, reason := placement.PlanGang(g, c.snap, c.nodeNames(), len(c.o.Tiers.Tiers))
 	each := member.Describe(c.o.MemoryUnitMiB)
 	// Per node and per tier group: how many members fit.
 	type group struct {

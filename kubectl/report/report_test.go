@@ -203,3 +203,43 @@ func TestNaturalCompare(t *testing.T) {
 		t.Errorf("sorted = %q, want %q", got, want)
 	}
 }
+
+// The analysis considers only the nodes the scheduler could give the pod:
+// with the same freed room, members whose nodeSelector names another leaf,
+// or whose nodes are cordoned, do not fit.
+func TestWhyRespectsNodeSelectorAndCordons(t *testing.T) {
+	in := fixture(t)
+	for i := range in.Pods {
+		p := &in.Pods[i]
+		switch {
+		case p.Name == "sweep-0":
+			p.Status.Phase = corev1.PodSucceeded
+		case p.Namespace == "llm" && strings.HasPrefix(p.Name, "train-7"):
+			p.Spec.NodeSelector = map[string]string{"example.com/leaf": "leaf-a"}
+		}
+	}
+	w, err := Build(in, DefaultOptions()).WhyGang("llm", "train-7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Fit.FitsNow || strings.Contains(w.Fit.Where, "leaf-b") {
+		t.Errorf("fit = %+v; members pinned to leaf-a cannot use the room in leaf-b", w.Fit)
+	}
+	in = fixture(t)
+	for i := range in.Pods {
+		if in.Pods[i].Name == "sweep-0" {
+			in.Pods[i].Status.Phase = corev1.PodSucceeded
+		}
+	}
+	for i := range in.Nodes {
+		if strings.HasPrefix(in.Nodes[i].Name, "h100-b") {
+			in.Nodes[i].Spec.Unschedulable = true
+		}
+	}
+	if w, err = Build(in, DefaultOptions()).WhyGang("llm", "train-7"); err != nil {
+		t.Fatal(err)
+	}
+	if w.Fit.FitsNow {
+		t.Errorf("fit = %+v; the room is on cordoned nodes", w.Fit)
+	}
+}

@@ -212,7 +212,9 @@ func (c *Cluster) why(p *corev1.Pod, listMembers bool) Why {
 	}
 	w.Decisions = c.decisions(pods)
 
-	// Where it stands, and what would make it fit.
+	// Where it stands, and what would make it fit, on the nodes the
+	// scheduler could give this pod.
+	defer c.forPod(p)()
 	switch {
 	case podreq.Terminal(p):
 		w.Summary = "finished (" + w.Phase + "); it holds no GPUs"

@@ -73,10 +73,10 @@ func TestKubectlRota(t *testing.T) {
 		}
 	}
 
-	// Team vision (quota 4 GPUs, no borrowing) at its quota: four pending
+	// Team kubectl (quota 4 GPUs, no borrowing) at its quota: four pending
 	// 1-GPU pods that match no node.
-	qns := ns + "-vision"
-	if err := env.CreateNamespace(ctx, qns, "vision"); err != nil {
+	qns := ns + "-team"
+	if err := env.CreateNamespace(ctx, qns, "kubectl"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -94,25 +94,25 @@ func TestKubectlRota(t *testing.T) {
 	out = kubectl("top", "teams")
 	var line string
 	for l := range strings.SplitSeq(out, "\n") {
-		if strings.HasPrefix(l, "vision ") && strings.Contains(l, qns) {
+		if strings.HasPrefix(l, "kubectl ") && strings.Contains(l, qns) {
 			line = l
 		}
 	}
 	for _, want := range []string{"at quota", "1 (last"} {
 		if !strings.Contains(line, want) {
-			t.Errorf("top teams: team vision's row %q does not say %q", line, want)
+			t.Errorf("top teams: team kubectl's row %q does not say %q", line, want)
 		}
 	}
-	for _, want := range []string{"vision last rejected: team vision", "quota 4 GPUs"} {
+	for _, want := range []string{"kubectl last rejected: team kubectl", "quota 4 GPUs"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("top teams does not say %q (job %s)", want, job)
 		}
 	}
 
 	out = kubectl("why", "gpu-0", "-n", qns)
-	for _, want := range []string{"Team:", "vision", "Quota:", "at quota: guarantee 4 GPUs"} {
+	for _, want := range []string{"Team:", "kubectl", "Quota:", "at quota: guarantee 4 GPUs"} {
 		if !strings.Contains(out, want) {
-			t.Errorf("why gpu-0 (team vision at quota) does not say %q", want)
+			t.Errorf("why gpu-0 (team kubectl at quota) does not say %q", want)
 		}
 	}
 	note(name, "why --gang and top teams read from the live cluster")
@@ -178,7 +178,7 @@ func quotaRejectedJob(ctx context.Context, t *testing.T, ns string) string {
 	_, err = env.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
 	switch {
 	case err == nil:
-		t.Fatalf("a 1-GPU pod of team vision, at its quota of 4 GPUs, was admitted")
+		t.Fatalf("a 1-GPU pod of team kubectl, at its quota of 4 GPUs, was admitted")
 	case !harness.IsWebhookDenial(err):
 		t.Fatalf("the Job's pod failed, but not by the webhook: %v", err)
 	}

@@ -33,14 +33,18 @@ const ScenarioLabel = "rota.test/scenario"
 
 var env *harness.Env
 
-// quotaDoc is the quota of the shared control plane: two configured teams
-// for the quota scenario; every other namespace is an unknown team, which
-// is unlimited.
+// quotaDoc is the quota of the shared control plane: configured teams for
+// the quota scenarios (kubectl is the kubectl-rota scenario's own, so other
+// scenarios' pods of vision cannot change what it reads); every other
+// namespace is an unknown team, which is unlimited.
 const quotaDoc = `teams:
   vision:
     gpus: 4
     gpuMemoryGiB: 40
     borrow: {gpus: 0, gpuMemoryGiB: 0}
+  kubectl:
+    gpus: 4
+    borrow: {gpus: 0}
   nlp:
     gpus: 2
     borrow: {gpus: 2}
