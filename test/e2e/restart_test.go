@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -94,54 +93,10 @@ func TestExtenderKilledDuringBurst(t *testing.T) {
 
 	// Settle: every pod bound, or pending with a reason from Rota (not the
 	// scheduler's error about the extender being down), and no change for 5s.
-	var lastBound int
-	var stableSince time.Time
-	var pending map[string]string
-	pods = waitPods(ctx, t, ns, "every pod bound or pending with a reason", func(ps []corev1.Pod) bool {
-		if len(ps) != total {
-			return false
-		}
-		b := harness.Bound(ps)
-		if b != lastBound {
-			lastBound, stableSince = b, time.Now()
-			return false
-		}
-		if time.Since(stableSince) < 5*time.Second {
-			return false
-		}
-		evs, err := env.NamespaceEvents(ctx, ns, "FailedScheduling")
-		if err != nil {
-			return false
-		}
-		pending = map[string]string{}
-		for _, p := range ps {
-			if p.Spec.NodeName != "" {
-				continue
-			}
-			e := evs[p.Name]
-			if len(e) == 0 {
-				return false
-			}
-			msg := e[len(e)-1].Message
-			if strings.Contains(msg, "extender") && (strings.Contains(msg, "connection refused") || strings.Contains(msg, "error")) {
-				return false // the last word is still "extender down"; wait for a retry
-			}
-			pending[p.Name] = msg
-		}
-		return true
-	})
+	pods, pending := settle(ctx, t, ns, total, 5*time.Second)
 	settled := time.Since(restartedAt)
 	checkInvariants(ctx, t, nil)
-	reasons := map[string]int{}
-	for _, msg := range pending {
-		reasons[msg]++
-	}
-	for msg, n := range reasons {
-		t.Logf("%d pending: %s", n, msg)
-		if !strings.Contains(msg, "GiB") && !strings.Contains(msg, "GPU") {
-			t.Errorf("%d pods pending with a reason that is not Rota's: %q", n, msg)
-		}
-	}
+	rotaReasons(t, pending)
 	t.Logf("%d bound (%d at the kill, %d while the extender was down), %d pending with a reason; settled %.1fs after the restart",
 		harness.Bound(pods), boundAtKill, boundWhileDown, len(pending), settled.Seconds())
 	if boundWhileDown > boundAtKill+5 {
