@@ -54,8 +54,9 @@ func Fit(r Request, ni *ledger.NodeInfo) (Choice, *Reason) {
 	return fitShare(r, ni)
 }
 
-// slotIndex[i] == i. A share's one-slot Choice.Slots is a window into it,
-// so that Fit allocates nothing for shares; Slots are read-only to callers.
+// slotIndex[i] == i. A share's one-slot Choice.Slots, and a whole-GPU
+// choice of consecutive slots, is a window into it, so that Fit allocates
+// nothing for them; Slots are read-only to callers.
 var slotIndex = func() (a [contract.MaxGPUsPerNode]int) {
 	for i := range a {
 		a[i] = i
@@ -187,7 +188,6 @@ func fitWhole(r Request, ni *ledger.NodeInfo) (Choice, *Reason) {
 		return Choice{}, &Reason{Code: InsufficientGPUs, Node: n.Name, GPU: -1, NeedGPUs: r.GPUs, FreeGPUs: idle,
 			Resolvable: true}
 	}
-	slots := make([]int, 0, r.GPUs)
 	// One island that holds all: the tightest one (the first on ties).
 	best := -1
 	for i, is := range islands {
@@ -196,8 +196,9 @@ func fitWhole(r Request, ni *ledger.NodeInfo) (Choice, *Reason) {
 		}
 	}
 	if best >= 0 {
-		return Choice{Node: n.Name, Slots: takeIdle(r, ni, islands[best].id, r.GPUs, slots), Whole: true}, nil
+		return Choice{Node: n.Name, Slots: idleRun(r, ni, islands[best].id, r.GPUs), Whole: true}, nil
 	}
+	slots := make([]int, 0, r.GPUs)
 	// Spill over the fewest islands: largest islands first (stable, so the
 	// first of equal islands), then the slots in index order.
 	slices.SortStableFunc(islands, func(a, b islandIdle) int { return cmp.Compare(b.idle, a.idle) })
@@ -213,6 +214,30 @@ func fitWhole(r Request, ni *ledger.NodeInfo) (Choice, *Reason) {
 
 // takeIdle appends up to k idle, healthy slots of island id (allowed models,
 // index order) to slots.
+// idleRun returns the first k idle slots of island id like takeIdle, but
+// as a read-only window into slotIndex when they are consecutive (the usual
+// case), so that Fit allocates nothing for them.
+func idleRun(r Request, ni *ledger.NodeInfo, id, k int) []int {
+	first, last, n := -1, -1, 0
+	for s := range ni.Node.GPUs {
+		if n == k {
+			break
+		}
+		g := &ni.Node.GPUs[s]
+		if g.Island == id && g.Healthy && r.modelOK(g.Model) && ni.Idle(s) {
+			if first < 0 {
+				first = s
+			}
+			last = s
+			n++
+		}
+	}
+	if n == k && last-first == k-1 && last < len(slotIndex) {
+		return slotIndex[first : last+1 : last+1]
+	}
+	return takeIdle(r, ni, id, k, make([]int, 0, k))
+}
+
 func takeIdle(r Request, ni *ledger.NodeInfo, id, k int, slots []int) []int {
 	for s := range ni.Node.GPUs {
 		if k == 0 {
