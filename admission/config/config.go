@@ -10,8 +10,6 @@ import (
 	"net"
 	"time"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/quota"
 )
@@ -128,16 +126,4 @@ func (c Config) Validate() error {
 // ParseQuota reads the quota document from the ConfigMap (YAML or JSON).
 // Duplicate keys, unknown fields and invalid values are errors; see
 // quota.Config for the format.
-func ParseQuota(data []byte) (quota.Config, error) {
-	if len(data) > quota.MaxConfigBytes {
-		return quota.Config{}, fmt.Errorf("quota document is %d bytes, more than %d", len(data), quota.MaxConfigBytes)
-	}
-	js, err := yaml.YAMLToJSONStrict(data)
-	if err != nil {
-		return quota.Config{}, fmt.Errorf("quota document is not valid YAML: %w", err)
-	}
-	if string(js) == "null" { // an empty document
-		js = []byte("{}")
-	}
-	return quota.Parse(js)
-}
+func ParseQuota(data []byte) (quota.Config, error) { return quota.ParseYAML(data) }

@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
-	"sigs.k8s.io/yaml"
 
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/ledger"
@@ -117,7 +116,7 @@ func Build(in Input, o Options) *Cluster {
 }
 
 // readQuota parses the quota ConfigMap the way the webhook does
-// (admission/config.ParseQuota: YAML or JSON, strict).
+// (quota.ParseYAML).
 func (c *Cluster) readQuota() {
 	cm := c.in.Quota
 	if c.in.QuotaError != "" {
@@ -133,15 +132,7 @@ func (c *Cluster) readQuota() {
 		c.quotaErr = fmt.Sprintf("%s has no key %q", c.o.QuotaSource, c.o.QuotaKey)
 		return
 	}
-	js, err := yaml.YAMLToJSONStrict([]byte(data))
-	if err != nil {
-		c.quotaErr = fmt.Sprintf("%s: quota document is not valid YAML: %v", c.o.QuotaSource, err)
-		return
-	}
-	if string(js) == "null" {
-		js = []byte("{}")
-	}
-	q, err := quota.Parse(js)
+	q, err := quota.ParseYAML([]byte(data))
 	if err != nil {
 		c.quotaErr = fmt.Sprintf("%s: %v", c.o.QuotaSource, err)
 		return
