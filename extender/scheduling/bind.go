@@ -54,9 +54,8 @@ func (e *Extender) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 	if args == nil {
 		args = &extenderv1.ExtenderBindingArgs{}
 	}
-	if !e.Ready() {
-		e.metrics.Decisions.WithLabelValues("bind", "error", "NotReady").Inc()
-		return &extenderv1.ExtenderBindingResult{Error: errNotReady.Error()}
+	if err := e.notReady("bind"); err != nil {
+		return &extenderv1.ExtenderBindingResult{Error: err.Error()}
 	}
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), logkey.Pod, klog.KRef(args.PodNamespace, args.PodName), logkey.Node, args.Node)
 	ctx = klog.NewContext(ctx, logger)

@@ -108,9 +108,8 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *e
 		e.metrics.Decisions.WithLabelValues("filter", "error", "NoPod").Inc()
 		return &extenderv1.ExtenderFilterResult{Error: "filter: the request names no pod"}
 	}
-	if !e.Ready() {
-		e.metrics.Decisions.WithLabelValues("filter", "error", "NotReady").Inc()
-		return &extenderv1.ExtenderFilterResult{Error: errNotReady.Error()}
+	if err := e.notReady("filter"); err != nil {
+		return &extenderv1.ExtenderFilterResult{Error: err.Error()}
 	}
 	pod := args.Pod
 	names := nodeNames(args)

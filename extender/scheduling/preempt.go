@@ -21,6 +21,16 @@ var errNoPod = errors.New("the request names no pod")
 // decision on a half-built ledger could give a pod GPUs another pod holds.
 var errNotReady = errors.New("rota-extender is starting: its GPU ledger is not rebuilt from the API server yet; the scheduler will retry")
 
+// notReady returns errNotReady (and counts it for verb) until the ledger is
+// rebuilt.
+func (e *Extender) notReady(verb string) error {
+	if e.Ready() {
+		return nil
+	}
+	e.metrics.Decisions.WithLabelValues(verb, "error", "NotReady").Inc()
+	return errNotReady
+}
+
 // Preempt answers the preempt verb (ProcessPreemption). For every node the
 // scheduler proposes, it keeps the scheduler's victims that hold no GPUs
 // (they free what the scheduler's plugins need) and replaces its GPU
@@ -37,9 +47,8 @@ func (e *Extender) Preempt(ctx context.Context, args *extenderv1.ExtenderPreempt
 		e.metrics.Decisions.WithLabelValues("preempt", "error", "NoPod").Inc()
 		return nil, errNoPod
 	}
-	if !e.Ready() {
-		e.metrics.Decisions.WithLabelValues("preempt", "error", "NotReady").Inc()
-		return nil, errNotReady
+	if err := e.notReady("preempt"); err != nil {
+		return nil, err
 	}
 	pod := args.Pod
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), logkey.Pod, klog.KObj(pod))

@@ -22,9 +22,8 @@ func (e *Extender) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs
 		e.metrics.Decisions.WithLabelValues("prioritize", "error", "NoPod").Inc()
 		return nil, errNoPod
 	}
-	if !e.Ready() {
-		e.metrics.Decisions.WithLabelValues("prioritize", "error", "NotReady").Inc()
-		return nil, errNotReady
+	if err := e.notReady("prioritize"); err != nil {
+		return nil, err
 	}
 	pod := args.Pod
 	names := nodeNames(args)

@@ -3,12 +3,10 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,47 +17,8 @@ import (
 	"github.com/rota-sched/rota/test/e2e/harness"
 )
 
-// metricSamples is one scrape of a Prometheus text endpoint: the sample
-// line's name with labels as written ("rota_extender_allocations{state=\"reserved\"}")
-// to its value.
-type metricSamples map[string]float64
-
 // extenderMetrics scrapes rota-extender's /metrics.
-func extenderMetrics(ctx context.Context) (metricSamples, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, env.ExtenderURL+"/metrics", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
-	}
-	out := metricSamples{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		out[line[:i]] = v
-	}
-	return out, sc.Err()
-}
+func extenderMetrics(ctx context.Context) (harness.Samples, error) { return env.ExtenderMetrics(ctx) }
 
 const (
 	metricReserved  = `rota_extender_allocations{state="reserved"}`
@@ -68,21 +27,10 @@ const (
 	metricNodes     = `rota_extender_nodes`
 )
 
-// sum adds the samples whose name (before any label) is name.
-func (m metricSamples) sum(name string) float64 {
-	var s float64
-	for k, v := range m {
-		if k == name || strings.HasPrefix(k, name+"{") {
-			s += v
-		}
-	}
-	return s
-}
-
 // waitMetric polls the extender's metrics until cond holds.
-func waitMetric(ctx context.Context, t *testing.T, what string, cond func(metricSamples) bool) metricSamples {
+func waitMetric(ctx context.Context, t *testing.T, what string, cond func(harness.Samples) bool) harness.Samples {
 	t.Helper()
-	var last metricSamples
+	var last harness.Samples
 	var lastErr error
 	for {
 		m, err := extenderMetrics(ctx)
@@ -96,7 +44,7 @@ func waitMetric(ctx context.Context, t *testing.T, what string, cond func(metric
 		select {
 		case <-ctx.Done():
 			t.Fatalf("waiting for %s: %v (last scrape error %v; reserved=%v committed=%v expired=%v)",
-				what, ctx.Err(), lastErr, last[metricReserved], last[metricCommitted], last.sum(metricExpired))
+				what, ctx.Err(), lastErr, last[metricReserved], last[metricCommitted], last.Sum(metricExpired))
 		case <-time.After(250 * time.Millisecond):
 		}
 	}

@@ -411,7 +411,7 @@ func TestNodeDeletedWithGangMembers(t *testing.T) {
 		}
 	}
 	t.Logf("node %s deleted with %v", victim, gone)
-	m1 := waitMetric(ctx, t, "the extender to drop the node and its pods", func(m metricSamples) bool {
+	m1 := waitMetric(ctx, t, "the extender to drop the node and its pods", func(m harness.Samples) bool {
 		return m[metricNodes] == m0[metricNodes]-1 && m[metricCommitted] == m0[metricCommitted]-float64(len(gone))
 	})
 	waitLedgerMatches(ctx, t, ns)
@@ -470,7 +470,7 @@ func TestNodeDeletedWithGangMembers(t *testing.T) {
 	})
 	checkInvariants(ctx, t, nil)
 	waitLedgerMatches(ctx, t, ns)
-	waitMetric(ctx, t, "no reservation left", func(m metricSamples) bool { return m[metricReserved] == 0 })
+	waitMetric(ctx, t, "no reservation left", func(m harness.Samples) bool { return m[metricReserved] == 0 })
 	note(name, "node with %d pods deleted; ledger dropped them, rejoined node empty, gang whole again", len(gone))
 }
 
@@ -531,12 +531,12 @@ func TestGangReservationExpires(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	planned := waitMetric(ctx, t, "the gang planned (slots reserved)", func(m metricSamples) bool {
+	planned := waitMetric(ctx, t, "the gang planned (slots reserved)", func(m harness.Samples) bool {
 		return m[metricReserved] >= m0[metricReserved]+1
 	})
 	plannedAt := time.Now()
-	waitMetric(ctx, t, "the reserved slots to expire", func(m metricSamples) bool {
-		return m.sum(metricExpired) > m0.sum(metricExpired)
+	waitMetric(ctx, t, "the reserved slots to expire", func(m harness.Samples) bool {
+		return m.Sum(metricExpired) > m0.Sum(metricExpired)
 	})
 	expiredAfter := time.Since(plannedAt)
 	if ps, err := env.Pods(ctx, ns); err == nil && harness.Bound(ps) > 0 {
@@ -554,9 +554,9 @@ func TestGangReservationExpires(t *testing.T) {
 	waitPods(ctx, t, ns, "the gang bound after the webhook came back", func(ps []corev1.Pod) bool {
 		return harness.Bound(ps) == 2
 	})
-	m := waitMetric(ctx, t, "no reservation left", func(m metricSamples) bool { return m[metricReserved] == 0 })
+	m := waitMetric(ctx, t, "no reservation left", func(m harness.Samples) bool { return m[metricReserved] == 0 })
 	checkInvariants(ctx, t, nil)
 	waitLedgerMatches(ctx, t, ns)
 	note(name, "slots expired %.1fs after planning (ttl 5s), %v expiries; gang bound after the webhook returned",
-		expiredAfter.Seconds(), m.sum(metricExpired)-m0.sum(metricExpired))
+		expiredAfter.Seconds(), m.Sum(metricExpired)-m0.Sum(metricExpired))
 }

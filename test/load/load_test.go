@@ -28,11 +28,9 @@
 package load
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math"
-	"net/http"
 	"os"
 	"regexp"
 	"sort"
@@ -453,33 +451,12 @@ var labelRE = regexp.MustCompile(`(\w+)="([^"]*)"`)
 
 func scrape(ctx context.Context, t *testing.T, env *harness.Env) metrics {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, env.ExtenderURL+"/metrics", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
+	samples, err := env.ExtenderMetrics(ctx)
 	if err != nil {
 		t.Fatalf("scraping rota-extender: %v", err)
 	}
-	defer resp.Body.Close()
-	m := metrics{samples: map[string]float64{}, buckets: map[string]map[float64]float64{}}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		name := line[:i]
-		m.samples[name] = v
+	m := metrics{samples: samples, buckets: map[string]map[float64]float64{}}
+	for name, v := range samples {
 		if sm := bucketRE.FindStringSubmatch(name); sm != nil {
 			var verb string
 			le := math.NaN()
@@ -498,9 +475,6 @@ func scrape(ctx context.Context, t *testing.T, env *harness.Env) metrics {
 				m.buckets[verb][le] = v
 			}
 		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
 	}
 	return m
 }

@@ -354,18 +354,7 @@ func testKubeletRestart(ctx context.Context, t *testing.T, e *Env, ns string) {
 	createAll(ctx, t, e, ns, []string{"after-whole"}, Request{GPUs: 1}, Request{})
 	createAll(ctx, t, e, ns, []string{"after-share"}, Request{MemoryUnits: 20}, Request{})
 	for _, n := range []string{"after-whole", "after-share"} {
-		pod, err := e.WaitRunning(ctx, ns, n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		a := mustAssignment(t, e, pod)
-		env, err := e.ContainerEnv(ctx, ns, n, "app")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := env["NVIDIA_VISIBLE_DEVICES"]; got != strings.Join(a.UUIDs(), ",") {
-			t.Errorf("%s sees %s, assignment %v", n, got, a.UUIDs())
-		}
+		a := seesAssignment(ctx, t, e, ns, n)
 		if a.Whole && slices.Contains(a.UUIDs(), beforeA.GPUs[0].UUID) {
 			t.Errorf("%s was assigned %s, which pod before holds", n, beforeA.GPUs[0].UUID)
 		}
@@ -464,6 +453,26 @@ func testBoundWhileKubeletDown(ctx context.Context, t *testing.T, e *Env, ns str
 
 // checkOwnGPU checks that the running pod's app container sees exactly the
 // GPU and memory limit of its own assignment.
+// seesAssignment waits for pod ns/n to run and checks that its app
+// container sees exactly the GPUs of its assignment; it returns the
+// assignment.
+func seesAssignment(ctx context.Context, t *testing.T, e *Env, ns, n string) contract.Assignment {
+	t.Helper()
+	pod, err := e.WaitRunning(ctx, ns, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := mustAssignment(t, e, pod)
+	env, err := e.ContainerEnv(ctx, ns, n, "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := env["NVIDIA_VISIBLE_DEVICES"]; got != strings.Join(a.UUIDs(), ",") {
+		t.Errorf("%s sees %s, assignment %v", n, got, a.UUIDs())
+	}
+	return a
+}
+
 func checkOwnGPU(ctx context.Context, t *testing.T, e *Env, ns, n string, pod *corev1.Pod, units int, what string) {
 	t.Helper()
 	a := mustAssignment(t, e, pod)
@@ -574,18 +583,7 @@ func testPodResourcesAgreeMixed(ctx context.Context, t *testing.T, e *Env, ns st
 	createAll(ctx, t, e, ns, []string{"one-init"}, Request{GPUs: 1}, Request{GPUs: 1})
 	createAll(ctx, t, e, ns, []string{"three"}, Request{GPUs: 3}, Request{})
 	for _, n := range []string{"share-a", "share-b", "two", "one-init", "three"} {
-		pod, err := e.WaitRunning(ctx, ns, n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		a := mustAssignment(t, e, pod)
-		env, err := e.ContainerEnv(ctx, ns, n, "app")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := env["NVIDIA_VISIBLE_DEVICES"]; got != strings.Join(a.UUIDs(), ",") {
-			t.Errorf("%s sees %s, assignment %v", n, got, a.UUIDs())
-		}
+		seesAssignment(ctx, t, e, ns, n)
 	}
 	resp, err := e.PodResources(ctx)
 	if err != nil {
