@@ -179,7 +179,7 @@ func settle(ctx context.Context, t *testing.T, ns string, total int, quiet time.
 				return false
 			}
 			msg := e[len(e)-1].Message
-			if strings.Contains(msg, "extender") && (strings.Contains(msg, "connection refused") || strings.Contains(msg, "error")) {
+			if extenderDown(msg) {
 				return false // the last word is still "extender down"; wait for a retry
 			}
 			if strings.Contains(msg, "failed calling webhook") {
@@ -190,6 +190,14 @@ func settle(ctx context.Context, t *testing.T, ns string, total int, quiet time.
 		return true
 	})
 	return pods, pending
+}
+
+// extenderDown reports whether a FailedScheduling message is the
+// scheduler's word that it could not reach the extender (or that the
+// extender was still rebuilding), a transient state, not a reason.
+func extenderDown(msg string) bool {
+	return strings.Contains(msg, env.ExtenderURL) || strings.Contains(msg, "connection refused") ||
+		strings.Contains(msg, "is starting") || (strings.Contains(msg, "extender") && strings.Contains(msg, "error"))
 }
 
 // rotaReasons fails the test for pending reasons that are not Rota's and
