@@ -1,15 +1,12 @@
 // Package binder performs rota-extender's API writes for one pod: the
-// assignment annotation (a merge patch whose metadata.uid and
-// metadata.resourceVersion make it conditional: optimistic concurrency),
-// the Binding (pods/binding subresource), and the requeue touch. It also
-// reads a pod the informer does not hold yet. It keeps no state; a Binder
-// is safe for concurrent use.
+// Binding (pods/binding subresource) that carries the assignment
+// annotation, and the requeue touch. It also reads a pod the informer does
+// not hold yet. It keeps no state; a Binder is safe for concurrent use.
 package binder
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -22,16 +19,13 @@ import (
 	"github.com/rota-sched/rota/pkg/contract"
 )
 
-// ErrChanged is wrapped when the pod changed under the bind in a way that
-// makes the bind wrong (another UID, already bound elsewhere, deleted).
-var ErrChanged = errors.New("pod changed during bind")
-
 // Binder writes through a kubernetes.Interface.
 type Binder struct {
 	client  kubernetes.Interface
 	names   contract.Names
 	timeout time.Duration
-	// OnConflict, when set, is called for every resourceVersion conflict.
+	// OnConflict, when set, is called for every Binding the API server
+	// refuses with a conflict (pod replaced or already bound).
 	OnConflict func()
 }
 
@@ -68,37 +62,6 @@ func metaPatch(uid types.UID, rv string, annotations map[string]*string) ([]byte
 	return json.Marshal(map[string]patchMeta{"metadata": {UID: uid, ResourceVersion: rv, Annotations: annotations}})
 }
 
-// Annotate writes the assignment annotation value on pod, conditional on
-// the pod's UID and resourceVersion. On a conflict it reads the pod again
-// and, when it is still the same unbound pod, retries once with the new
-// resourceVersion. It returns the patched pod.
-func (b *Binder) Annotate(ctx context.Context, pod *corev1.Pod, value string) (*corev1.Pod, error) {
-	cur := pod
-	for attempt := 0; ; attempt++ {
-		out, err := b.patch(ctx, cur, map[string]*string{b.names.AssignmentAnnotation: &value})
-		if err == nil {
-			return out, nil
-		}
-		if !apierrors.IsConflict(err) || attempt > 0 {
-			return nil, fmt.Errorf("write assignment on %s/%s: %w", pod.Namespace, pod.Name, err)
-		}
-		if b.OnConflict != nil {
-			b.OnConflict()
-		}
-		fresh, gerr := b.Pod(ctx, pod.Namespace, pod.Name)
-		if gerr != nil {
-			return nil, gerr
-		}
-		if fresh.UID != pod.UID {
-			return nil, fmt.Errorf("pod %s/%s was replaced (UID %s, was %s): %w", pod.Namespace, pod.Name, fresh.UID, pod.UID, ErrChanged)
-		}
-		if fresh.Spec.NodeName != "" {
-			return nil, fmt.Errorf("pod %s/%s was bound to %s meanwhile: %w", pod.Namespace, pod.Name, fresh.Spec.NodeName, ErrChanged)
-		}
-		cur = fresh
-	}
-}
-
 func (b *Binder) patch(ctx context.Context, pod *corev1.Pod, annotations map[string]*string) (*corev1.Pod, error) {
 	data, err := metaPatch(pod.UID, pod.ResourceVersion, annotations)
 	if err != nil {
@@ -109,15 +72,23 @@ func (b *Binder) patch(ctx context.Context, pod *corev1.Pod, annotations map[str
 	return b.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, data, metav1.PatchOptions{})
 }
 
-// Bind creates the pod's Binding to node.
-func (b *Binder) Bind(ctx context.Context, namespace, name string, uid types.UID, node string) error {
+// Bind creates the pod's Binding to node: one API write. The API server
+// copies the Binding's annotations onto the pod in the same update that sets
+// spec.nodeName, so a pod is never seen bound without its assignment, nor
+// carrying an assignment for a node it is not bound to. The Binding's UID is
+// a precondition (a replaced pod fails with a conflict), and the API server
+// refuses a pod that is already bound or being deleted.
+func (b *Binder) Bind(ctx context.Context, namespace, name string, uid types.UID, node string, annotations map[string]string) error {
 	ctx, cancel := b.ctx(ctx)
 	defer cancel()
 	err := b.client.CoreV1().Pods(namespace).Bind(ctx, &corev1.Binding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: uid},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: uid, Annotations: annotations},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
 	}, metav1.CreateOptions{})
 	if err != nil {
+		if apierrors.IsConflict(err) && b.OnConflict != nil {
+			b.OnConflict()
+		}
 		return fmt.Errorf("bind %s/%s to %s: %w", namespace, name, node, err)
 	}
 	return nil

@@ -17,7 +17,7 @@ type Config struct {
 	// Kubeconfig is the kubeconfig file; empty means in-cluster config.
 	Kubeconfig string `json:"kubeconfig,omitempty"`
 	// QPS and Burst bound the extender's API client. Today's extenders die
-	// at client-go's default 5 QPS; one bind costs two writes, and at 200 QPS
+	// at client-go's default 5 QPS; one bind costs one write, and at 200 QPS
 	// a burst of thousands of pods queued binds past the scheduler's
 	// httpTimeout (measured in test/load), so the default matches the
 	// scheduler's own rate.

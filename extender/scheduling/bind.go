@@ -10,7 +10,6 @@ import (
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
-	"github.com/rota-sched/rota/extender/binder"
 	"github.com/rota-sched/rota/extender/logkey"
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/placement"
@@ -42,9 +41,9 @@ func bindErr(code string, format string, args ...any) error {
 //     (a retried bind); or placement.Fit on the current snapshot, then
 //     ledger.Reserve with the reservation TTL (retried on a fresh snapshot
 //     when a concurrent bind won the GPUs).
-//  3. Write the assignment annotation, conditional on the pod's
-//     resourceVersion (skipped when the pod already carries it).
-//  4. Create the Binding, then commit the reservation.
+//  3. Create the Binding with the assignment annotation on it (the API
+//     server copies it onto the pod in the same write that binds it, with
+//     the pod's UID as precondition), then commit the reservation.
 //
 // A failure releases what this call reserved (a gang slot stays until the
 // plan lapses, so the retry finds it) and is returned in Error, so the
@@ -109,7 +108,7 @@ func (e *Extender) bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 		return "", "", bindErr("AlreadyBound", "bind: pod %s/%s is already bound to %s", pod.Namespace, pod.Name, pod.Spec.NodeName)
 	}
 	if !podreq.Wants(pod, e.names) {
-		if err := e.binder.Bind(ctx, pod.Namespace, pod.Name, pod.UID, args.Node); err != nil {
+		if err := e.binder.Bind(ctx, pod.Namespace, pod.Name, pod.UID, args.Node, nil); err != nil {
 			return "", "", bindErr("APIError", "%w", err)
 		}
 		return "bound", "", nil
@@ -134,7 +133,8 @@ func (e *Extender) bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 		}
 	}
 
-	// 3. The assignment annotation.
+	// 3. One write: the Binding, carrying the assignment annotation; then
+	// commit.
 	as := podreq.ToAssignment(alloc)
 	as.Gang = gang
 	value, err := as.Marshal()
@@ -142,20 +142,12 @@ func (e *Extender) bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 		release()
 		return "", gang, bindErr("InvalidAssignment", "bind: %w", err)
 	}
-	if pod.Annotations[e.names.AssignmentAnnotation] != string(value) {
-		if _, err := e.binder.Annotate(ctx, pod, string(value)); err != nil {
-			release()
-			if errors.Is(err, binder.ErrChanged) || apierrors.IsNotFound(err) {
-				e.ledger.Release(uid)
-			}
-			return "", gang, bindErr("AnnotateFailed", "%w", err)
-		}
-	}
-
-	// 4. The Binding, then commit.
-	if err := e.binder.Bind(ctx, pod.Namespace, pod.Name, pod.UID, args.Node); err != nil {
+	if err := e.binder.Bind(ctx, pod.Namespace, pod.Name, pod.UID, args.Node,
+		map[string]string{e.names.AssignmentAnnotation: string(value)}); err != nil {
 		release()
-		if apierrors.IsNotFound(err) {
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			// Gone, replaced or bound elsewhere: nothing will use this
+			// reservation, not even a gang slot.
 			e.ledger.Release(uid)
 		}
 		return "", gang, bindErr("BindingFailed", "%w", err)
@@ -195,7 +187,8 @@ func (e *Extender) reserve(ctx context.Context, pod *corev1.Pod, req placement.R
 			e.ledger.Release(uid)
 		}
 	}
-	// A previous bind wrote the assignment for this node but did not bind.
+	// The pod already carries an assignment for this node but is unbound
+	// (written by a Rota release that annotated before binding): honour it.
 	if as, err := podreq.Assignment(pod, e.names); err == nil && as != nil && as.Node == node {
 		a := podreq.ToAllocation(pod, *as, e.names)
 		a.Gang, a.GangSize = "", 0 // gang completeness was checked when it was planned

@@ -6,9 +6,9 @@
 // Filter and prioritize only read (one ledger snapshot per call). Bind is
 // two-phase: it re-runs placement.Fit on the current snapshot (or takes the
 // pod's gang slot), reserves in the ledger with a TTL (the ledger
-// serializes, so two binds never take the same memory), writes the
-// assignment annotation conditionally on the pod's resourceVersion, creates
-// the Binding and commits. Gangs are planned as a whole at the first member
+// serializes, so two binds never take the same memory), creates the
+// Binding carrying the assignment annotation (one API write; the API server
+// copies the annotation onto the pod as it binds it) and commits. Gangs are planned as a whole at the first member
 // filtered once every member exists (placement.PlanGang); the plan reserves
 // a slot per member and lives in a go-cache with a TTL.
 //

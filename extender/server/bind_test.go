@@ -53,16 +53,14 @@ func TestBind(t *testing.T) {
 		{name: "share on the tightest GPU", givePod: pod("a").mem(10).obj(), giveNode: "half",
 			wantGPUs: []int{0}, wantBound: true},
 		{name: "whole GPUs", givePod: pod("b").gpus(1).obj(), giveNode: "empty", wantGPUs: []int{0}, wantBound: true},
-		{name: "conflict on the annotation is retried", givePod: pod("c").mem(10).obj(), giveNode: "half",
-			setup: func(a *fakeAPI) { a.conflicts = 1 }, wantGPUs: []int{0}, wantBound: true},
 		{name: "node no longer fits", givePod: pod("d").mem(40).obj(), giveNode: "half",
 			wantError: "bind: node half no longer fits: GPU 0 has 18 GiB free, pod needs 40 GiB"},
 		{name: "unknown node", givePod: pod("e").mem(1).obj(), giveNode: "nowhere",
 			wantError: "bind: node nowhere no longer fits: node has not published its GPU topology yet"},
 		{name: "binding fails: released, error returned", givePod: pod("f").mem(10).obj(), giveNode: "half",
-			setup: func(a *fakeAPI) { a.failBind = 1 }, wantError: "injected binding failure", wantGPUs: []int{0}},
-		{name: "two conflicts: error", givePod: pod("g").mem(10).obj(), giveNode: "half",
-			setup: func(a *fakeAPI) { a.conflicts = 2 }, wantError: "injected conflict"},
+			setup: func(a *fakeAPI) { a.failBind = 1 }, wantError: "injected binding failure"},
+		{name: "pod replaced under the bind: conflict, released", givePod: pod("g").mem(10).obj(), giveNode: "half",
+			setup: func(a *fakeAPI) { a.bindConflicts = 1 }, wantError: "injected binding conflict"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -108,6 +106,10 @@ func TestBind(t *testing.T) {
 			if errs := f.ledger.Check(); len(errs) > 0 {
 				t.Errorf("ledger.Check() = %v", errs)
 			}
+			// One API write per bind: the Binding carries the assignment.
+			if f.api.patches != 0 {
+				t.Errorf("bind patched the pod %d times; the assignment belongs on the Binding", f.api.patches)
+			}
 		})
 	}
 }
@@ -120,17 +122,17 @@ func TestBindRetryIsIdempotent(t *testing.T) {
 	if err := f.bind(p, "n"); err == "" {
 		t.Fatal("first bind should fail")
 	}
-	first := f.apiPod("r").Annotations[names.AssignmentAnnotation]
-	f.waitPod("default", "r", func(p *corev1.Pod) bool { return p.Annotations[names.AssignmentAnnotation] == first })
-	patches := f.api.patches
+	if got := f.apiPod("r"); got.Annotations[names.AssignmentAnnotation] != "" || got.Spec.NodeName != "" {
+		t.Errorf("a failed bind left the pod changed: annotations %v, node %q", got.Annotations, got.Spec.NodeName)
+	}
 	if err := f.bind(p, "n"); err != "" {
 		t.Fatalf("retry: %s", err)
 	}
-	if got := f.apiPod("r"); got.Annotations[names.AssignmentAnnotation] != first || got.Spec.NodeName != "n" {
-		t.Errorf("retry changed the assignment or did not bind: %+v", got)
+	if got := f.apiPod("r"); got.Annotations[names.AssignmentAnnotation] == "" || got.Spec.NodeName != "n" {
+		t.Errorf("retry did not bind with an assignment: node %q, annotations %v", got.Spec.NodeName, got.Annotations)
 	}
-	if f.api.patches != patches {
-		t.Errorf("retry wrote the annotation again (%d patches, want %d)", f.api.patches, patches)
+	if f.api.patches != 0 || f.api.binds != 1 {
+		t.Errorf("writes: %d patches, %d bindings; want 0 and 1", f.api.patches, f.api.binds)
 	}
 	// A bind of a pod already bound there is a no-op success.
 	f.waitPod("default", "r", func(p *corev1.Pod) bool { return p.Spec.NodeName == "n" })

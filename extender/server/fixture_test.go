@@ -257,17 +257,19 @@ func (b *podBuilder) gang(name string, size int) *podBuilder {
 func (b *podBuilder) obj() *corev1.Pod { return b.p }
 
 // fakeAPI adds what the fake clientset lacks: resourceVersion bumps and
-// preconditions on merge patches, and the pods/binding subresource.
+// preconditions on merge patches, and the pods/binding subresource (which,
+// like the API server, copies the Binding's annotations onto the pod).
 type fakeAPI struct {
 	mu      sync.Mutex
 	rv      int
 	tracker k8stesting.ObjectTracker
 	// failBind, when set, fails the next n binding creations.
 	failBind int
-	// conflicts makes the next n patches fail with a conflict.
-	conflicts int
-	binds     int
-	patches   int
+	// bindConflicts makes the next n binding creations fail with a
+	// conflict, as when the pod was replaced under the bind.
+	bindConflicts int
+	binds         int
+	patches       int
 }
 
 func installFakeAPI(client *fake.Clientset) *fakeAPI {
@@ -302,10 +304,6 @@ func (a *fakeAPI) patch(action k8stesting.Action) (bool, runtime.Object, error) 
 	if err := json.Unmarshal(pa.GetPatch(), &patch); err != nil {
 		return true, nil, apierrors.NewBadRequest(err.Error())
 	}
-	if a.conflicts > 0 {
-		a.conflicts--
-		return true, nil, apierrors.NewConflict(podsGVR.GroupResource(), pod.Name, fmt.Errorf("injected conflict"))
-	}
 	if (patch.Metadata.UID != "" && patch.Metadata.UID != pod.UID) ||
 		(patch.Metadata.ResourceVersion != "" && patch.Metadata.ResourceVersion != pod.ResourceVersion) {
 		return true, nil, apierrors.NewConflict(podsGVR.GroupResource(), pod.Name, fmt.Errorf("precondition failed"))
@@ -339,6 +337,10 @@ func (a *fakeAPI) bind(action k8stesting.Action) (bool, runtime.Object, error) {
 		a.failBind--
 		return true, nil, apierrors.NewInternalError(fmt.Errorf("injected binding failure"))
 	}
+	if a.bindConflicts > 0 {
+		a.bindConflicts--
+		return true, nil, apierrors.NewConflict(podsGVR.GroupResource(), b.Name, fmt.Errorf("injected binding conflict"))
+	}
 	obj, err := a.tracker.Get(podsGVR, b.Namespace, b.Name)
 	if err != nil {
 		return true, nil, err
@@ -352,6 +354,13 @@ func (a *fakeAPI) bind(action k8stesting.Action) (bool, runtime.Object, error) {
 			fmt.Errorf("pod %s is already assigned to node %q", pod.Name, pod.Spec.NodeName))
 	}
 	pod.Spec.NodeName = b.Target.Name
+	// Like the API server, copy the Binding's annotations onto the pod.
+	for k, v := range b.Annotations {
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		pod.Annotations[k] = v
+	}
 	pod.ResourceVersion = a.nextRV()
 	a.binds++
 	return true, b, a.tracker.Update(podsGVR, pod, pod.Namespace)
