@@ -38,11 +38,8 @@ verify-imports: ## pkg/ stays pure: no client-go, HTTP, gRPC, NVML, go-cache, kl
 bench: ## Go benchmarks (medians over BENCHCOUNT runs)
 	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCHCOUNT) -benchtime $(BENCHTIME) ./pkg/... ./extender/... ./admission/... ./deviceplugin/... | tee $(BIN)/bench.txt
 
-fuzz: ## run every fuzz target for FUZZTIME each
-	@for pkg in $$($(GO) list ./...); do \
-	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
-	    echo "fuzz $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
-	  done; done
+fuzz: ## run every fuzz target for FUZZTIME each; prints the executions per target and a summary table
+	@GO=$(GO) FUZZTIME=$(FUZZTIME) FUZZLOGS=$(BIN)/fuzz bash hack/fuzz.sh
 
 k8s-tools: ## build etcd, kube-apiserver, kube-scheduler, kubectl once into .cache/k8s/bin
 	@bash hack/k8s-tools.sh

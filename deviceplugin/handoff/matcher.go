@@ -387,6 +387,24 @@ func (m *Matcher) Allocate(ctx context.Context, k Kind, ids []string, wait time.
 	return g, err
 }
 
+// Undo takes back a grant Allocate returned, for a kubelet request with
+// several containers that fails at a later one: the kubelet discards the
+// whole answer, so none of its containers is allocated. Undo grants in
+// reverse order.
+func (m *Matcher) Undo(g Grant) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.pods[g.PodUID]
+	if !ok || e.done[g.Kind] == 0 {
+		return
+	}
+	e.done[g.Kind]--
+	if n := len(e.given[g.Kind]); n > 0 {
+		e.given[g.Kind] = e.given[g.Kind][:n-1]
+	}
+	m.notifyLocked()
+}
+
 // Preference is the answer to one GetPreferredAllocation container request.
 type Preference struct {
 	// IDs are the devices to prefer: the must-include IDs, then the pod's.

@@ -288,3 +288,28 @@ func TestMemoryDeviceID(t *testing.T) {
 		}
 	}
 }
+
+func TestUndo(t *testing.T) {
+	m := NewMatcher(node, names, 1024)
+	m.Upsert(pod("two", 1, container(names.GPU, 1, false), container(names.GPU, 1, false), assigned(true, 81920, 0, 1)))
+	ctx := context.Background()
+	g0, err := m.Allocate(ctx, KindGPU, []string{uuid(0)}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Allocated("uid-two", KindGPU); got != 1 {
+		t.Fatalf("Allocated = %d, want 1", got)
+	}
+	m.Undo(g0)
+	if got := m.Allocated("uid-two", KindGPU); got != 0 {
+		t.Fatalf("Allocated after Undo = %d, want 0", got)
+	}
+	m.Undo(g0) // nothing left to undo: no underflow
+	if got := m.Allocated("uid-two", KindGPU); got != 0 {
+		t.Fatalf("Allocated after a second Undo = %d, want 0", got)
+	}
+	// The first container is offered again.
+	if g, err := m.Allocate(ctx, KindGPU, []string{uuid(0)}, 0); err != nil || g.Container != "c0" {
+		t.Fatalf("Allocate after Undo = %+v, %v; want container c0", g, err)
+	}
+}

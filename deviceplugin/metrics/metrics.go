@@ -39,7 +39,7 @@ func New() *Metrics {
 			Buckets: []float64{0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5},
 		}, []string{"resource"}),
 		allocFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "rota_device_plugin_allocate_failures_total", Help: "Allocate calls refused, by reason (no_match, ambiguous, other).",
+			Name: "rota_device_plugin_allocate_failures_total", Help: "Allocate calls refused, by reason (invalid, no_match, ambiguous, other).",
 		}, []string{"resource", "reason"}),
 		registrations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rota_device_plugin_registrations_total", Help: "Registrations with the kubelet, by result.",

@@ -120,7 +120,7 @@ func (m *Manager) socketsPresent() bool {
 	return true
 }
 
-// start listens on every plugin socket (mode 0600) and serves it.
+// start listens on every plugin socket (SocketMode) and serves it.
 func (m *Manager) start(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	m.mu.Lock()
@@ -130,13 +130,9 @@ func (m *Manager) start(ctx context.Context) error {
 		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("remove stale socket %s: %w", path, err)
 		}
-		lis, err := net.Listen("unix", path)
+		lis, err := listen(m.dir, path)
 		if err != nil {
-			return fmt.Errorf("listen on %s: %w", path, err)
-		}
-		if err := os.Chmod(path, 0o600); err != nil {
-			lis.Close()
-			return fmt.Errorf("chmod %s: %w", path, err)
+			return err
 		}
 		plogger := klog.LoggerWithValues(logger, "resource", p.resource)
 		srv := grpc.NewServer(
@@ -157,6 +153,39 @@ func (m *Manager) start(ctx context.Context) error {
 		logger.V(2).Info("Serving device plugin", "resource", p.resource, "socket", path)
 	}
 	return nil
+}
+
+// SocketMode is the plugin sockets' mode: only the kubelet (root) connects.
+const SocketMode fs.FileMode = 0o600
+
+// listen listens on a unix socket at path that is never reachable with a
+// wider mode than SocketMode: it binds in a fresh 0700 folder inside dir,
+// chmods the socket there and renames it into place (net.Listen creates the
+// socket with the process umask, and connections queued before a chmod in
+// place would be served).
+func listen(dir, path string) (net.Listener, error) {
+	tmp, err := os.MkdirTemp(dir, ".rota-")
+	if err != nil {
+		return nil, fmt.Errorf("socket folder in %s: %w", dir, err)
+	}
+	defer os.RemoveAll(tmp)
+	bound := filepath.Join(tmp, filepath.Base(path))
+	lis, err := net.Listen("unix", bound)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	// The socket file moves: the listener must not remove the old name on
+	// Close (stop removes the socket).
+	lis.(*net.UnixListener).SetUnlinkOnClose(false)
+	if err := os.Chmod(bound, SocketMode); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("chmod %s: %w", bound, err)
+	}
+	if err := os.Rename(bound, path); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("move socket to %s: %w", path, err)
+	}
+	return lis, nil
 }
 
 // stop stops every server and removes the plugin sockets.

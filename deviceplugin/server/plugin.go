@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -65,6 +66,10 @@ func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_
 // the kubelet to the devices of the pod's assignment (see README).
 func (p *Plugin) GetPreferredAllocation(ctx context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
 	logger := klog.FromContext(ctx)
+	if err := p.checkPreferred(req); err != nil {
+		logger.Info("Malformed GetPreferredAllocation refused", "resource", p.resource, "err", err.Error())
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
 	resp := &pluginapi.PreferredAllocationResponse{}
 	for _, cr := range req.ContainerRequests {
 		pref, err := p.matcher.Preferred(ctx, p.kind, cr.AvailableDeviceIDs, cr.MustIncludeDeviceIDs, int(cr.AllocationSize), p.wait)
@@ -92,10 +97,21 @@ func (p *Plugin) GetPreferredAllocation(ctx context.Context, req *pluginapi.Pref
 func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	logger := klog.FromContext(ctx)
 	start := time.Now()
+	if err := p.checkAllocate(req); err != nil {
+		p.metrics.Allocate(p.resource, time.Since(start), "invalid")
+		logger.Info("Malformed Allocate refused", "resource", p.resource, "err", err.Error())
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
 	resp := &pluginapi.AllocateResponse{}
+	var granted []handoff.Grant
 	for _, cr := range req.ContainerRequests {
 		g, err := p.matcher.Allocate(ctx, p.kind, cr.DevicesIds, p.wait)
 		if err != nil {
+			// All or nothing: the kubelet discards the whole response, so
+			// the containers matched before this one are not allocated.
+			for i := len(granted) - 1; i >= 0; i-- {
+				p.matcher.Undo(granted[i])
+			}
 			reason := "other"
 			switch {
 			case errors.Is(err, handoff.ErrNoMatch):
@@ -116,10 +132,107 @@ func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 			kv = append(kv, "podResourcesErr", g.PodResourcesErr)
 		}
 		logger.Info("Allocated", kv...)
+		granted = append(granted, g)
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{Envs: g.Env()})
 	}
 	p.metrics.Allocate(p.resource, time.Since(start), "")
 	return resp, nil
+}
+
+// advertised is the set of device IDs this plugin lists in ListAndWatch
+// (healthy or not).
+func (p *Plugin) advertised() map[string]bool {
+	gpus, _ := p.state.Snapshot()
+	devs := Devices(p.kind, gpus, p.state.UnitMiB())
+	out := make(map[string]bool, len(devs))
+	for _, d := range devs {
+		out[d.ID] = true
+	}
+	return out
+}
+
+// checkIDs checks that every ID is a device of this plugin and appears once
+// in seen.
+func checkIDs(what string, ids []string, known, seen map[string]bool) error {
+	for _, id := range ids {
+		if !known[id] {
+			return fmt.Errorf("%s: %s is not a device of this resource", what, quote(id))
+		}
+		if seen[id] {
+			return fmt.Errorf("%s: device %s is listed twice", what, quote(id))
+		}
+		seen[id] = true
+	}
+	return nil
+}
+
+// checkAllocate refuses requests the kubelet never sends: no containers,
+// a container without devices, devices this plugin does not list, or one
+// device listed twice (devices are exclusive, across containers too).
+func (p *Plugin) checkAllocate(req *pluginapi.AllocateRequest) error {
+	if len(req.ContainerRequests) == 0 {
+		return errors.New("the request has no container requests")
+	}
+	known, seen := p.advertised(), map[string]bool{}
+	for i, cr := range req.ContainerRequests {
+		if len(cr.DevicesIds) == 0 {
+			return fmt.Errorf("container request %d asks for zero %s devices", i, p.resource)
+		}
+		if len(cr.DevicesIds) > len(known) {
+			return fmt.Errorf("container request %d asks for %d %s devices; the node has %d", i, len(cr.DevicesIds), p.resource, len(known))
+		}
+		if err := checkIDs(fmt.Sprintf("container request %d", i), cr.DevicesIds, known, seen); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkPreferred refuses preferred-allocation requests the kubelet never
+// sends: no containers, a size that is not positive or larger than the
+// available devices, unknown or repeated IDs, fewer available devices than
+// must be included, or must-include devices missing from the available ones
+// (the kubelet passes available ⊇ mustInclude).
+func (p *Plugin) checkPreferred(req *pluginapi.PreferredAllocationRequest) error {
+	if len(req.ContainerRequests) == 0 {
+		return errors.New("the request has no container requests")
+	}
+	known := p.advertised()
+	for i, cr := range req.ContainerRequests {
+		what := fmt.Sprintf("container request %d", i)
+		size := int(cr.AllocationSize)
+		switch {
+		case size <= 0:
+			return fmt.Errorf("%s: allocation size %d", what, cr.AllocationSize)
+		case size > len(cr.AvailableDeviceIDs):
+			return fmt.Errorf("%s: allocation size %d but %d devices available", what, size, len(cr.AvailableDeviceIDs))
+		case len(cr.MustIncludeDeviceIDs) > size:
+			return fmt.Errorf("%s: %d must-include devices for an allocation of %d", what, len(cr.MustIncludeDeviceIDs), size)
+		}
+		avail := map[string]bool{}
+		if err := checkIDs(what+" available", cr.AvailableDeviceIDs, known, avail); err != nil {
+			return err
+		}
+		must := map[string]bool{}
+		for _, id := range cr.MustIncludeDeviceIDs {
+			if !avail[id] {
+				return fmt.Errorf("%s: must-include device %s is not among the available devices", what, quote(id))
+			}
+			if must[id] {
+				return fmt.Errorf("%s must-include: device %s is listed twice", what, quote(id))
+			}
+			must[id] = true
+		}
+	}
+	return nil
+}
+
+// quote quotes an ID for an error message, cut to 64 bytes.
+func quote(id string) string {
+	if len(id) > 64 {
+		return fmt.Sprintf("%q… (%d bytes)", id[:64], len(id))
+	}
+	return fmt.Sprintf("%q", id)
 }
 
 // PreStartContainer implements pluginapi.DevicePluginServer; nothing to do.

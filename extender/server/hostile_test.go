@@ -1,0 +1,225 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/rota-sched/rota/pkg/ledger"
+)
+
+// hostileBodies are malformed bodies for any JSON endpoint: empty,
+// truncated copies of a valid body, oversized, deeply nested, non-JSON and
+// non-UTF-8. max is the endpoint's body limit.
+func hostileBodies(valid []byte, max int) map[string][]byte {
+	out := map[string][]byte{
+		"empty":                       {},
+		"whitespace":                  []byte(" \n\t "),
+		"open brace":                  []byte(`{`),
+		"open bracket":                []byte(`[`),
+		"close brace":                 []byte(`}`),
+		"bare word":                   []byte(`nope`),
+		"NUL bytes":                   {0, 0, 0},
+		"non-UTF-8 bytes":             {0xff, 0xfe, 0xfd},
+		"unterminated string":         []byte(`{"Pod": "`),
+		"bad escape":                  []byte(`{"Pod": "\x"}`),
+		"trailing comma":              []byte(`{"Pod": {},}`),
+		"single quotes":               []byte(`{'Pod': {}}`),
+		"NaN":                         []byte(`{"Pod": NaN}`),
+		"comment":                     []byte(`/* */ {}`),
+		"200000 nested arrays":        bytes.Repeat([]byte(`[`), 200000),
+		"200000 nested objects":       bytes.Repeat([]byte(`{"a":`), 200000),
+		"20000 closed nested arrays":  append(bytes.Repeat([]byte(`[`), 20000), bytes.Repeat([]byte(`]`), 20000)...),
+		"over the body limit":         append([]byte(`{"x":"`), bytes.Repeat([]byte("a"), max+1024)...),
+		"over the body limit, spaces": bytes.Repeat([]byte(" "), max+1),
+		"UTF-16 BOM + valid":          append([]byte{0xfe, 0xff}, valid...),
+		"UTF-8 BOM + valid":           append([]byte{0xef, 0xbb, 0xbf}, valid...),
+	}
+	const cuts = 24
+	for i := 1; i < cuts; i++ {
+		n := len(valid) * i / cuts
+		out[fmt.Sprintf("truncated at %d/%d bytes", n, len(valid))] = valid[:n]
+	}
+	return out
+}
+
+// extenderHostile is the body set for one extender verb: the generic
+// malformed bodies plus verb-specific wrong-typed and meaningless ones.
+func extenderHostile(path string) map[string][]byte {
+	valid := map[string][]byte{
+		"/filter":     mustJSON(args(pod("pending").mem(10).obj(), "half", "empty")),
+		"/prioritize": mustJSON(args(pod("pending").mem(10).obj(), "half", "empty")),
+		"/bind":       mustJSON(bindArgs(pod("pending").obj(), "empty")),
+		"/preempt": mustJSON(&extenderv1.ExtenderPreemptionArgs{Pod: pod("hi").mem(40).prio(10).obj(),
+			NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{"half": {Pods: []*extenderv1.MetaPod{{UID: "uid-p1"}}}}}),
+	}[path]
+	out := hostileBodies(valid, 16<<20)
+	add := func(name, body string) { out[name] = []byte(body) }
+	gpuLimit := func(q string) string {
+		return `{"Pod":{"metadata":{"name":"pending","namespace":"default","uid":"uid-pending"},"spec":{"containers":[{"name":"main","resources":{"limits":{"example.com/gpu-memory":` + q + `}}}]}},"NodeNames":["half","empty"]}`
+	}
+	switch path {
+	case "/filter", "/prioritize":
+		add("null", `null`)
+		add("empty object", `{}`)
+		add("array", `[]`)
+		add("string", `"pod"`)
+		add("Pod is a string", `{"Pod":"pending","NodeNames":["half"]}`)
+		add("Pod is a number", `{"Pod":7,"NodeNames":["half"]}`)
+		add("Pod is an array", `{"Pod":[],"NodeNames":["half"]}`)
+		add("Pod is null", `{"Pod":null,"NodeNames":["half"]}`)
+		add("metadata is a string", `{"Pod":{"metadata":"x"},"NodeNames":["half"]}`)
+		add("containers is an object", `{"Pod":{"spec":{"containers":{"a":1}}},"NodeNames":["half"]}`)
+		add("priority is a string", `{"Pod":{"spec":{"priority":"high"}},"NodeNames":["half"]}`)
+		add("quantity is an object", gpuLimit(`{"x":1}`))
+		add("quantity is not a number", gpuLimit(`"ten"`))
+		add("quantity 1e99999", gpuLimit(`"1e99999"`))
+		add("NodeNames is a string", `{"Pod":{"metadata":{"name":"pending"}},"NodeNames":"half"}`)
+		add("NodeNames holds numbers", `{"Pod":{"metadata":{"name":"pending"}},"NodeNames":[1,2]}`)
+		add("NodeNames is an object", `{"Pod":{"metadata":{"name":"pending"}},"NodeNames":{"half":true}}`)
+		add("Nodes is a string", `{"Pod":{"metadata":{"name":"pending"}},"Nodes":"half"}`)
+		add("Nodes.items is a number", `{"Pod":{"metadata":{"name":"pending"}},"Nodes":{"items":3}}`)
+		add("deep unknown field, no pod", `{"x":`+strings.Repeat(`{"x":`, 5000)+`1`+strings.Repeat(`}`, 5001))
+	case "/bind":
+		add("null", `null`)
+		add("empty object", `{}`)
+		add("array", `[]`)
+		add("PodName is a number", `{"PodName":5,"PodNamespace":"default","PodUID":"uid-pending","Node":"empty"}`)
+		add("PodUID is an object", `{"PodName":"pending","PodNamespace":"default","PodUID":{},"Node":"empty"}`)
+		add("Node is an array", `{"PodName":"pending","PodNamespace":"default","PodUID":"uid-pending","Node":["empty"]}`)
+		add("Node is a number", `{"PodName":"pending","PodNamespace":"default","PodUID":"uid-pending","Node":7}`)
+		add("no Node", `{"PodName":"pending","PodNamespace":"default","PodUID":"uid-pending"}`)
+		add("no PodName", `{"PodNamespace":"default","PodUID":"uid-pending","Node":"empty"}`)
+		add("unknown pod", `{"PodName":"ghost","PodNamespace":"default","PodUID":"uid-ghost","Node":"empty"}`)
+		add("unknown node", `{"PodName":"pending","PodNamespace":"default","PodUID":"uid-pending","Node":"nowhere"}`)
+		add("wrong UID", `{"PodName":"pending","PodNamespace":"default","PodUID":"uid-other","Node":"empty"}`)
+		add("NUL in the node name", `{"PodName":"pending","PodNamespace":"default","PodUID":"uid-pending","Node":"empty\u0000"}`)
+		add("1 MiB node name", `{"PodName":"pending","PodNamespace":"default","PodUID":"uid-pending","Node":"`+strings.Repeat("n", 1<<20)+`"}`)
+		add("invalid UTF-8 pod name", "{\"PodName\":\"pend\xffing\",\"PodNamespace\":\"default\",\"PodUID\":\"uid-pending\",\"Node\":\"empty\"}")
+		add("deep unknown field", `{"x":`+strings.Repeat(`[`, 5000)+strings.Repeat(`]`, 5000)+`}`)
+	case "/preempt":
+		add("null", `null`)
+		add("empty object", `{}`)
+		add("array", `[]`)
+		add("Pod is a number", `{"Pod":5}`)
+		add("NodeNameToMetaVictims is an array", `{"Pod":{"metadata":{"name":"hi"}},"NodeNameToMetaVictims":[]}`)
+		add("MetaVictims.Pods is a string", `{"Pod":{"metadata":{"name":"hi"}},"NodeNameToMetaVictims":{"half":{"Pods":"x"}}}`)
+		add("NumPDBViolations is a string", `{"Pod":{"metadata":{"name":"hi"}},"NodeNameToMetaVictims":{"half":{"NumPDBViolations":"x"}}}`)
+		add("NumPDBViolations overflows", `{"Pod":{"metadata":{"name":"hi"}},"NodeNameToMetaVictims":{"half":{"NumPDBViolations":1e400}}}`)
+		add("Victims.Pods holds numbers", `{"Pod":{"metadata":{"name":"hi"}},"NodeNameToVictims":{"half":{"Pods":[5]}}}`)
+		add("deep unknown field, no pod", `{"x":`+strings.Repeat(`{"x":`, 5000)+`1`+strings.Repeat(`}`, 5001))
+	}
+	return out
+}
+
+// extenderView is what hostile requests must leave alone: the ledger, its
+// generation, and the API objects (no writes).
+type extenderView struct {
+	Generation  uint64
+	Allocations []ledger.Allocation
+	Writes      []string
+}
+
+func viewExtender(f *fixture) extenderView {
+	v := extenderView{Generation: f.ledger.Snapshot().Generation, Allocations: f.ledger.Allocations()}
+	for _, a := range f.client.Actions() {
+		switch a.GetVerb() {
+		case "get", "list", "watch":
+		default:
+			v.Writes = append(v.Writes, a.GetVerb()+" "+a.GetResource().Resource+"/"+a.GetSubresource())
+		}
+	}
+	return v
+}
+
+// TestHostileBodies sends every verb malformed, truncated, oversized,
+// deeply nested, wrong-typed and meaningless bodies: each gets an error
+// (filter and bind: 200 with Error set; prioritize and preempt: 400) and
+// the ledger, its generation and the API objects are unchanged.
+func TestHostileBodies(t *testing.T) {
+	objs := append(halfUsed(), node("empty", 8, 80, 4, "leaf-a"), pod("pending").mem(10).obj(),
+		member("g0", 2), member("g1", 2))
+	f := newFixture(t, fixtureOpts{}, objs...)
+	f.waitPod("default", "pending", func(*corev1.Pod) bool { return true })
+	if errs := f.ledger.Check(); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	before := viewExtender(f)
+	client := &http.Client{Timeout: 20 * time.Second}
+	total, neutral := 0, 0
+	var counts []string
+	for _, path := range []string{"/filter", "/prioritize", "/bind", "/preempt"} {
+		bodies := extenderHostile(path)
+		for name, body := range bodies {
+			resp, err := client.Post(f.srv.URL+path, "application/json", bytes.NewReader(body))
+			if err != nil {
+				t.Fatalf("%s %s: %v", path, name, err)
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			switch path {
+			case "/filter":
+				// An error, or every node refused: no node passes.
+				var res extenderv1.ExtenderFilterResult
+				if resp.StatusCode != http.StatusOK || json.Unmarshal(raw, &res) != nil ||
+					(res.Error == "" && (res.NodeNames == nil || len(*res.NodeNames) > 0 || res.Nodes != nil && len(res.Nodes.Items) > 0)) {
+					t.Errorf("%s %s: %d %q, want 200 with Error set or every node refused", path, name, resp.StatusCode, cutBody(raw))
+				}
+				if res.Error == "" {
+					neutral++
+				}
+			case "/bind":
+				var res extenderv1.ExtenderBindingResult
+				if resp.StatusCode != http.StatusOK || json.Unmarshal(raw, &res) != nil || res.Error == "" {
+					t.Errorf("%s %s: %d %q, want 200 with Error set", path, name, resp.StatusCode, cutBody(raw))
+				}
+			case "/prioritize":
+				// 400, or (a pod that asks for nothing valid) every node
+				// scored 0.
+				var res extenderv1.HostPriorityList
+				if resp.StatusCode == http.StatusOK && json.Unmarshal(raw, &res) == nil &&
+					!slices.ContainsFunc(res, func(h extenderv1.HostPriority) bool { return h.Score != 0 }) {
+					neutral++
+				} else if resp.StatusCode != http.StatusBadRequest {
+					t.Errorf("%s %s: %d %q, want 400 or every score 0", path, name, resp.StatusCode, cutBody(raw))
+				}
+			default:
+				if resp.StatusCode != http.StatusBadRequest {
+					t.Errorf("%s %s: %d %q, want 400", path, name, resp.StatusCode, cutBody(raw))
+				}
+			}
+			// Error messages may quote the request (a 1 MiB node name
+			// comes back in bind's Error), never much more.
+			if len(raw) > len(body)+64<<10 {
+				t.Errorf("%s %s: %d-byte answer to a %d-byte body", path, name, len(raw), len(body))
+			}
+			if errs := f.ledger.Check(); len(errs) > 0 {
+				t.Fatalf("%s %s: ledger.Check() = %v", path, name, errs)
+			}
+			if after := viewExtender(f); !reflect.DeepEqual(before, after) {
+				t.Fatalf("%s %s changed the ledger or the API:\nbefore %+v\nafter  %+v", path, name, before, after)
+			}
+		}
+		total += len(bodies)
+		counts = append(counts, fmt.Sprintf("%s %d", path, len(bodies)))
+	}
+	t.Logf("hostile inputs: surface=extender-http sent=%d crashes=0 ledger-changes=0 (refused-by-every-node or all-zero-score answers: %d); by verb: %s",
+		total, neutral, strings.Join(counts, ", "))
+}
+
+func cutBody(b []byte) string {
+	if len(b) > 200 {
+		return string(b[:200]) + "…"
+	}
+	return string(b)
+}
