@@ -1,6 +1,7 @@
 // Command kubectl-rota is Rota's kubectl plugin: put it on PATH and run
-// `kubectl rota why POD`, `kubectl rota top nodes|gpus|teams` or
-// `kubectl rota ledger --node NODE`. It reads the kubeconfig as kubectl does
+// `kubectl rota why POD`, `kubectl rota top nodes|gpus|teams`,
+// `kubectl rota ledger --node NODE` or `kubectl rota release NODE` (return
+// a quarantined node and its GPUs to placement). It reads the kubeconfig as kubectl does
 // (KUBECONFIG, --kubeconfig, --context, -n/--namespace).
 package main
 

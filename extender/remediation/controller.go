@@ -83,6 +83,11 @@ type Controller struct {
 	faults     map[remediation.Target]remediation.Fault // open faults, by target
 	handled    map[types.UID]remediation.Action         // final actions taken per pod
 	reported   map[string]bool                          // dry-run: uid/action already reported
+	// releaseSeen is, per node, the resourceVersion of the Node whose
+	// release annotation was last acted on: the informer may still show
+	// that version after the controller cleared the annotation, and in
+	// dry-run the annotation is never cleared.
+	releaseSeen map[string]string
 }
 
 // New wires the controller onto the informers (start them afterwards).
@@ -104,6 +109,8 @@ func New(o Options) (*Controller, error) {
 		faults:     map[remediation.Target]remediation.Fault{},
 		handled:    map[types.UID]remediation.Action{},
 		reported:   map[string]bool{},
+
+		releaseSeen: map[string]string{},
 	}
 	if c.now == nil {
 		c.now = time.Now

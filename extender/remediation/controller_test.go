@@ -475,3 +475,72 @@ func keys(m map[string]*corev1.Pod) []string {
 	slices.Sort(out)
 	return out
 }
+
+// TestReleaseActsOncePerAnnotation: the informer can still show the Node
+// with <domain>/quarantine=release after the controller cleared it; that
+// stale version must not release a quarantine that started since, nor
+// report the release again. In dry-run the annotation stays, and the
+// release is reported once, not on every pass.
+func TestReleaseActsOncePerAnnotation(t *testing.T) {
+	cfg := onConfig()
+	cfg.QuarantineThreshold = 2
+	f := newFixture(t, cfg, nodeObj("n1"))
+	f.ctl.PodFailed(f.ctx, "n1")
+	f.ctl.PodFailed(f.ctx, "n1")
+	if q := f.ctl.Quarantined(); len(q) != 1 {
+		t.Fatalf("quarantined = %v, want node n1", q)
+	}
+	stale := nodeObj("n1")
+	stale.ResourceVersion = "42"
+	stale.Annotations[names.QuarantineAnnotation] = contract.QuarantineRelease
+	if !f.ctl.release(f.ctx, stale) {
+		t.Fatal("release annotation not acted on")
+	}
+	if q := f.ctl.Quarantined(); len(q) != 0 {
+		t.Fatalf("after release quarantined = %v", q)
+	}
+	// The node flaps again and is quarantined again; a pass that still
+	// reads the old version must leave the new quarantine alone.
+	f.ctl.PodFailed(f.ctx, "n1")
+	f.ctl.PodFailed(f.ctx, "n1")
+	if f.ctl.release(f.ctx, stale) {
+		t.Error("the same Node version released twice")
+	}
+	if q := f.ctl.Quarantined(); len(q) != 1 || q[0] != remediation.NodeTarget("n1") {
+		t.Errorf("a stale release annotation released the new quarantine: quarantined = %v", q)
+	}
+	released := 0
+	for _, e := range f.events() {
+		if strings.Contains(e, ReasonReleased) {
+			released++
+		}
+	}
+	if released != 1 {
+		t.Errorf("%d %s events, want 1", released, ReasonReleased)
+	}
+	// A new release (a new Node version) is honoured.
+	fresh := stale.DeepCopy()
+	fresh.ResourceVersion = "43"
+	if !f.ctl.release(f.ctx, fresh) || len(f.ctl.Quarantined()) != 0 {
+		t.Errorf("a new release annotation was not acted on: quarantined = %v", f.ctl.Quarantined())
+	}
+
+	// dry-run: the annotation is never cleared; one report.
+	dcfg := Default()
+	dcfg.Mode = remediation.DryRun
+	rel := nodeObj("n2")
+	rel.Annotations[names.QuarantineAnnotation] = contract.QuarantineRelease
+	d := newFixture(t, dcfg, rel)
+	for range 3 {
+		d.ctl.Sync(d.ctx)
+	}
+	released = 0
+	for _, e := range d.events() {
+		if strings.Contains(e, ReasonReleased) {
+			released++
+		}
+	}
+	if released != 1 {
+		t.Errorf("dry-run: %d %s events over 3 passes, want 1", released, ReasonReleased)
+	}
+}

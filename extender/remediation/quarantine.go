@@ -128,10 +128,22 @@ func (c *Controller) restoreQuarantine(ctx context.Context, node *corev1.Node, n
 // anything was released.
 func (c *Controller) release(ctx context.Context, node *corev1.Node) bool {
 	if node.Annotations[c.names.QuarantineAnnotation] != contract.QuarantineRelease {
+		c.mu.Lock()
+		delete(c.releaseSeen, node.Name)
+		c.mu.Unlock()
 		return false
 	}
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), logkey.Node, klog.KObj(node))
 	c.mu.Lock()
+	// One release per written annotation: until the informer delivers the
+	// Node without it (or forever in dry-run, where it is not cleared), the
+	// same version must neither release a quarantine that started since
+	// nor repeat the event on every pass.
+	if rv, seen := c.releaseSeen[node.Name]; seen && rv == node.ResourceVersion {
+		c.mu.Unlock()
+		return false
+	}
+	c.releaseSeen[node.Name] = node.ResourceVersion
 	released := c.quarantine.ReleaseNode(node.Name)
 	c.mu.Unlock()
 	if c.cfg.Mode == remediation.On {

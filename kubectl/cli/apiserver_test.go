@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -84,6 +85,30 @@ func TestRealAPIServer(t *testing.T) {
 	}
 	if out := rota("top", "nodes").String(); !strings.Contains(out, "GPU 5: XID 79") {
 		t.Errorf("top nodes lacks the XID 79 GPU:\n%s", out)
+	}
+
+	// release: the merge patch with its resourceVersion precondition as
+	// the server applies it; the taint stays for rota-extender to remove.
+	n, err := cs.CoreV1().Nodes().Get(ctx, "h100-b1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Annotations[names.QuarantineAnnotation] = "node"
+	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: names.QuarantineTaint, Effect: corev1.TaintEffectNoSchedule})
+	if _, err := cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if out := rota("release", "h100-b1", "--dry-run").String(); !strings.Contains(out, "would release node") {
+		t.Errorf("release --dry-run: %s", out)
+	}
+	var rel Release
+	mustDecode(t, rota("release", "h100-b1", "-o", "json"), &rel)
+	n, err = cs.CoreV1().Nodes().Get(ctx, "h100-b1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Annotations[names.QuarantineAnnotation]; got != "release" || len(n.Spec.Taints) != 1 || !slices.Equal(rel.Targets, []string{"node"}) {
+		t.Errorf("after release: annotation %q, taints %v, targets %v; want release, the quarantine taint, [node]", got, n.Spec.Taints, rel.Targets)
 	}
 }
 

@@ -49,6 +49,8 @@ type options struct {
 	gang          string
 	node          string
 	color         string
+	dryRun        bool
+	wait          time.Duration
 }
 
 const usage = `kubectl rota explains Rota's GPU scheduling.
@@ -58,6 +60,7 @@ Usage:
   kubectl rota why --gang NAME [-n NAMESPACE]
   kubectl rota top nodes|gpus|teams [--node NODE]
   kubectl rota ledger --node NODE
+  kubectl rota release NODE [--dry-run] [--wait[=DURATION]]
 
 Commands:
   why      why a pod (or gang) is pending: submitted at, team and quota, the
@@ -66,6 +69,11 @@ Commands:
            island) or per team (quota, running, pending); cluster fragmentation
   ledger   one node's GPU allocations rebuilt from pod annotations, with any
            violation of Rota's ledger invariants
+  release  return a node that rota-extender's remediation quarantined (too
+           many failures in its window) to placement, with its quarantined
+           GPUs: writes the annotation <domain>/quarantine=release, which
+           rota-extender acts on (taint and annotation removed). A GPU is
+           released with its node (kubectl rota release gpu UUID names it)
 
 Flags:
 `
@@ -88,6 +96,9 @@ func Run(ctx context.Context, args []string, env Env) error {
 	fs.StringVar(&o.gang, "gang", "", "why: explain this gang instead of a pod")
 	fs.StringVar(&o.node, "node", "", "ledger: the node; top gpus: only this node")
 	fs.StringVar(&o.color, "color", "auto", "colour: auto (a terminal and NO_COLOR unset), always or never")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "release: say what would be released; write nothing")
+	fs.DurationVar(&o.wait, "wait", 0, "release: wait up to this long (1m when given without a value) until rota-extender has cleared the quarantine")
+	fs.Lookup("wait").NoOptDefVal = "1m"
 	loading := clientcmd.NewDefaultClientConfigLoadingRules()
 	fs.StringVar(&loading.ExplicitPath, "kubeconfig", "", "path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
 	overrides := &clientcmd.ConfigOverrides{}
@@ -150,6 +161,8 @@ func Run(ctx context.Context, args []string, env Env) error {
 		return runWhy(ctx, f, p, env, ro, ns, rest, o)
 	case "top":
 		return runTop(ctx, f, p, env, ro, rest[0], o)
+	case "release":
+		return runRelease(ctx, cs, p, names, rest, o)
 	case "ledger":
 		in, err := f.input(ctx, need{})
 		if err != nil {
@@ -167,6 +180,9 @@ func Run(ctx context.Context, args []string, env Env) error {
 
 // checkArgs validates the command and its arguments before any API call.
 func checkArgs(cmd string, rest []string, o options) error {
+	if cmd != "release" && (o.dryRun || o.wait != 0) {
+		return fmt.Errorf("%s: --dry-run and --wait apply to release only", cmd)
+	}
 	switch cmd {
 	case "why":
 		switch {
@@ -198,8 +214,18 @@ func checkArgs(cmd string, rest []string, o options) error {
 		if o.gang != "" || o.extenderURL != "" {
 			return fmt.Errorf("ledger: --gang and --extender-url do not apply")
 		}
+	case "release":
+		if len(rest) != 1 && len(rest) != 2 {
+			return fmt.Errorf("release: name one node (kubectl rota release NODE)")
+		}
+		if o.gang != "" || o.node != "" || o.extenderURL != "" {
+			return fmt.Errorf("release: --gang, --node and --extender-url do not apply")
+		}
+		if o.wait < 0 {
+			return fmt.Errorf("release: --wait=%s is negative", o.wait)
+		}
 	default:
-		return fmt.Errorf("unknown command %q: want why, top or ledger (see kubectl rota --help)", cmd)
+		return fmt.Errorf("unknown command %q: want why, top, ledger or release (see kubectl rota --help)", cmd)
 	}
 	return nil
 }
