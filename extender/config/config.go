@@ -36,6 +36,8 @@ type Config struct {
 	// MaxBodyBytes bounds a request body (5,000 node names plus a pod fit
 	// in well under 1 MiB; preemption arguments are larger).
 	MaxBodyBytes int64 `json:"maxBodyBytes"`
+	// Profiling serves Go runtime profiles under /debug/pprof/.
+	Profiling bool `json:"profiling,omitempty"`
 	// ReadTimeout and WriteTimeout bound one HTTP exchange.
 	ReadTimeout  time.Duration `json:"readTimeout"`
 	WriteTimeout time.Duration `json:"writeTimeout"`

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"time"
 
@@ -54,6 +55,9 @@ type Options struct {
 	Logger klog.Logger
 	// UI, when set, serves the status page under /ui (see extender/ui).
 	UI *ui.UI
+	// Profiling serves Go's runtime profiles under /debug/pprof/ (off by
+	// default, like kube-scheduler's --profiling=false in hardened setups).
+	Profiling bool
 }
 
 // Server routes the extender's HTTP endpoints.
@@ -86,7 +90,26 @@ func New(verbs Verbs, o Options) *Server {
 	if o.Metrics != nil {
 		s.router.Handler(http.MethodGet, "/metrics", promhttp.HandlerFor(o.Metrics.Registry, promhttp.HandlerOpts{}))
 	}
+	if o.Profiling {
+		s.router.GET("/debug/pprof/*profile", servePprof)
+	}
 	return s
+}
+
+// servePprof serves net/http/pprof's handlers under /debug/pprof/.
+func servePprof(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+	switch ps.ByName("profile") {
+	case "/profile":
+		pprof.Profile(w, r)
+	case "/trace":
+		pprof.Trace(w, r)
+	case "/symbol":
+		pprof.Symbol(w, r)
+	case "/cmdline":
+		pprof.Cmdline(w, r)
+	default: // the index and the named profiles: heap, goroutine, allocs, ...
+		pprof.Index(w, r)
+	}
 }
 
 // Handler returns the router.

@@ -157,6 +157,36 @@ type phaseResult struct {
 	rate         float64 // pods/s, first to last bind
 	span         time.Duration
 	createRate   float64
+	// cpu is the CPU time (user+system) each process used from kube-scheduler's
+	// start to the phase's last bind; on a machine with few cores the
+	// throughput is bounded by the sum.
+	cpu map[string]time.Duration
+}
+
+// cpuPerKPods formats CPU seconds per 1,000 pods by process, largest first.
+func (p phaseResult) cpuPerKPods() string {
+	type row struct {
+		name string
+		d    time.Duration
+	}
+	var rows []row
+	var total time.Duration
+	for name, d := range p.cpu {
+		rows = append(rows, row{name, d})
+		total += d
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].d > rows[j].d })
+	per := func(d time.Duration) string {
+		if p.bound == 0 {
+			return "n/a"
+		}
+		return strconv.FormatFloat(d.Seconds()*1000/float64(p.bound), 'f', 2, 64) + "s"
+	}
+	parts := []string{"total " + per(total)}
+	for _, r := range rows {
+		parts = append(parts, r.name+" "+per(r.d))
+	}
+	return strings.Join(parts, ", ")
 }
 
 type round struct {
@@ -186,12 +216,13 @@ func (r round) String() string {
 	if args == "" {
 		args = "defaults"
 	}
-	return fmt.Sprintf("%d nodes x %d GPUs, %d pods per phase, rota-extender flags: %s: plain scheduler %.1f pods/s (%d/%d bound in %.1fs), with Rota's extender %.1f pods/s (%d/%d in %.1fs); ratio %.2f (%s the 0.8 target); extender filter p50 %s p99 %s, prioritize p50 %s p99 %s, bind p50 %s p99 %s; peak RSS rota-extender %.0f MiB, rota-admission %.0f MiB; pod creation %.0f/%.0f pods/s",
+	return fmt.Sprintf("%d nodes x %d GPUs, %d pods per phase, rota-extender flags: %s: plain scheduler %.1f pods/s (%d/%d bound in %.1fs), with Rota's extender %.1f pods/s (%d/%d in %.1fs); ratio %.2f (%s the 0.8 target); extender filter p50 %s p99 %s, prioritize p50 %s p99 %s, bind p50 %s p99 %s; peak RSS rota-extender %.0f MiB, rota-admission %.0f MiB; pod creation %.0f/%.0f pods/s; CPU per 1,000 pods plain: %s; with Rota: %s",
 		r.nodes, gpusPer, r.pods, args, r.plain.rate, r.plain.bound, r.plain.total, r.plain.span.Seconds(),
 		r.rota.rate, r.rota.bound, r.rota.total, r.rota.span.Seconds(), ratio, verdict,
 		ms(r.latency["filter"][0]), ms(r.latency["filter"][1]), ms(r.latency["prioritize"][0]), ms(r.latency["prioritize"][1]),
 		ms(r.latency["bind"][0]), ms(r.latency["bind"][1]),
-		float64(r.extRSS)/1024, float64(r.admRSS)/1024, r.plain.createRate, r.rota.createRate)
+		float64(r.extRSS)/1024, float64(r.admRSS)/1024, r.plain.createRate, r.rota.createRate,
+		r.plain.cpuPerKPods(), r.rota.cpuPerKPods())
 }
 
 // addNodes creates nodes load-<from>..load-<to-1> with 8 H100 each, in
@@ -311,6 +342,7 @@ func runPhase(ctx context.Context, t *testing.T, env *harness.Env, w *bindWatch,
 	createRate := float64(n) / time.Since(created).Seconds()
 	w.setExpect(phase, n)
 	started := time.Now()
+	cpu0 := cpuTimes(env)
 	if err := env.Cluster.StartScheduler(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -320,6 +352,10 @@ func runPhase(ctx context.Context, t *testing.T, env *harness.Env, w *bindWatch,
 	}
 	res := w.wait(ctx, phase, limit)
 	res.createRate = createRate
+	res.cpu = cpuTimes(env)
+	for name, d := range cpu0 {
+		res.cpu[name] -= d // kube-scheduler was not running: it starts from 0
+	}
 	if res.bound < n {
 		t.Errorf("phase %s: %d of %d pods bound within %s of kube-scheduler's start", phase, res.bound, n, limit)
 	}
@@ -513,6 +549,44 @@ func (m metrics) quantile(base metrics, verb string, q float64) float64 {
 }
 
 // vmHWM returns a process's peak resident set size in KiB (0 if unknown).
+// cpuTimes returns the CPU time used so far by each process of the run.
+func cpuTimes(env *harness.Env) map[string]time.Duration {
+	pids := env.Cluster.PIDs()
+	pids["rota-extender"], pids["rota-admission"] = env.Extender.PID(), env.Admission.PID()
+	out := map[string]time.Duration{}
+	for name, pid := range pids {
+		if d, ok := cpuTime(pid); ok {
+			out[name] = d
+		}
+	}
+	return out
+}
+
+// cpuTime reads utime+stime of pid from /proc/<pid>/stat.
+func cpuTime(pid int) (time.Duration, bool) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	// The command name (field 2) is in parentheses and may hold spaces;
+	// utime and stime are fields 14 and 15, the 12th and 13th after it.
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 13 {
+		return 0, false
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	const ticksPerSecond = 100 // USER_HZ on Linux
+	return time.Duration(utime+stime) * time.Second / ticksPerSecond, true
+}
+
 func vmHWM(pid int) int64 {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {

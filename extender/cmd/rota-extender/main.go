@@ -79,6 +79,7 @@ func parseFlags(args []string) (config.Config, remediation.Config, error) {
 	fs.StringVar(&cfg.TLSCertFile, "tls-cert-file", "", "serve HTTPS with this certificate")
 	fs.StringVar(&cfg.TLSKeyFile, "tls-key-file", "", "key of --tls-cert-file")
 	fs.StringVar(&cfg.ClientCAFile, "client-ca-file", "", "require client certificates signed by this CA")
+	fs.BoolVar(&cfg.Profiling, "profiling", cfg.Profiling, "serve Go runtime profiles under /debug/pprof/")
 	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", cfg.MaxBodyBytes, "largest request body accepted")
 	fs.DurationVar(&cfg.ReadTimeout, "read-timeout", cfg.ReadTimeout, "HTTP read timeout")
 	fs.DurationVar(&cfg.WriteTimeout, "write-timeout", cfg.WriteTimeout, "HTTP write timeout")
@@ -284,7 +285,8 @@ func run(ctx context.Context, cfg config.Config, rcfg remediation.Config) error 
 	status := ui.New(ui.Options{Names: names, Snapshot: led.Snapshot, Pods: podFactory.Core().V1().Pods().Lister(),
 		Decisions: e.Decisions})
 	wg.Go(func() { status.Run(ctx) })
-	srv := server.New(e, server.Options{MaxBodyBytes: cfg.MaxBodyBytes, Metrics: m, Logger: logger, UI: status})
+	srv := server.New(e, server.Options{MaxBodyBytes: cfg.MaxBodyBytes, Metrics: m, Logger: logger, UI: status,
+		Profiling: cfg.Profiling})
 	err = srv.Run(ctx, server.HTTP{Listen: cfg.Listen, ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		TLS:             server.TLS{CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile, ClientCAFile: cfg.ClientCAFile}}, nil)
