@@ -20,6 +20,9 @@ import (
 // the GPUs between its snapshot and its reservation.
 const fitRetries = 3
 
+// maxNameLen is the longest Kubernetes object name (a DNS subdomain).
+const maxNameLen = 253
+
 // bindError is a bind failure with the reason code for metrics.
 type bindError struct {
 	code string
@@ -56,6 +59,13 @@ func (e *Extender) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 	if err := e.notReady("bind"); err != nil {
 		return &extenderv1.ExtenderBindingResult{Error: err.Error()}
 	}
+	if len(args.PodName) > maxNameLen || len(args.PodNamespace) > maxNameLen || len(args.Node) > maxNameLen {
+		// Not a Kubernetes name: refused before it reaches the log, the
+		// decision record or the answer.
+		e.metrics.Decisions.WithLabelValues("bind", "error", "InvalidRequest").Inc()
+		return &extenderv1.ExtenderBindingResult{Error: fmt.Sprintf(
+			"bind: a pod, namespace or node name longer than %d bytes is not a Kubernetes name", maxNameLen)}
+	}
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), logkey.Pod, klog.KRef(args.PodNamespace, args.PodName), logkey.Node, args.Node)
 	ctx = klog.NewContext(ctx, logger)
 	outcome, gang, err := e.bind(ctx, args)
@@ -83,6 +93,7 @@ func (e *Extender) bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 	if args.PodName == "" || args.PodNamespace == "" || args.Node == "" {
 		return "", "", bindErr("InvalidRequest", "bind: podName, podNamespace and node are required")
 	}
+
 	// 1. The pod.
 	pod, ok := e.cache.Pod(args.PodNamespace, args.PodName)
 	if !ok || (args.PodUID != "" && pod.UID != args.PodUID) {

@@ -276,3 +276,19 @@ func TestReleaseAndTopologyChange(t *testing.T) {
 		t.Error("node with an invalid topology is still in the ledger")
 	}
 }
+
+// TestBindOversizedName: a name no Kubernetes object can have is refused
+// without being echoed back.
+func TestBindOversizedName(t *testing.T) {
+	p := pod("o").mem(10).obj()
+	f := newFixture(t, fixtureOpts{}, node("n", 1, 80, 1, "leaf-a"), p.DeepCopy())
+	f.waitPod("default", "o", func(*corev1.Pod) bool { return true })
+	long := strings.Repeat("n", 1<<16)
+	got := f.bind(p, long)
+	if !strings.Contains(got, "longer than 253 bytes") || len(got) > 200 {
+		t.Errorf("Error = %.120q (%d bytes), want a short refusal", got, len(got))
+	}
+	if _, held := f.ledger.Get(string(p.UID)); held || f.api.binds != 0 {
+		t.Errorf("an invalid bind reserved (%v) or wrote (%d bindings)", held, f.api.binds)
+	}
+}
