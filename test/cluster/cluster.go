@@ -9,7 +9,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -72,7 +75,33 @@ type Options struct {
 
 	// StartTimeout bounds the wait for each component to become ready; default 2m.
 	StartTimeout time.Duration
+
+	// AuditLog turns on the API server's audit log, written as JSON lines
+	// to Cluster.AuditLogFile (<Dir>/audit.log). The default policy,
+	// DefaultAuditPolicy, records requests of service accounts only, at
+	// Metadata level (who, verb, resource, response code; no bodies), which
+	// costs little next to the requests themselves.
+	AuditLog bool
+	// AuditPolicy replaces DefaultAuditPolicy (an audit.k8s.io/v1 Policy in YAML).
+	AuditPolicy string
 }
+
+// DefaultAuditPolicy records, at Metadata level, every request of a user in
+// group system:serviceaccounts: service-account tokens carry that group, and
+// so do the certificates ServiceAccountKubeconfig mints. An audit policy
+// matches users by exact name or group, not by prefix, so the group stands
+// for "users named system:serviceaccount:*". Everything else is not logged.
+// RequestReceived is omitted (ResponseComplete repeats it with the answer);
+// ResponseStarted is kept, since a watch that is still open at the end of a
+// test has logged nothing else.
+const DefaultAuditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    userGroups: ["system:serviceaccounts"]
+  - level: None
+`
 
 // Cluster is a running control plane. Its methods are safe for concurrent use.
 type Cluster struct {
@@ -84,6 +113,10 @@ type Cluster struct {
 	// SchedulerKubeconfig is the path of the kubeconfig the scheduler uses
 	// (user system:kube-scheduler, bound by the default RBAC policy).
 	SchedulerKubeconfig string
+	// AuditLogFile is the API server's audit log with Options.AuditLog
+	// (lumberjack rotates it to audit-<time>.log past 100 MB; AuditLogFiles
+	// lists them all); empty without.
+	AuditLogFile string
 	// APIServerURL is https://127.0.0.1:<port>.
 	APIServerURL string
 	// EtcdURL is http://127.0.0.1:<port>.
@@ -96,6 +129,7 @@ type Cluster struct {
 
 	opts       Options
 	removeDir  bool
+	pki        *pki
 	restConfig *rest.Config
 	client     kubernetes.Interface
 
@@ -105,6 +139,7 @@ type Cluster struct {
 	scheduler     *Process
 	schedulerPort int
 	stopped       bool
+	apiServerRuns []APIServerRun
 
 	cancel context.CancelFunc // stops the simulators
 	wg     sync.WaitGroup
@@ -149,6 +184,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating certificates: %w", err)
 	}
+	c.pki = p
 	ports, err := FreePorts(4)
 	if err != nil {
 		return nil, err
@@ -174,8 +210,15 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 
-	c.apiServer = newProcess(apiServerBin,
-		append(apiServerArgs(p, c.EtcdURL, apiPort), opts.APIServerArgs...))
+	apiArgs := apiServerArgs(p, c.EtcdURL, apiPort)
+	if opts.AuditLog {
+		auditArgs, err := c.auditArgs(opts.AuditPolicy)
+		if err != nil {
+			return nil, err
+		}
+		apiArgs = append(apiArgs, auditArgs...)
+	}
+	c.apiServer = newProcess(apiServerBin, append(apiArgs, opts.APIServerArgs...))
 	if err := c.startAPIServer(ctx); err != nil {
 		return nil, err
 	}
@@ -320,14 +363,32 @@ func (c *Cluster) Stop() error {
 	return errors.Join(errs...)
 }
 
+// APIServerRun is one start of kube-apiserver: when it was started and
+// when it answered /readyz. Between the two, clients that reconnect early
+// may be refused (403) by an RBAC authorizer that has not read its roles yet.
+type APIServerRun struct{ Started, Ready time.Time }
+
+// APIServerRuns returns every start of kube-apiserver (Start, then each
+// RestartAPIServer), oldest first.
+func (c *Cluster) APIServerRuns() []APIServerRun {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.apiServerRuns)
+}
+
+// startAPIServer is called by Start and, with c.mu held, RestartAPIServer.
 func (c *Cluster) startAPIServer(ctx context.Context) error {
+	run := APIServerRun{Started: time.Now()}
 	if err := c.apiServer.Start(); err != nil {
 		return err
 	}
-	return c.waitReady(ctx, c.apiServer, func(ctx context.Context) error {
+	err := c.waitReady(ctx, c.apiServer, func(ctx context.Context) error {
 		_, err := c.client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 		return err
 	})
+	run.Ready = time.Now()
+	c.apiServerRuns = append(c.apiServerRuns, run)
+	return err
 }
 
 func (c *Cluster) writeKubeconfigs(p *pki) error {
@@ -342,12 +403,7 @@ func (c *Cluster) writeKubeconfigs(p *pki) error {
 	c.Kubeconfig = filepath.Join(c.Dir, "admin.kubeconfig")
 	c.SchedulerKubeconfig = filepath.Join(c.Dir, "scheduler.kubeconfig")
 	for path, cert := range map[string]ClientCert{c.Kubeconfig: admin, c.SchedulerKubeconfig: sched} {
-		kc := clientcmdapi.NewConfig()
-		kc.Clusters["rota"] = &clientcmdapi.Cluster{Server: c.APIServerURL, CertificateAuthorityData: p.PEM}
-		kc.AuthInfos["rota"] = &clientcmdapi.AuthInfo{ClientCertificateData: cert.CertPEM, ClientKeyData: cert.KeyPEM}
-		kc.Contexts["rota"] = &clientcmdapi.Context{Cluster: "rota", AuthInfo: "rota"}
-		kc.CurrentContext = "rota"
-		if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		if err := c.writeKubeconfig(path, cert); err != nil {
 			return err
 		}
 	}
@@ -360,6 +416,98 @@ func (c *Cluster) writeKubeconfigs(p *pki) error {
 	c.restConfig = cfg
 	c.client, err = kubernetes.NewForConfig(cfg)
 	return err
+}
+
+// writeKubeconfig writes a kubeconfig for the API server that
+// authenticates with cert.
+func (c *Cluster) writeKubeconfig(path string, cert ClientCert) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["rota"] = &clientcmdapi.Cluster{Server: c.APIServerURL, CertificateAuthorityData: c.pki.PEM}
+	kc.AuthInfos["rota"] = &clientcmdapi.AuthInfo{ClientCertificateData: cert.CertPEM, ClientKeyData: cert.KeyPEM}
+	kc.Contexts["rota"] = &clientcmdapi.Context{Cluster: "rota", AuthInfo: "rota"}
+	kc.CurrentContext = "rota"
+	return clientcmd.WriteToFile(*kc, path)
+}
+
+// UserKubeconfig mints a client certificate for user in groups (the API
+// server's x509 authenticator takes the common name as the user name and
+// the organizations as groups; every such user is also in
+// system:authenticated) and writes a kubeconfig with it to
+// <Dir>/user-<user>.kubeconfig, returning its path. The user has only what
+// RBAC grants it.
+func (c *Cluster) UserKubeconfig(user string, groups ...string) (string, error) {
+	if user == "" {
+		return "", errors.New("empty user name")
+	}
+	cert, err := c.pki.ClientCert(user, groups...)
+	if err != nil {
+		return "", err
+	}
+	name := strings.Map(func(r rune) rune {
+		if r == '/' || r == ':' || r == os.PathSeparator {
+			return '_'
+		}
+		return r
+	}, user)
+	path := filepath.Join(c.Dir, "user-"+name+".kubeconfig")
+	if err := c.writeKubeconfig(path, cert); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+// ServiceAccountUser returns the user name of service account
+// namespace/name, system:serviceaccount:<namespace>:<name>: the name RBAC
+// subjects of kind ServiceAccount match.
+func ServiceAccountUser(namespace, name string) string {
+	return "system:serviceaccount:" + namespace + ":" + name
+}
+
+// ServiceAccountKubeconfig writes a kubeconfig that authenticates exactly as
+// a token of service account namespace/name would: user
+// ServiceAccountUser(namespace, name) in groups system:serviceaccounts and
+// system:serviceaccounts:<namespace>. RoleBindings and ClusterRoleBindings
+// with that ServiceAccount as subject authorize it, and DefaultAuditPolicy
+// records its requests. The ServiceAccount object itself need not exist.
+func (c *Cluster) ServiceAccountKubeconfig(namespace, name string) (string, error) {
+	return c.UserKubeconfig(ServiceAccountUser(namespace, name),
+		"system:serviceaccounts", "system:serviceaccounts:"+namespace)
+}
+
+// auditArgs writes the audit policy and returns the API server's audit flags.
+func (c *Cluster) auditArgs(policy string) ([]string, error) {
+	if policy == "" {
+		policy = DefaultAuditPolicy
+	}
+	policyFile := filepath.Join(c.Dir, "audit-policy.yaml")
+	if err := os.WriteFile(policyFile, []byte(policy), 0o600); err != nil {
+		return nil, err
+	}
+	c.AuditLogFile = filepath.Join(c.Dir, "audit.log")
+	return []string{
+		"--audit-policy-file=" + policyFile,
+		"--audit-log-path=" + c.AuditLogFile,
+		"--audit-log-format=json",
+		// Blocking: each event is written before the request returns, so
+		// the file is complete when the test reads it.
+		"--audit-log-mode=blocking",
+		"--audit-log-maxbackup=0", // keep every rotated file
+		"--audit-log-compress=false",
+	}, nil
+}
+
+// AuditLogFiles returns the audit log and the files it was rotated to,
+// oldest first; nil without Options.AuditLog.
+func (c *Cluster) AuditLogFiles() ([]string, error) {
+	if c.AuditLogFile == "" {
+		return nil, nil
+	}
+	rotated, err := filepath.Glob(filepath.Join(c.Dir, "audit-*.log"))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(rotated) // audit-<RFC 3339-like time>.log sorts by time
+	return append(rotated, c.AuditLogFile), nil
 }
 
 // waitHTTP polls url until it answers 200 OK.

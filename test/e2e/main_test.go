@@ -13,6 +13,11 @@
 // Run with: go test -tags e2e ./test/e2e/ (after make build k8s-tools).
 // Missing binaries fail the run; set ROTA_E2E_SKIP=1 to skip it instead.
 // Set ROTA_KEEP_CLUSTER=1 to keep the folder with every log.
+//
+// Rota's processes run as the chart's ServiceAccounts (RBAC from
+// deploy/rota.yaml); after the scenarios, an RBAC check compares what each
+// one used (the API server's audit log) with what the chart grants it
+// (rbac_test.go).
 package e2e
 
 import (
@@ -100,7 +105,9 @@ func run(m *testing.M) int {
 	defer cancel()
 	began := time.Now()
 	var err error
-	env, err = harness.Start(ctx, harness.Options{Quota: quotaDoc,
+	// Rota's processes run as the chart's ServiceAccounts; the audit log
+	// records their requests for the RBAC check after the scenarios.
+	env, err = harness.Start(ctx, harness.Options{Quota: quotaDoc, AuditLog: true,
 		Logf: func(f string, a ...any) { fmt.Printf("e2e: "+f+"\n", a...) }})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: starting the control plane with Rota: %v\n", err)
@@ -108,6 +115,11 @@ func run(m *testing.M) int {
 	}
 	fmt.Printf("e2e: control plane with Rota ready in %s (folder %s)\n", time.Since(began).Round(100*time.Millisecond), env.Dir)
 	code := m.Run()
+	// Last, once every scenario has made its requests: does the chart grant
+	// each ServiceAccount what it used, and no more (rbac_test.go)?
+	if !runRBACCheck() && code == 0 {
+		code = 1
+	}
 	if code != 0 {
 		fmt.Println(env.LogTails(40))
 	}

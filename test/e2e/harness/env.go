@@ -13,6 +13,14 @@
 // .cache/k8s/bin (make k8s-tools). Every process runs in its own process
 // group with its log in the cluster folder and is stopped by PID.
 //
+// Rota's processes run as the chart's ServiceAccounts, not as the admin:
+// Start applies the RBAC objects of deploy/rota.yaml (the chart's
+// rendering) and gives each binary a client certificate for its
+// ServiceAccount's user name, so only the chart's bindings authorize it
+// (rbac.go; Options.AdminCredentials turns this off). The scenarios'
+// own objects (namespaces, nodes, pods, the webhook registration) and the
+// kubelet stand-in use the admin client.
+//
 // The e2e scenarios (test/e2e, build tag e2e) and the demo (test/demo) use
 // it. An Env is safe for concurrent use.
 package harness
@@ -23,9 +31,11 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,6 +84,18 @@ type Options struct {
 	SchedulerConfig string
 	// Logf receives progress lines; nil discards them.
 	Logf func(format string, args ...any)
+
+	// AdminCredentials runs rota-extender, rota-admission and the device
+	// plugins with the cluster's admin (system:masters) kubeconfig. By
+	// default each runs as its chart ServiceAccount (ExtenderServiceAccount
+	// ...), authorized only by the chart's RBAC, which Start applies.
+	AdminCredentials bool
+	// AuditLog turns on the API server's audit log of service-account
+	// requests (test/cluster Options.AuditLog): Cluster.AuditLogFiles.
+	AuditLog bool
+	// Manifests is the file the chart's RBAC is read from (default:
+	// ManifestsFile at the repository root).
+	Manifests string
 }
 
 // Process is one of Rota's binaries running as a child in its own process
@@ -100,9 +122,16 @@ type Env struct {
 	Kubelet *Kubelet
 	// Version is the API server's version, e.g. v1.37.2.
 	Version string
+	// RBAC is the chart's RBAC, applied to the cluster (nil with
+	// Options.AdminCredentials).
+	RBAC *ChartRBAC
+	// Users maps each Rota binary (rota-extender, rota-admission,
+	// rota-device-plugin) to the user it authenticates as.
+	Users map[string]string
 
 	opts      Options
 	binDir    string
+	kubeconfs map[string]string // binary -> kubeconfig
 	unitMiB   contract.MiB
 	admCA     []byte
 	cancel    context.CancelFunc
@@ -189,7 +218,7 @@ func Start(ctx context.Context, o Options) (_ *Env, err error) {
 	}
 	began := time.Now()
 	e.Cluster, err = cluster.Start(ctx, cluster.Options{Dir: e.Dir, SchedulerConfig: schedCfg,
-		NoScheduler: true, NoPodSimulator: true})
+		NoScheduler: true, NoPodSimulator: true, AuditLog: o.AuditLog})
 	if err != nil {
 		return nil, fmt.Errorf("starting the control plane: %w", err)
 	}
@@ -199,8 +228,15 @@ func Start(ctx context.Context, o Options) (_ *Env, err error) {
 	}
 	logf("etcd and kube-apiserver %s ready in %s", e.Version, time.Since(began).Round(100*time.Millisecond))
 
+	if err := e.setupIdentities(ctx); err != nil {
+		return nil, err
+	}
+	if e.RBAC != nil {
+		logf("chart RBAC applied; Rota's processes run as %s", strings.Join(slices.Sorted(maps.Values(e.Users)), ", "))
+	}
+
 	e.Extender = newProcess(binDir, "rota-extender", "rota-extender", e.Dir, append([]string{
-		"--kubeconfig=" + e.Cluster.Kubeconfig,
+		"--kubeconfig=" + e.kubeconfs["rota-extender"],
 		"--listen=127.0.0.1:" + strconv.Itoa(ports[0]),
 		"--v=2",
 	}, o.ExtenderArgs...))
@@ -230,6 +266,60 @@ func Start(ctx context.Context, o Options) (_ *Env, err error) {
 
 const extenderURLPlaceholder = "http://rota-extender.invalid"
 
+// ExtenderURLPlaceholder stands for the extender's URL in
+// Options.SchedulerConfig; Start replaces it.
+const ExtenderURLPlaceholder = extenderURLPlaceholder
+
+// setupIdentities creates SystemNamespace and decides who each Rota binary
+// runs as: the admin, or (default) its chart ServiceAccount, after applying
+// the chart's RBAC. The ServiceAccounts authenticate with client
+// certificates that name the same user and groups a token would, so the
+// chart's bindings authorize them exactly as in a real cluster.
+func (e *Env) setupIdentities(ctx context.Context) error {
+	if _, err := e.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{Name: SystemNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	accounts := map[string]string{
+		"rota-extender":      ExtenderServiceAccount,
+		"rota-admission":     AdmissionServiceAccount,
+		"rota-device-plugin": DevicePluginServiceAccount,
+	}
+	e.kubeconfs, e.Users = map[string]string{}, map[string]string{}
+	if e.opts.AdminCredentials {
+		for bin := range accounts {
+			e.kubeconfs[bin], e.Users[bin] = e.Cluster.Kubeconfig, "rota-admin (system:masters)"
+		}
+		return nil
+	}
+	path := e.opts.Manifests
+	if path == "" {
+		root, err := repoRoot()
+		if err != nil {
+			return err
+		}
+		path = filepath.Join(root, ManifestsFile)
+	}
+	rbac, err := LoadChartRBAC(path)
+	if err != nil {
+		return fmt.Errorf("reading the chart's RBAC: %w", err)
+	}
+	for bin, sa := range accounts {
+		if !rbac.HasServiceAccount(SystemNamespace, sa) {
+			return fmt.Errorf("%s defines no ServiceAccount %s/%s for %s", path, SystemNamespace, sa, bin)
+		}
+		if e.kubeconfs[bin], err = e.Cluster.ServiceAccountKubeconfig(SystemNamespace, sa); err != nil {
+			return err
+		}
+		e.Users[bin] = cluster.ServiceAccountUser(SystemNamespace, sa)
+	}
+	if err := rbac.Apply(ctx, e.Client); err != nil {
+		return fmt.Errorf("applying the chart's RBAC from %s: %w", path, err)
+	}
+	e.RBAC = rbac
+	return nil
+}
+
 // StartExtender starts rota-extender (again) and waits for its /readyz.
 func (e *Env) StartExtender(ctx context.Context) error {
 	if err := e.Extender.Start(); err != nil {
@@ -249,10 +339,6 @@ func (e *Env) startAdmission(ctx context.Context, port int) error {
 		return err
 	}
 	e.admCA = bundle.CAPEM
-	if _, err := e.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
-		ObjectMeta: metav1.ObjectMeta{Name: SystemNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
-	}
 	q := e.opts.Quota
 	if q == "" {
 		q = "unknownTeams: unlimited\n"
@@ -264,7 +350,7 @@ func (e *Env) startAdmission(ctx context.Context, port int) error {
 		return err
 	}
 	e.Admission = newProcess(e.binDir, "rota-admission", "rota-admission", e.Dir, append([]string{
-		"--kubeconfig=" + e.Cluster.Kubeconfig,
+		"--kubeconfig=" + e.kubeconfs["rota-admission"],
 		"--listen=127.0.0.1:" + strconv.Itoa(port),
 		"--tls-cert-file=" + bundle.CertFile,
 		"--tls-key-file=" + bundle.KeyFile,
@@ -448,13 +534,24 @@ func rotaBinDir(dir string) (string, error) {
 	if d := os.Getenv("ROTA_BIN"); d != "" {
 		return filepath.Abs(d)
 	}
+	root, err := repoRoot()
+	if err != nil {
+		return "", fmt.Errorf("%w; set ROTA_BIN", err)
+	}
+	return filepath.Join(root, "bin"), nil
+}
+
+// repoRoot returns the repository root: the folder above .cache/k8s/bin
+// (cluster.BinDir), or with $ROTA_K8S_BIN set, the first folder with a
+// go.mod above the working directory.
+func repoRoot() (string, error) {
 	k8s, err := cluster.BinDir()
 	if err != nil {
 		return "", err
 	}
 	if os.Getenv(cluster.BinDirEnv) == "" {
 		// BinDir is <root>/.cache/k8s/bin.
-		return filepath.Join(filepath.Dir(filepath.Dir(filepath.Dir(k8s))), "bin"), nil
+		return filepath.Dir(filepath.Dir(filepath.Dir(k8s))), nil
 	}
 	wd, err := os.Getwd()
 	if err != nil {
@@ -462,10 +559,10 @@ func rotaBinDir(dir string) (string, error) {
 	}
 	for d := wd; ; d = filepath.Dir(d) {
 		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return filepath.Join(d, "bin"), nil
+			return d, nil
 		}
 		if filepath.Dir(d) == d {
-			return "", errors.New("no go.mod above the working directory; set ROTA_BIN")
+			return "", errors.New("no go.mod above the working directory")
 		}
 	}
 }

@@ -194,7 +194,7 @@ func (e *Env) addGPUNode(ctx context.Context, s GPUNodeSpec) (*GPUNode, error) {
 	n.Stub = stub
 	n.Plugin = newProcess(e.binDir, "rota-device-plugin", "rota-device-plugin-"+s.Name, e.Dir, []string{
 		"--node-name=" + s.Name,
-		"--kubeconfig=" + e.Cluster.Kubeconfig,
+		"--kubeconfig=" + e.kubeconfs["rota-device-plugin"],
 		"--device-plugin-dir=" + sockDir + "/",
 		"--pod-resources-socket=",
 		"--backend=fake",
