@@ -475,12 +475,11 @@ func TestNodeDeletedWithGangMembers(t *testing.T) {
 }
 
 // TestGangReservationExpires: rota-extender runs with --gang-ttl=5s. A
-// 2-member gang of whole nodes is planned while rota-admission is down, so
-// every bind fails (the assignment annotation is a pod update the API
-// server cannot get past the webhook): no member binds, and the gang's
-// reserved slots expire and are released (rota_extender_reservations_expired_total
-// grows). Once the webhook is back the gang binds whole and nothing stays
-// reserved.
+// 2-member gang of whole nodes is planned while the API server refuses
+// every Binding in the namespace (blockBindings), so every bind fails: no
+// member binds, and the gang's reserved slots expire and are released
+// (rota_extender_reservations_expired_total grows). Once bindings are
+// allowed again the gang binds whole and nothing stays reserved.
 func TestGangReservationExpires(t *testing.T) {
 	const name = "gang-ttl"
 	ctx, ns := setup(t, name, "", 2*time.Minute)
@@ -516,16 +515,8 @@ func TestGangReservationExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Webhook down, room appears: the gang is planned, its binds fail.
-	if err := env.Admission.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	admissionUp := false
-	defer func() {
-		if !admissionUp {
-			_ = env.Admission.Start()
-		}
-	}()
+	// Bindings refused, room appears: the gang is planned, its binds fail.
+	unblock := blockBindings(ctx, t, ns)
 	for _, n := range gnodes {
 		if err := env.Cordon(ctx, n.Spec.Name, false); err != nil {
 			t.Fatal(err)
@@ -540,23 +531,19 @@ func TestGangReservationExpires(t *testing.T) {
 	})
 	expiredAfter := time.Since(plannedAt)
 	if ps, err := env.Pods(ctx, ns); err == nil && harness.Bound(ps) > 0 {
-		t.Errorf("%d gang members bound while the webhook was down\n%s", harness.Bound(ps), describe(ctx, ps))
+		t.Errorf("%d gang members bound while bindings were refused\n%s", harness.Bound(ps), describe(ctx, ps))
 	}
 	checkInvariants(ctx, t, nil)
 	t.Logf("gang planned (%v reserved), slots expired %.1fs later", planned[metricReserved], expiredAfter.Seconds())
 
-	// Webhook back: the gang binds whole, nothing stays reserved.
-	if err := env.Admission.Start(); err != nil {
-		t.Fatal(err)
-	}
-	admissionUp = true
-	waitWebhook(ctx, t, ns)
-	waitPods(ctx, t, ns, "the gang bound after the webhook came back", func(ps []corev1.Pod) bool {
+	// Bindings allowed again: the gang binds whole, nothing stays reserved.
+	unblock()
+	waitPods(ctx, t, ns, "the gang bound after bindings were allowed again", func(ps []corev1.Pod) bool {
 		return harness.Bound(ps) == 2
 	})
 	m := waitMetric(ctx, t, "no reservation left", func(m harness.Samples) bool { return m[metricReserved] == 0 })
 	checkInvariants(ctx, t, nil)
 	waitLedgerMatches(ctx, t, ns)
-	note(name, "slots expired %.1fs after planning (ttl 5s), %v expiries; gang bound after the webhook returned",
+	note(name, "slots expired %.1fs after planning (ttl 5s), %v expiries; gang bound once bindings were allowed again",
 		expiredAfter.Seconds(), m.Sum(metricExpired)-m0.Sum(metricExpired))
 }
