@@ -21,6 +21,11 @@ type SchedulerOptions struct {
 	HTTPTimeout time.Duration
 	// NoPreempt leaves the preempt verb out.
 	NoPreempt bool
+	// FilterBestOnly is for a rota-extender run with --filter-best-only:
+	// every node its filter passes is in the best score class, so
+	// prioritize would give them all the same score; the verb is left out
+	// and the scheduler saves one HTTP round trip per pod.
+	FilterBestOnly bool
 	// QPS and Burst of the scheduler's own client (0: 1000/2000).
 	QPS   int
 	Burst int
@@ -42,6 +47,12 @@ func WithHTTPTimeout(d time.Duration) SchedulerOption {
 
 // WithoutPreempt leaves the preempt verb out.
 func WithoutPreempt() SchedulerOption { return func(o *SchedulerOptions) { o.NoPreempt = true } }
+
+// WithFilterBestOnly leaves the prioritize verb out, for an extender run
+// with --filter-best-only (see SchedulerOptions.FilterBestOnly).
+func WithFilterBestOnly() SchedulerOption {
+	return func(o *SchedulerOptions) { o.FilterBestOnly = true }
+}
 
 // WithClientRate sets the scheduler client's QPS and burst.
 func WithClientRate(qps, burst int) SchedulerOption {
@@ -78,9 +89,7 @@ func SchedulerConfig(extenderURL, kubeconfigPath string, opts ...SchedulerOption
 	ext := map[string]any{
 		"urlPrefix":        strings.TrimRight(extenderURL, "/"),
 		"filterVerb":       "filter",
-		"prioritizeVerb":   "prioritize",
 		"bindVerb":         "bind",
-		"weight":           max(o.Weight, 1),
 		"nodeCacheCapable": true,
 		"ignorable":        false,
 		"httpTimeout":      o.HTTPTimeout.String(),
@@ -91,6 +100,9 @@ func SchedulerConfig(extenderURL, kubeconfigPath string, opts ...SchedulerOption
 	}
 	if !o.NoPreempt {
 		ext["preemptVerb"] = "preempt"
+	}
+	if !o.FilterBestOnly {
+		ext["prioritizeVerb"], ext["weight"] = "prioritize", max(o.Weight, 1)
 	}
 	cfg := map[string]any{
 		"apiVersion": "kubescheduler.config.k8s.io/v1",

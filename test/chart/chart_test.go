@@ -39,7 +39,7 @@ var valueSets = map[string][]string{
 	"default":      nil,
 	"cert-manager": {"admission.certManager.enabled=true"},
 	"monitoring": {"metrics.serviceMonitor.enabled=true", "metrics.prometheusRule.enabled=true",
-		"metrics.dashboard.enabled=true"},
+		"metrics.dashboard.enabled=true", "extender.filterBestOnly=true"},
 	"existing-scheduler": {"scheduler.mode=existing", "devicePlugin.backend=fake",
 		"devicePlugin.fakeConfig=/etc/rota/gpus.yaml", "extender.policy=fragmentation-aware",
 		"extender.remediation.mode=on"},
@@ -210,4 +210,28 @@ func dryRunApply(ctx context.Context, dyn dynamic.Interface, mapper *restmapper.
 	_, err = r.Patch(ctx, o.GetName(), "application/apply-patch+yaml", data, metav1.PatchOptions{
 		DryRun: []string{metav1.DryRunAll}, FieldManager: "rota-chart-test", Force: &force})
 	return err
+}
+
+// TestFilterBestOnlyDropsPrioritize: with --filter-best-only the scheduler
+// profile leaves the prioritize verb out (it would score every passed node
+// alike); without it the verb and its weight are there.
+func TestFilterBestOnlyDropsPrioritize(t *testing.T) {
+	for _, tc := range []struct {
+		sets           []string
+		wantPrioritize bool
+	}{
+		{sets: nil, wantPrioritize: true},
+		{sets: []string{"extender.filterBestOnly=true"}, wantPrioritize: false},
+	} {
+		out := string(render(t, tc.sets))
+		if !strings.Contains(out, "filterVerb: filter") {
+			t.Fatalf("%v: the rendered chart has no extender entry", tc.sets)
+		}
+		if got := strings.Contains(out, "prioritizeVerb: prioritize"); got != tc.wantPrioritize {
+			t.Errorf("%v: prioritizeVerb rendered = %v, want %v", tc.sets, got, tc.wantPrioritize)
+		}
+		if got := strings.Contains(out, "- --filter-best-only"); got == tc.wantPrioritize {
+			t.Errorf("%v: --filter-best-only rendered = %v, want %v", tc.sets, got, !tc.wantPrioritize)
+		}
+	}
 }

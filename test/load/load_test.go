@@ -28,11 +28,13 @@
 package load
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -47,6 +49,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
+	extconfig "github.com/rota-sched/rota/extender/config"
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/topology"
 	"github.com/rota-sched/rota/test/cluster"
@@ -93,8 +96,13 @@ func TestSchedulingThroughput(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), budget+10*time.Minute)
 	defer cancel()
 	extArgs := strings.Fields(os.Getenv("ROTA_LOAD_EXTENDER_ARGS"))
+	schedCfg := ""
+	if slices.Contains(extArgs, "--filter-best-only") {
+		// Prioritize would score every passed node alike: leave it out.
+		schedCfg = extconfig.SchedulerConfig(harness.ExtenderURLPlaceholder, "{{.Kubeconfig}}", extconfig.WithFilterBestOnly())
+	}
 	env, err := harness.Start(ctx, harness.Options{RemoveDir: os.Getenv("ROTA_KEEP_CLUSTER") != "1", Logf: t.Logf,
-		ExtenderArgs: extArgs})
+		ExtenderArgs: extArgs, SchedulerConfig: schedCfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,6 +165,9 @@ type phaseResult struct {
 	rate         float64 // pods/s, first to last bind
 	span         time.Duration
 	createRate   float64
+	// requests counts the API server's requests from kube-scheduler's start to
+	// the phase's last bind, by "VERB resource[/subresource]".
+	requests map[string]float64
 	// cpu is the CPU time (user+system) each process used from kube-scheduler's
 	// start to the phase's last bind; on a machine with few cores the
 	// throughput is bounded by the sum.
@@ -216,13 +227,13 @@ func (r round) String() string {
 	if args == "" {
 		args = "defaults"
 	}
-	return fmt.Sprintf("%d nodes x %d GPUs, %d pods per phase, rota-extender flags: %s: plain scheduler %.1f pods/s (%d/%d bound in %.1fs), with Rota's extender %.1f pods/s (%d/%d in %.1fs); ratio %.2f (%s the 0.8 target); extender filter p50 %s p99 %s, prioritize p50 %s p99 %s, bind p50 %s p99 %s; peak RSS rota-extender %.0f MiB, rota-admission %.0f MiB; pod creation %.0f/%.0f pods/s; CPU per 1,000 pods plain: %s; with Rota: %s",
+	return fmt.Sprintf("%d nodes x %d GPUs, %d pods per phase, rota-extender flags: %s: plain scheduler %.1f pods/s (%d/%d bound in %.1fs), with Rota's extender %.1f pods/s (%d/%d in %.1fs); ratio %.2f (%s the 0.8 target); extender filter p50 %s p99 %s, prioritize p50 %s p99 %s, bind p50 %s p99 %s; peak RSS rota-extender %.0f MiB, rota-admission %.0f MiB; pod creation %.0f/%.0f pods/s; CPU per 1,000 pods plain: %s; with Rota: %s; API requests per pod plain: %s; with Rota: %s",
 		r.nodes, gpusPer, r.pods, args, r.plain.rate, r.plain.bound, r.plain.total, r.plain.span.Seconds(),
 		r.rota.rate, r.rota.bound, r.rota.total, r.rota.span.Seconds(), ratio, verdict,
 		ms(r.latency["filter"][0]), ms(r.latency["filter"][1]), ms(r.latency["prioritize"][0]), ms(r.latency["prioritize"][1]),
 		ms(r.latency["bind"][0]), ms(r.latency["bind"][1]),
 		float64(r.extRSS)/1024, float64(r.admRSS)/1024, r.plain.createRate, r.rota.createRate,
-		r.plain.cpuPerKPods(), r.rota.cpuPerKPods())
+		r.plain.cpuPerKPods(), r.rota.cpuPerKPods(), r.plain.requestsPerPod(), r.rota.requestsPerPod())
 }
 
 // addNodes creates nodes load-<from>..load-<to-1> with 8 H100 each, in
@@ -342,7 +353,7 @@ func runPhase(ctx context.Context, t *testing.T, env *harness.Env, w *bindWatch,
 	createRate := float64(n) / time.Since(created).Seconds()
 	w.setExpect(phase, n)
 	started := time.Now()
-	cpu0 := cpuTimes(env)
+	cpu0, req0 := cpuTimes(env), apiRequests(ctx, t, env)
 	if err := env.Cluster.StartScheduler(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +363,10 @@ func runPhase(ctx context.Context, t *testing.T, env *harness.Env, w *bindWatch,
 	}
 	res := w.wait(ctx, phase, limit)
 	res.createRate = createRate
-	res.cpu = cpuTimes(env)
+	res.cpu, res.requests = cpuTimes(env), apiRequests(ctx, t, env)
+	for k, v := range req0 {
+		res.requests[k] -= v
+	}
 	for name, d := range cpu0 {
 		res.cpu[name] -= d // kube-scheduler was not running: it starts from 0
 	}
@@ -549,6 +563,62 @@ func (m metrics) quantile(base metrics, verb string, q float64) float64 {
 }
 
 // vmHWM returns a process's peak resident set size in KiB (0 if unknown).
+// apiRequests scrapes the API server's apiserver_request_total, summed by
+// verb and resource (watch events are not requests and are not counted).
+func apiRequests(ctx context.Context, t *testing.T, env *harness.Env) map[string]float64 {
+	t.Helper()
+	raw, err := env.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		t.Fatalf("scraping kube-apiserver: %v", err)
+	}
+	samples, err := harness.ParseSamples(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatalf("scraping kube-apiserver: %v", err)
+	}
+	out := map[string]float64{}
+	for name, v := range samples {
+		if !strings.HasPrefix(name, "apiserver_request_total{") {
+			continue
+		}
+		l := map[string]string{}
+		for _, m := range labelRE.FindAllStringSubmatch(name, -1) {
+			l[m[1]] = m[2]
+		}
+		key := l["verb"] + " " + l["resource"]
+		if l["subresource"] != "" {
+			key += "/" + l["subresource"]
+		}
+		out[key] += v
+	}
+	return out
+}
+
+// requestsPerPod formats the API requests per bound pod, largest first,
+// leaving out kinds below 0.05 per pod.
+func (p phaseResult) requestsPerPod() string {
+	type row struct {
+		key string
+		n   float64
+	}
+	var rows []row
+	var total float64
+	for k, n := range p.requests {
+		total += n
+		if p.bound > 0 && n/float64(p.bound) >= 0.05 {
+			rows = append(rows, row{k, n})
+		}
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].n > rows[j].n })
+	if p.bound == 0 {
+		return "n/a"
+	}
+	parts := []string{fmt.Sprintf("total %.2f", total/float64(p.bound))}
+	for _, r := range rows {
+		parts = append(parts, fmt.Sprintf("%s %.2f", r.key, r.n/float64(p.bound)))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // cpuTimes returns the CPU time used so far by each process of the run.
 func cpuTimes(env *harness.Env) map[string]time.Duration {
 	pids := env.Cluster.PIDs()

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -47,8 +48,13 @@ func Scrape(ctx context.Context, url string) (Samples, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
+	return ParseSamples(resp.Body)
+}
+
+// ParseSamples reads the Prometheus text format.
+func ParseSamples(r io.Reader) (Samples, error) {
 	out := Samples{}
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
