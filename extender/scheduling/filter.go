@@ -60,43 +60,71 @@ func filterResult(args *extenderv1.ExtenderArgs, passed []string, failed, unreso
 
 // filterState collects one filter call's answer.
 type filterState struct {
-	passed       []string
-	failed       extenderv1.FailedNodesMap
-	unresolvable extenderv1.FailedNodesMap
-	tally        reasonTally
-	gang         string
-	note         string
+	passed   []string
+	rejected []rejection
+	tally    reasonTally
+	gang     string
+	note     string
+}
+
+// rejection is one refused node; its message is rendered only when the
+// answer carries it (see failedMaps).
+type rejection struct {
+	node       string
+	reason     *placement.Reason // or render, or text
+	render     func() string
+	text       string
+	resolvable bool
+}
+
+func (r rejection) message() string {
+	switch {
+	case r.reason != nil:
+		return r.reason.Message()
+	case r.render != nil:
+		return r.render()
+	}
+	return r.text
 }
 
 func newFilterState(n int) *filterState {
-	return &filterState{passed: make([]string, 0, n), failed: extenderv1.FailedNodesMap{},
-		unresolvable: extenderv1.FailedNodesMap{}}
+	return &filterState{passed: make([]string, 0, n)}
 }
 
 func (f *filterState) reject(node string, r *placement.Reason) {
-	msg := r.Message()
-	if r.Resolvable {
-		f.failed[node] = msg
-	} else {
-		f.unresolvable[node] = msg
-	}
-	f.tally.add(r, node, func() string { return msg })
+	f.rejected = append(f.rejected, rejection{node: node, reason: r, resolvable: r.Resolvable})
+	f.tally.add(r, node, r.Message)
+}
+
+// rejectText refuses node with a message of the adapter's.
+func (f *filterState) rejectText(node string, code placement.Code, resolvable bool, msg string) {
+	f.rejected = append(f.rejected, rejection{node: node, text: msg, resolvable: resolvable})
+	f.tally.addText(code, resolvable, node, msg)
 }
 
 // rejectAll fails every node with one message.
 func (f *filterState) rejectAll(names []string, code placement.Code, resolvable bool, msg string) {
 	f.passed = f.passed[:0]
 	for _, n := range names {
-		if resolvable {
-			f.failed[n] = msg
-		} else {
-			f.unresolvable[n] = msg
-		}
+		f.rejected = append(f.rejected, rejection{node: n, text: msg, resolvable: resolvable})
 	}
 	if len(names) > 0 {
 		f.tally.addText(code, resolvable, names[0], msg)
 		f.tally.rs[len(f.tally.rs)-1].Nodes = len(names)
 	}
+}
+
+// failedMaps renders the refused nodes' messages into the answer's maps.
+func (f *filterState) failedMaps() (failed, unresolvable extenderv1.FailedNodesMap) {
+	failed, unresolvable = extenderv1.FailedNodesMap{}, extenderv1.FailedNodesMap{}
+	for _, r := range f.rejected {
+		if r.resolvable {
+			failed[r.node] = r.message()
+		} else {
+			unresolvable[r.node] = r.message()
+		}
+	}
+	return failed, unresolvable
 }
 
 // Filter answers the filter verb: which of the candidate nodes the pod fits.
@@ -156,14 +184,22 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *e
 	logger.V(4).Info("Filter decision", logkey.Outcome, outcome, logkey.Nodes, len(names), logkey.Fits, len(f.passed),
 		logkey.Gang, f.gang, logkey.Message, d.Message)
 	if v := logger.V(5); v.Enabled() {
-		for n, m := range f.failed {
-			v.Info("Filter node", logkey.Node, n, "fits", false, "resolvable", true, logkey.Reason, m)
-		}
-		for n, m := range f.unresolvable {
-			v.Info("Filter node", logkey.Node, n, "fits", false, "resolvable", false, logkey.Reason, m)
+		for _, r := range f.rejected {
+			v.Info("Filter node", logkey.Node, r.node, "fits", false, "resolvable", r.resolvable, logkey.Reason, r.message())
 		}
 	}
-	return filterResult(args, f.passed, f.failed, f.unresolvable)
+	if len(f.passed) > 0 {
+		// kube-scheduler reads why nodes failed only when none passed (for
+		// FailedScheduling and preemption); when some pass it drops the
+		// nodes missing from NodeNames and never looks at the reasons
+		// (findNodesThatPassExtenders, v1.37). Leaving them out saves
+		// rendering, encoding and decoding one message per refused node: at
+		// 5,000 nodes, hundreds of KiB per pod. The decision record
+		// (/debug/pods) keeps them grouped by reason, and V(5) logs each.
+		return filterResult(args, f.passed, nil, nil)
+	}
+	failed, unresolvable := f.failedMaps()
+	return filterResult(args, f.passed, failed, unresolvable)
 }
 
 // fitAll runs placement.Fit on every candidate node; with FilterBestOnly it
@@ -198,9 +234,12 @@ func (e *Extender) fitAll(req placement.Request, names []string, snap *ledger.Sn
 			kept = append(kept, n)
 			continue
 		}
-		msg := fmt.Sprintf("another node scores higher under the %s policy (%d < %d)", e.policy.Name(), scores[i], best)
-		f.failed[n] = msg
-		f.tally.addText(codeNotBest, true, n, msg)
+		score := scores[i]
+		render := func() string {
+			return fmt.Sprintf("another node scores higher under the %s policy (%d < %d)", e.policy.Name(), score, best)
+		}
+		f.rejected = append(f.rejected, rejection{node: n, render: render, resolvable: true})
+		f.tally.add(&placement.Reason{Code: codeNotBest, Resolvable: true}, n, render)
 	}
 	f.passed = kept
 }

@@ -245,9 +245,7 @@ func (g *gangs) slot(pod *corev1.Pod, key string, names []string, f *filterState
 			f.passed = append(f.passed[:0], n)
 			continue
 		}
-		msg := fmt.Sprintf("gang %s: this member's reserved slot is on node %s", key, a.Node)
-		f.unresolvable[n] = msg
-		f.tally.addText(placement.GangSlot, false, n, msg)
+		f.rejectText(n, placement.GangSlot, false, fmt.Sprintf("gang %s: this member's reserved slot is on node %s", key, a.Node))
 	}
 	if len(f.passed) == 0 {
 		f.note = fmt.Sprintf("gang %s: this member's reserved slot is on node %s, which kube-scheduler ruled out for the pod", key, a.Node)

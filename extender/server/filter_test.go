@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
+	"github.com/rota-sched/rota/extender/scheduling"
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/topology"
 )
@@ -110,11 +111,20 @@ func TestFilter(t *testing.T) {
 			if got.NodeNames == nil || !reflect.DeepEqual(*got.NodeNames, tc.wantPassed) {
 				t.Errorf("NodeNames = %v, want %v", deref(got.NodeNames), tc.wantPassed)
 			}
-			if !equalMaps(got.FailedNodes, tc.wantFailed) {
-				t.Errorf("FailedNodes = %v, want %v", got.FailedNodes, tc.wantFailed)
-			}
-			if !equalMaps(got.FailedAndUnresolvableNodes, tc.wantUnresolvable) {
-				t.Errorf("FailedAndUnresolvableNodes = %v, want %v", got.FailedAndUnresolvableNodes, tc.wantUnresolvable)
+			if len(tc.wantPassed) > 0 {
+				// Some node passed: kube-scheduler ignores the reasons, so
+				// they stay off the wire and go to the decision record.
+				if len(got.FailedNodes)+len(got.FailedAndUnresolvableNodes) > 0 {
+					t.Errorf("reasons on the wire although nodes passed: %v %v", got.FailedNodes, got.FailedAndUnresolvableNodes)
+				}
+				f.wantDecisionReasons(tc.givePod, tc.wantFailed, tc.wantUnresolvable)
+			} else {
+				if !equalMaps(got.FailedNodes, tc.wantFailed) {
+					t.Errorf("FailedNodes = %v, want %v", got.FailedNodes, tc.wantFailed)
+				}
+				if !equalMaps(got.FailedAndUnresolvableNodes, tc.wantUnresolvable) {
+					t.Errorf("FailedAndUnresolvableNodes = %v, want %v", got.FailedAndUnresolvableNodes, tc.wantUnresolvable)
+				}
 			}
 			if got.Nodes != nil {
 				t.Errorf("Nodes = %v, want nil (nodeCacheCapable)", got.Nodes)
@@ -213,9 +223,10 @@ func TestFilterBestOnly(t *testing.T) {
 	if !reflect.DeepEqual(deref(got.NodeNames), []string{"half"}) {
 		t.Errorf("NodeNames = %v, want [half] (binpack's best)", deref(got.NodeNames))
 	}
-	if !strings.HasPrefix(got.FailedNodes["empty"], "another node scores higher under the binpack policy") {
-		t.Errorf("FailedNodes = %v", got.FailedNodes)
+	if len(got.FailedNodes) > 0 {
+		t.Errorf("FailedNodes = %v, want none on the wire (a node passed)", got.FailedNodes)
 	}
+	f.wantDecisionReasons(pod("s").obj(), map[string]string{"empty": "another node scores higher under the binpack policy ("}, nil)
 }
 
 func TestProbes(t *testing.T) {
@@ -267,4 +278,34 @@ func equalMaps(a, b map[string]string) bool {
 		return true
 	}
 	return reflect.DeepEqual(a, b)
+}
+
+// wantDecisionReasons checks that p's latest filter decision explains each
+// refused node: its reason group names the node (or counts it) with a
+// message that starts with the wanted one.
+func (f *fixture) wantDecisionReasons(p *corev1.Pod, resolvable, unresolvable map[string]string) {
+	f.t.Helper()
+	ds := f.ext.Decisions(p.Namespace, p.Name)
+	var last *scheduling.Decision
+	for i := range ds {
+		if ds[i].Verb == "filter" {
+			last = &ds[i]
+		}
+	}
+	if last == nil {
+		f.t.Fatalf("no filter decision recorded for %s", p.Name)
+	}
+	for want, isResolvable := range map[*map[string]string]bool{&resolvable: true, &unresolvable: false} {
+		for node, msg := range *want {
+			found := false
+			for _, r := range last.Reasons {
+				if r.Resolvable == isResolvable && r.ExampleNode == node && strings.HasPrefix(r.Example, msg) {
+					found = true
+				}
+			}
+			if !found {
+				f.t.Errorf("decision reasons %+v: none says %q for node %s", last.Reasons, msg, node)
+			}
+		}
+	}
 }
