@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 )
 
@@ -14,6 +15,10 @@ import (
 //     equal the use recomputed from the allocations.
 //  2. A gang that holds any reservation holds one for every member: it is
 //     never partly reserved.
+//
+// It also checks that the cached snapshot, when there is one, shows every
+// node as the ledger holds it (snapshots are patched, not rebuilt, between
+// changes).
 func (l *Ledger) Check() []error {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -23,6 +28,17 @@ func (l *Ledger) Check() []error {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	if s := l.snap; s != nil {
+		if !slices.Equal(s.Names(), names) {
+			errs = append(errs, fmt.Errorf("snapshot: nodes %d, ledger %d: the snapshot's node list is stale", s.Len(), len(names)))
+		} else {
+			for i, name := range names {
+				if s.infos[i] != l.nodes[name] {
+					errs = append(errs, fmt.Errorf("snapshot: node %s is stale", name))
+				}
+			}
+		}
+	}
 	for _, name := range names {
 		ni := l.nodes[name]
 		want := make([]GPUUse, len(ni.Node.GPUs))

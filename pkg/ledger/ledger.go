@@ -99,6 +99,20 @@ type Ledger struct {
 	gangs map[string]map[string]struct{}
 	snap  *Snapshot
 	gen   uint64
+	// index is the sorted node names and their positions, shared by
+	// snapshots until the set of nodes changes (nil: rebuild it).
+	index *nodeIndex
+	// last is the latest snapshot built, and dirty the nodes whose info
+	// changed since: the next snapshot copies last's infos and replaces
+	// only those, instead of copying a map and sorting every name.
+	last  *Snapshot
+	dirty []string
+}
+
+// nodeIndex maps node names to positions in a sorted list; immutable.
+type nodeIndex struct {
+	names []string
+	pos   map[string]int
 }
 
 // New returns an empty ledger.
@@ -110,18 +124,23 @@ func New() *Ledger {
 // Snapshot is a consistent, immutable view of the ledger.
 type Snapshot struct {
 	Generation uint64
-	nodes      map[string]*NodeInfo
-	names      []string
+	index      *nodeIndex
+	infos      []*NodeInfo // infos[i] is the node index.names[i]
 }
 
 // Node returns the node's info or nil.
-func (s *Snapshot) Node(name string) *NodeInfo { return s.nodes[name] }
+func (s *Snapshot) Node(name string) *NodeInfo {
+	if i, ok := s.index.pos[name]; ok {
+		return s.infos[i]
+	}
+	return nil
+}
 
 // Names returns all node names, sorted.
-func (s *Snapshot) Names() []string { return s.names }
+func (s *Snapshot) Names() []string { return s.index.names }
 
 // Len is the number of nodes.
-func (s *Snapshot) Len() int { return len(s.nodes) }
+func (s *Snapshot) Len() int { return len(s.infos) }
 
 // Snapshot returns the current view. It is cached between changes, so it is
 // cheap to call on every request.
@@ -135,16 +154,55 @@ func (l *Ledger) Snapshot() *Snapshot {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.snap == nil {
-		nodes := make(map[string]*NodeInfo, len(l.nodes))
+		l.snap = l.buildSnapshot()
+		l.last, l.dirty = l.snap, l.dirty[:0]
+	}
+	return l.snap
+}
+
+// buildSnapshot makes a snapshot of the current nodes: from the last one
+// when the set of nodes is the same (a copy of its pointers, with the dirty
+// nodes replaced), else from scratch. The caller holds l.mu.
+func (l *Ledger) buildSnapshot() *Snapshot {
+	if l.index != nil && l.last != nil && l.last.index == l.index {
+		infos := slices.Clone(l.last.infos)
+		for _, name := range l.dirty {
+			infos[l.index.pos[name]] = l.nodes[name]
+		}
+		return &Snapshot{Generation: l.gen, index: l.index, infos: infos}
+	}
+	if l.index == nil {
 		names := make([]string, 0, len(l.nodes))
-		for k, v := range l.nodes {
-			nodes[k] = v
+		for k := range l.nodes {
 			names = append(names, k)
 		}
 		sort.Strings(names)
-		l.snap = &Snapshot{Generation: l.gen, nodes: nodes, names: names}
+		pos := make(map[string]int, len(names))
+		for i, n := range names {
+			pos[n] = i
+		}
+		l.index = &nodeIndex{names: names, pos: pos}
 	}
-	return l.snap
+	infos := make([]*NodeInfo, len(l.index.names))
+	for i, n := range l.index.names {
+		infos[i] = l.nodes[n]
+	}
+	return &Snapshot{Generation: l.gen, index: l.index, infos: infos}
+}
+
+// setNode stores a node's new info (the caller holds l.mu and calls
+// changed afterwards).
+func (l *Ledger) setNode(name string, ni *NodeInfo) {
+	if _, ok := l.nodes[name]; !ok {
+		l.index = nil // a new node: the names change
+	}
+	l.nodes[name] = ni
+	if l.last == nil || l.index == nil || len(l.dirty) >= len(l.nodes) {
+		// Nothing to patch from, or patching would not save a rebuild.
+		l.last, l.dirty = nil, l.dirty[:0]
+		return
+	}
+	l.dirty = append(l.dirty, name)
 }
 
 func (l *Ledger) changed() { l.gen++; l.snap = nil }
@@ -197,7 +255,7 @@ func (l *Ledger) UpsertNode(n *topology.Node) {
 		delete(l.orphans, a.PodUID)
 		l.allocs[a.PodUID] = a
 	}
-	l.nodes[n.Name] = ni
+	l.setNode(n.Name, ni)
 	for _, g := range dropped {
 		l.settleGang(g)
 	}
@@ -225,7 +283,10 @@ func (l *Ledger) RemoveNode(name string) []Allocation {
 			}
 		}
 	}
-	delete(l.nodes, name)
+	if _, ok := l.nodes[name]; ok {
+		delete(l.nodes, name)
+		l.index = nil
+	}
 	for _, g := range dropped {
 		l.settleGang(g)
 	}
@@ -325,7 +386,7 @@ func (l *Ledger) ReserveAll(as []Allocation, expires time.Time) error {
 		return err
 	}
 	for name, ni := range staged {
-		l.nodes[name] = ni
+		l.setNode(name, ni)
 	}
 	for _, a := range fresh {
 		l.allocs[a.PodUID] = a
@@ -381,7 +442,7 @@ func (l *Ledger) replace(a *Allocation) {
 	if ni, ok := l.nodes[a.Node]; ok {
 		c := ni.clone()
 		c.Allocs[a.PodUID] = a
-		l.nodes[a.Node] = c
+		l.setNode(a.Node, c)
 	}
 }
 
@@ -472,7 +533,7 @@ func (l *Ledger) restoreLocked(a *Allocation) error {
 	}
 	c := ni.clone()
 	c.apply(a, 1)
-	l.nodes[a.Node] = c
+	l.setNode(a.Node, c)
 	l.allocs[a.PodUID] = a
 	l.track(a)
 	l.changed()
@@ -523,7 +584,7 @@ func (l *Ledger) removeLocked(podUID string) (*Allocation, bool) {
 	if ni, ok := l.nodes[a.Node]; ok {
 		c := ni.clone()
 		c.apply(a, -1)
-		l.nodes[a.Node] = c
+		l.setNode(a.Node, c)
 	}
 	l.changed()
 	return a, true
@@ -662,6 +723,7 @@ func (l *Ledger) Rebuild(nodes []*topology.Node, allocs []Allocation) []error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.nodes, l.allocs, l.orphans, l.gangs = fresh.nodes, fresh.allocs, fresh.orphans, fresh.gangs
+	l.index, l.last, l.dirty = nil, nil, l.dirty[:0] // every node is new
 	l.changed()
 	return errs
 }
