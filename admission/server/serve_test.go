@@ -19,7 +19,8 @@ import (
 )
 
 // TestRun starts the real server over TLS against an API server that does
-// not answer: it is healthy but not ready, and it shuts down on cancel.
+// not answer: it is healthy but not ready, refuses plain HTTP, and it shuts
+// down on cancel.
 func TestRun(t *testing.T) {
 	dir := t.TempDir()
 	b, err := certs.Generate(dir)
@@ -64,6 +65,14 @@ current-context: c
 		resp.Body.Close()
 		if resp.StatusCode != want {
 			t.Errorf("GET %s = %d %q, want %d", path, resp.StatusCode, body, want)
+		}
+	}
+	// TLS only: a plain HTTP request gets no answer from the webhook.
+	if resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(fmt.Sprintf("http://%s/healthz", addr)); err == nil {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Errorf("plain HTTP GET /healthz = %d %q, want a refusal", resp.StatusCode, body)
 		}
 	}
 	cancel()
