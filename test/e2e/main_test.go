@@ -120,6 +120,9 @@ func run(m *testing.M) int {
 	if !runRBACCheck() && code == 0 {
 		code = 1
 	}
+	if !runSecretsCheck() && code == 0 {
+		code = 1
+	}
 	if code != 0 {
 		fmt.Println(env.LogTails(40))
 	}
