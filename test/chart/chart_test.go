@@ -39,7 +39,7 @@ var valueSets = map[string][]string{
 	"default":      nil,
 	"cert-manager": {"admission.certManager.enabled=true"},
 	"monitoring": {"metrics.serviceMonitor.enabled=true", "metrics.prometheusRule.enabled=true",
-		"metrics.dashboard.enabled=true", "extender.filterBestOnly=true"},
+		"metrics.dashboard.enabled=true", "extender.filterBestOnly=false"},
 	"existing-scheduler": {"scheduler.mode=existing", "devicePlugin.backend=fake",
 		"devicePlugin.fakeConfig=/etc/rota/gpus.yaml", "extender.policy=fragmentation-aware",
 		"extender.remediation.mode=on"},
@@ -212,16 +212,16 @@ func dryRunApply(ctx context.Context, dyn dynamic.Interface, mapper *restmapper.
 	return err
 }
 
-// TestFilterBestOnlyDropsPrioritize: with --filter-best-only the scheduler
-// profile leaves the prioritize verb out (it would score every passed node
-// alike); without it the verb and its weight are there.
+// TestFilterBestOnlyDropsPrioritize: with --filter-best-only (the default)
+// the scheduler profile leaves the prioritize verb out (it would score every
+// passed node alike); without it the verb and its weight are there.
 func TestFilterBestOnlyDropsPrioritize(t *testing.T) {
 	for _, tc := range []struct {
 		sets           []string
 		wantPrioritize bool
 	}{
-		{sets: nil, wantPrioritize: true},
-		{sets: []string{"extender.filterBestOnly=true"}, wantPrioritize: false},
+		{sets: nil, wantPrioritize: false},
+		{sets: []string{"extender.filterBestOnly=false"}, wantPrioritize: true},
 	} {
 		out := string(render(t, tc.sets))
 		if !strings.Contains(out, "filterVerb: filter") {
