@@ -34,6 +34,9 @@ func runSecretsCheck() bool {
 			}
 			return nil
 		}
+		if !d.Type().IsRegular() { // sockets of the device plugins and kubelet stand-ins
+			return nil
+		}
 		if strings.HasSuffix(path, ".log") {
 			if strings.HasPrefix(d.Name(), "rota-") {
 				logs = append(logs, path)
