@@ -56,23 +56,25 @@ func createAll(ctx context.Context, workers int, pods []*corev1.Pod, created fun
 	return n, errs
 }
 
-// TestExtenderKilledFiveTimes: ~400 pods (memory shares, whole GPUs and one
-// gang of 4 x 2 GPUs) arrive in parallel while rota-extender is killed with
-// SIGKILL five times at random moments and started again each time. At the
+// TestExtenderKilledFiveTimes: 1,000 pods (memory shares, whole GPUs and one
+// gang of 4 x 2 GPUs) arrive in five waves of 200 while rota-extender is
+// killed with SIGKILL five times at random moments and started again each
+// time, so the kills land while pods are being placed. At the
 // end every pod is bound or pending with Rota's reason, the gang is whole or
 // absent, no GPU is over capacity, and the restarted extender's ledger
 // matches the API server pod for pod.
 func TestExtenderKilledFiveTimes(t *testing.T) {
 	const name = "kill5"
-	const total = 400
+	const total = 1000
+	const waves = 5
 	const kills = 5
 	ctx, ns := setup(t, name, "", 3*time.Minute)
 	spec := h100
 	spec.Count, spec.IslandSize = 8, 4
-	nodes(ctx, t, name, "k5", 12, spec) // 96 GPUs
+	nodes(ctx, t, name, "k5", 30, spec) // 240 GPUs
 
-	// The gang first (so that it has room), then 360 shares of 10..40 GiB
-	// and 36 one-GPU pods mixed: more than 96 GPUs hold, so some wait.
+	// The gang first (so that it has room), then 905 shares of 10..40 GiB
+	// and 91 one-GPU pods mixed: more than 240 GPUs hold, so some wait.
 	var pods []*corev1.Pod
 	for i := range 4 {
 		pods = append(pods, pod(ns, fmt.Sprintf("gang-%d", i), name).Gang("g", 4).GPUs(2).Obj())
@@ -96,7 +98,7 @@ func TestExtenderKilledFiveTimes(t *testing.T) {
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(time.Duration(300+rng.IntN(2200)) * time.Millisecond):
+			case <-time.After(time.Duration(300+rng.IntN(1500)) * time.Millisecond):
 			}
 			ps, _ := env.Pods(ctx, ns)
 			if err := env.KillExtender(); err != nil {
@@ -113,9 +115,14 @@ func TestExtenderKilledFiveTimes(t *testing.T) {
 				k+1, time.Since(began).Seconds(), len(ps), harness.Bound(ps), down.Seconds()))
 		}
 	}()
-	n, errs := createAll(ctx, 8, pods, nil)
-	for _, err := range errs {
-		t.Errorf("creating: %v", err)
+	n := 0
+	for w := range waves {
+		m, errs := createAll(ctx, 8, pods[w*total/waves:(w+1)*total/waves], nil)
+		n += m
+		for _, err := range errs {
+			t.Errorf("creating: %v", err)
+		}
+		time.Sleep(time.Second)
 	}
 	created := time.Since(began)
 	killLog := <-killDone
