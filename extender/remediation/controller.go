@@ -88,6 +88,25 @@ type Controller struct {
 	// that version after the controller cleared the annotation, and in
 	// dry-run the annotation is never cleared.
 	releaseSeen map[string]string
+	// gpuHealth caches each node's GPUs as last parsed from its topology
+	// annotation, so a pass parses only the annotations that changed.
+	gpuHealth map[string]parsedGPUs
+	pass      uint64
+}
+
+// parsedGPUs is one node's topology annotation and the GPU observations
+// read from it.
+type parsedGPUs struct {
+	raw  string
+	gpus []gpuObs
+	pass uint64 // the last pass that saw the node
+}
+
+// gpuObs is one GPU's health as the annotation states it.
+type gpuObs struct {
+	uuid    string
+	healthy bool
+	reason  string
 }
 
 // New wires the controller onto the informers (start them afterwards).
@@ -111,6 +130,7 @@ func New(o Options) (*Controller, error) {
 		reported:   map[string]bool{},
 
 		releaseSeen: map[string]string{},
+		gpuHealth:   map[string]parsedGPUs{},
 	}
 	if c.now == nil {
 		c.now = time.Now
@@ -264,7 +284,11 @@ func (c *Controller) Sync(ctx context.Context) {
 	now := c.now()
 	var reapply []string
 	var faults []remediation.Fault
-	for _, obj := range c.nodes.GetStore().List() {
+	c.mu.Lock()
+	c.pass++
+	c.mu.Unlock()
+	nodes := c.nodes.GetStore().List()
+	for _, obj := range nodes {
 		node, ok := obj.(*corev1.Node)
 		if !ok {
 			continue
@@ -284,6 +308,13 @@ func (c *Controller) Sync(ctx context.Context) {
 		reapply = append(reapply, t.Node)
 	}
 	c.planner.Limiter.Forget(now)
+	if len(c.gpuHealth) > len(nodes) {
+		for name, p := range c.gpuHealth {
+			if p.pass != c.pass {
+				delete(c.gpuHealth, name) // the node is gone
+			}
+		}
+	}
 	c.mu.Unlock()
 	slices.Sort(reapply)
 	for _, n := range slices.Compact(reapply) {
@@ -306,7 +337,6 @@ func (c *Controller) Quarantined() []remediation.Target {
 // observe reads one node's health: Ready, Lease and each GPU. It returns
 // the open faults and whether usability for placement changed.
 func (c *Controller) observe(ctx context.Context, node *corev1.Node, now time.Time) ([]remediation.Fault, bool) {
-	logger := klog.LoggerWithValues(klog.FromContext(ctx), logkey.Node, klog.KObj(node))
 	type obs struct {
 		t      remediation.Target
 		ok     bool
@@ -314,7 +344,9 @@ func (c *Controller) observe(ctx context.Context, node *corev1.Node, now time.Ti
 		detail string
 	}
 	nt := remediation.NodeTarget(node.Name)
-	o := []obs{{t: nt, ok: true}}
+	gpus := c.gpus(node)
+	o := make([]obs, 1, 1+len(gpus))
+	o[0] = obs{t: nt, ok: true}
 	for _, cond := range node.Status.Conditions {
 		if cond.Type == corev1.NodeReady && cond.Status != corev1.ConditionTrue {
 			o[0] = obs{t: nt, cause: remediation.NodeNotReady, detail: "Ready=" + string(cond.Status)}
@@ -330,20 +362,17 @@ func (c *Controller) observe(ctx context.Context, node *corev1.Node, now time.Ti
 			}
 		}
 	}
-	if raw, ok := node.Annotations[c.names.TopologyAnnotation]; ok {
-		if t, err := contract.ParseTopology([]byte(raw)); err == nil {
-			for _, g := range t.GPUs {
-				ob := obs{t: remediation.GPUTarget(node.Name, g.UUID), ok: g.Health == contract.Healthy}
-				if !ob.ok {
-					ob.cause, ob.detail = remediation.GPUUnhealthy, g.Reason
-				}
-				o = append(o, ob)
-			}
+	for _, g := range gpus {
+		ob := obs{t: remediation.GPUTarget(node.Name, g.uuid), ok: g.healthy}
+		if !ob.ok {
+			ob.cause, ob.detail = remediation.GPUUnhealthy, g.reason
 		}
+		o = append(o, ob)
 	}
 	var faults []remediation.Fault
 	var newQuarantine []remediation.Target
 	changed := false
+	logger := func() klog.Logger { return klog.LoggerWithValues(klog.FromContext(ctx), logkey.Node, klog.KObj(node)) }
 	c.mu.Lock()
 	for _, ob := range o {
 		changed = c.recovery.Observe(ob.t, ob.ok, now) || changed
@@ -351,14 +380,14 @@ func (c *Controller) observe(ctx context.Context, node *corev1.Node, now time.Ti
 		switch {
 		case ob.ok && open:
 			delete(c.faults, ob.t)
-			logger.Info("Recovered; takes new work after the quiet period unless quarantined",
+			logger().Info("Recovered; takes new work after the quiet period unless quarantined",
 				"target", ob.t.String(), "quiet", c.cfg.RecoveryQuiet, "down", now.Sub(f.Since).Round(time.Second))
 		case !ob.ok:
 			if !open || f.Cause != ob.cause {
 				f = remediation.Fault{Target: ob.t, Cause: ob.cause, Detail: ob.detail, Since: now}
 				c.faults[ob.t] = f
 				c.metrics.Faults.WithLabelValues(string(ob.cause)).Inc()
-				logger.Info("Fault", "target", ob.t.String(), "cause", ob.cause, "detail", ob.detail)
+				logger().Info("Fault", "target", ob.t.String(), "cause", ob.cause, "detail", ob.detail)
 				if n, in := c.quarantine.Failure(ob.t, now, f.Message()); in {
 					_ = n
 					newQuarantine = append(newQuarantine, ob.t)
@@ -373,6 +402,29 @@ func (c *Controller) observe(ctx context.Context, node *corev1.Node, now time.Ti
 		changed = true
 	}
 	return faults, changed
+}
+
+// gpus returns the node's GPUs as its topology annotation states them
+// (none without a valid annotation), parsing the annotation only when it
+// changed since the last pass.
+func (c *Controller) gpus(node *corev1.Node) []gpuObs {
+	raw := node.Annotations[c.names.TopologyAnnotation]
+	c.mu.Lock()
+	p, ok := c.gpuHealth[node.Name]
+	c.mu.Unlock()
+	if !ok || p.raw != raw {
+		p = parsedGPUs{raw: raw}
+		if t, err := contract.ParseTopology([]byte(raw)); raw != "" && err == nil {
+			for _, g := range t.GPUs {
+				p.gpus = append(p.gpus, gpuObs{uuid: g.UUID, healthy: g.Health == contract.Healthy, reason: g.Reason})
+			}
+		}
+	}
+	c.mu.Lock()
+	p.pass = c.pass
+	c.gpuHealth[node.Name] = p
+	c.mu.Unlock()
+	return p.gpus
 }
 
 // podsFor lists the live pods a fault touches: on the node, or holding the GPU.

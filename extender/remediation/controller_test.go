@@ -69,7 +69,7 @@ func podOn(name, node string, gpu int, labels map[string]string) *corev1.Pod {
 }
 
 type fixture struct {
-	t      *testing.T
+	t      testing.TB
 	ctx    context.Context
 	client *fake.Clientset
 	ctl    *Controller
@@ -87,7 +87,7 @@ func (f *fixture) advance(d time.Duration) {
 	f.mu.Unlock()
 }
 
-func newFixture(t *testing.T, cfg Config, objs ...runtime.Object) *fixture {
+func newFixture(t testing.TB, cfg Config, objs ...runtime.Object) *fixture {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
