@@ -71,6 +71,35 @@ func TestPodTransformKeepsWhatPodreqReads(t *testing.T) {
 	}
 }
 
+// TestPodTransformKeepsSchedulerReason: an unbound pod keeps
+// kube-scheduler's PodScheduled=False condition (the status page shows it
+// for pods the extender never saw); a bound pod keeps no condition.
+func TestPodTransformKeepsSchedulerReason(t *testing.T) {
+	_, n := gpuNode()
+	cond := corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable",
+		Message: "0/3 nodes are available: 3 Insufficient cpu."}
+	ready := corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionFalse, Message: "not this one"}
+	for _, tc := range []struct {
+		name      string
+		nodeName  string
+		wantConds []corev1.PodCondition
+	}{
+		{name: "unbound", wantConds: []corev1.PodCondition{cond}},
+		{name: "bound", nodeName: "n1", wantConds: nil},
+	} {
+		p := boundPod(n)
+		p.Spec.NodeName = tc.nodeName
+		p.Status.Conditions = []corev1.PodCondition{ready, cond}
+		obj, err := PodTransform(names)(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := obj.(*corev1.Pod).Status.Conditions; !reflect.DeepEqual(got, tc.wantConds) {
+			t.Errorf("%s: conditions %+v, want %+v", tc.name, got, tc.wantConds)
+		}
+	}
+}
+
 func TestDeletedFinalStateUnknownReleases(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	nodeObj, n := gpuNode()

@@ -11,8 +11,10 @@ import (
 
 // PodTransform trims a pod to what the extender reads: name, namespace, UID,
 // resourceVersion, Rota's labels and annotations, node name, priority,
-// scheduler name, the containers' Rota resources and the phase. Everything
-// else (managedFields, env, volumes, status details) is dropped before the
+// scheduler name, the containers' Rota resources, the phase and, while the
+// pod is unbound, its PodScheduled condition (kube-scheduler's own reason,
+// for pods it rules out before asking the extender). Everything else
+// (managedFields, env, volumes, other status) is dropped before the
 // informer stores the pod.
 func PodTransform(names contract.Names) cache.TransformFunc {
 	labels := []string{names.GangLabel, names.PodGroupLabel, names.PreemptibleLabel, names.TeamLabel, names.RemediationLabel}
@@ -36,6 +38,14 @@ func PodTransform(names contract.Names) cache.TransformFunc {
 				Containers:     trimContainers(pod.Spec.Containers, resources),
 			},
 			Status: corev1.PodStatus{Phase: pod.Status.Phase},
+		}
+		if pod.Spec.NodeName == "" {
+			for _, c := range pod.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+					out.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status,
+						Reason: c.Reason, Message: c.Message, LastTransitionTime: c.LastTransitionTime}}
+				}
+			}
 		}
 		return out, nil
 	}

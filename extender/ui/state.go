@@ -246,6 +246,9 @@ func waiting(pods []*corev1.Pod, names contract.Names, decisions func(namespace,
 		if decisions != nil {
 			reason(&w, decisions(p.Namespace, p.Name))
 		}
+		if w.Reason == noDecision {
+			schedulerReason(&w, p)
+		}
 		out = append(out, w)
 	}
 	slices.SortStableFunc(out, func(a, b Waiting) int {
@@ -262,6 +265,17 @@ func pGang(p *corev1.Pod, names contract.Names) string {
 		return n
 	}
 	return p.Labels[names.PodGroupLabel]
+}
+
+// schedulerReason fills the reason of a pod the extender was never asked
+// about from kube-scheduler's PodScheduled=False condition, when it has one.
+func schedulerReason(w *Waiting, p *corev1.Pod) {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Message != "" {
+			w.Reason, w.Verb, w.Outcome = "kube-scheduler: "+c.Message, "kube-scheduler", c.Reason
+			w.ReasonAt = c.LastTransitionTime.Time
+		}
+	}
 }
 
 // reason fills the waiting pod's reason from its decisions (oldest first):

@@ -74,6 +74,14 @@ func fixture(t *testing.T) *ui.UI {
 	for _, p := range []*corev1.Pod{
 		pending("team-b", "big", names.GPU, "4", t0.Add(-90*time.Second)),
 		pending("team-b", "new", names.GPUMemory, "10", t0.Add(-5*time.Second)),
+		// Ruled out by kube-scheduler's own filters: the extender never saw it.
+		func() *corev1.Pod {
+			p := pending("team-b", "picky", names.GPU, "1", t0.Add(-30*time.Second))
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+				Reason: "Unschedulable", Message: "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector.",
+				LastTransitionTime: metav1.NewTime(t0.Add(-20 * time.Second))}}
+			return p
+		}(),
 		// Bound, or not asking for GPUs: not waiting.
 		func() *corev1.Pod {
 			p := pending("team-a", "train", names.GPU, "1", t0)
@@ -132,7 +140,7 @@ func TestState(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	wantTotals := ui.Totals{Nodes: 2, GPUs: 6, Busy: 3, Unhealthy: 1, MemoryMiB: 6 * 80 * gib, UsedMiB: 180 * gib, Waiting: 2}
+	wantTotals := ui.Totals{Nodes: 2, GPUs: 6, Busy: 3, Unhealthy: 1, MemoryMiB: 6 * 80 * gib, UsedMiB: 180 * gib, Waiting: 3}
 	if diff := diff(wantTotals, got.Totals); diff != "" {
 		t.Errorf("totals mismatch (-want +got):\n%s", diff)
 	}
@@ -166,6 +174,9 @@ func TestState(t *testing.T) {
 		{Pod: "team-b/big", Request: "4 whole GPUs", Since: t0.Add(-90 * time.Second), WaitingSeconds: 90,
 			Reason: "0/2 nodes fit the GPU request: 2 like gpu-a: 1 idle healthy GPU, pod needs 4",
 			Verb:   "filter", Outcome: "nofit", ReasonAt: t0.Add(-10 * time.Second)},
+		{Pod: "team-b/picky", Request: "1 whole GPU", Since: t0.Add(-30 * time.Second), WaitingSeconds: 30,
+			Reason: "kube-scheduler: 0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector.",
+			Verb:   "kube-scheduler", Outcome: "Unschedulable", ReasonAt: t0.Add(-20 * time.Second)},
 		{Pod: "team-b/new", Request: "10 GiB on one GPU", Since: t0.Add(-5 * time.Second), WaitingSeconds: 5,
 			Reason: "no extender decision yet: kube-scheduler may have ruled out every node itself (see the pod's events, or kubectl rota why)"},
 	}
@@ -175,7 +186,7 @@ func TestState(t *testing.T) {
 
 	wantUse := []ui.NamespaceUse{
 		{Namespace: "team-a", GPUs: 2, WholeGPUs: 2, MemoryMiB: 160 * gib, Pods: 2},
-		{Namespace: "team-b", GPUs: 0.25, MemoryMiB: 20 * gib, Pods: 1, Waiting: 2},
+		{Namespace: "team-b", GPUs: 0.25, MemoryMiB: 20 * gib, Pods: 1, Waiting: 3},
 	}
 	if diff := diff(wantUse, got.Namespaces); diff != "" {
 		t.Errorf("namespace use mismatch (-want +got):\n%s", diff)
