@@ -62,6 +62,7 @@ func filterResult(args *extenderv1.ExtenderArgs, passed []string, failed, unreso
 type filterState struct {
 	passed   []string
 	rejected []rejection
+	nodes    int // candidates: the capacity rejected gets at its first use
 	tally    reasonTally
 	gang     string
 	note     string
@@ -88,17 +89,24 @@ func (r rejection) message() string {
 }
 
 func newFilterState(n int) *filterState {
-	return &filterState{passed: make([]string, 0, n)}
+	return &filterState{passed: make([]string, 0, n), nodes: n}
+}
+
+func (f *filterState) addRejection(r rejection) {
+	if f.rejected == nil {
+		f.rejected = make([]rejection, 0, f.nodes)
+	}
+	f.rejected = append(f.rejected, r)
 }
 
 func (f *filterState) reject(node string, r *placement.Reason) {
-	f.rejected = append(f.rejected, rejection{node: node, reason: r, resolvable: r.Resolvable})
+	f.addRejection(rejection{node: node, reason: r, resolvable: r.Resolvable})
 	f.tally.add(r, node, r.Message)
 }
 
 // rejectText refuses node with a message of the adapter's.
 func (f *filterState) rejectText(node string, code placement.Code, resolvable bool, msg string) {
-	f.rejected = append(f.rejected, rejection{node: node, text: msg, resolvable: resolvable})
+	f.addRejection(rejection{node: node, text: msg, resolvable: resolvable})
 	f.tally.addText(code, resolvable, node, msg)
 }
 
@@ -106,7 +114,7 @@ func (f *filterState) rejectText(node string, code placement.Code, resolvable bo
 func (f *filterState) rejectAll(names []string, code placement.Code, resolvable bool, msg string) {
 	f.passed = f.passed[:0]
 	for _, n := range names {
-		f.rejected = append(f.rejected, rejection{node: n, text: msg, resolvable: resolvable})
+		f.addRejection(rejection{node: n, text: msg, resolvable: resolvable})
 	}
 	if len(names) > 0 {
 		f.tally.addText(code, resolvable, names[0], msg)
@@ -238,7 +246,7 @@ func (e *Extender) fitAll(req placement.Request, names []string, snap *ledger.Sn
 		render := func() string {
 			return fmt.Sprintf("another node scores higher under the %s policy (%d < %d)", e.policy.Name(), score, best)
 		}
-		f.rejected = append(f.rejected, rejection{node: n, render: render, resolvable: true})
+		f.addRejection(rejection{node: n, render: render, resolvable: true})
 		f.tally.add(&placement.Reason{Code: codeNotBest, Resolvable: true}, n, render)
 	}
 	f.passed = kept

@@ -161,13 +161,15 @@ func loadBigCluster(tb testing.TB, nodes, pods, assigned int) *bigCluster {
 	return &bigCluster{ext: e, ledger: led, cache: c, srv: srv, names: nodeNames, stop: func() { srv.Close(); cancel() }}
 }
 
-func benchVerb(b *testing.B, path string) {
+func benchVerb(b *testing.B, path string) { benchVerbMem(b, path, 40) }
+
+func benchVerbMem(b *testing.B, path string, gib int64) {
 	bc := loadBigCluster(b, 5000, 40000, 40000)
 	defer bc.stop()
 	if n := len(bc.ledger.Allocations()); n != 40000 {
 		b.Fatalf("%d allocations, want 40000", n)
 	}
-	body, err := json.Marshal(args(pod("bench").mem(40).obj(), bc.names...))
+	body, err := json.Marshal(args(pod("bench").mem(gib).obj(), bc.names...))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -190,6 +192,11 @@ func benchVerb(b *testing.B, path string) {
 // BenchmarkHTTPFilter5kNodes is one filter call, full HTTP round trip, with
 // 5,000 node names (8 GPUs each) and 40,000 assigned pods in the ledger.
 func BenchmarkHTTPFilter5kNodes(b *testing.B) { benchVerb(b, "/filter") }
+
+// BenchmarkHTTPFilter5kNodesFewFit is the same for a 79 GiB share, which
+// only a GPU without shares fits: many nodes refuse it, and the answer
+// (some node passes) carries no reasons.
+func BenchmarkHTTPFilter5kNodesFewFit(b *testing.B) { benchVerbMem(b, "/filter", 79) }
 
 // BenchmarkHTTPPrioritize5kNodes is the same for prioritize.
 func BenchmarkHTTPPrioritize5kNodes(b *testing.B) { benchVerb(b, "/prioritize") }
