@@ -8,50 +8,58 @@ import (
 
 // fragAware is Rota's fragmentation-aware policy: FGD's fragmentation
 // gradient (Workload.FragmentationChange: CPU-, memory- and model-aware)
-// with deliberate tie-breaking. The score is lexicographic:
+// with the node's CPU and host-memory reach added. Like fgd it scores on
+// FGD's 100 steps, reported on the engine's scale:
 //
-//	score = 9900 * step + round(9899 * tie)
+//	score = step * MaxScore/100
 //	step  = floor(100 * sigmoid(before - after))   (before, after in GPUs)
 //
-// The gradient is used at FGD's own resolution (100 steps; one step is about
-// 0.04 GPU near zero): finer resolution was measured to do worse (94.5 % vs
-// 95.2 % on openb's default list), because the gradient's small differences
-// are noise and a consistent order packs better. Within a step:
-//   - a pod with GPUs keeps Rank's node-name order (a consistent first-fit
-//     order; preferring the fuller node instead was measured 0.1..1 point
-//     worse, most on GPU-model-constrained lists);
-//   - a CPU-only pod goes, among nodes that keep at least the CPU their
-//     free GPUs need (free GPUs x the workload's CPU per GPU), to the one
-//     left with the least such surplus (best fit: CPU-only pods pack, and
-//     CPU-rich nodes stay whole for CPU-heavy pods); where no node keeps
-//     enough, to the one that falls least short, so it does not strand
-//     GPUs behind exhausted CPUs. Sending them to the largest surplus
-//     instead was measured 1.2 points worse on openb's cpu250 list and 0.7
-//     on cpu200 (3 seeds; default unchanged).
+// before and after are fragmentationChange with weight reachWeight: FGD's
+// fragment plus 0.1 x the free GPUs the node's CPU and host memory leave
+// out of each shape's reach (2 idle GPUs but CPU for only one more pod of a
+// shape: one of them is out of reach; Shape.fragOn). FGD only counts GPUs
+// behind CPU that holds no pod of the shape at all, so it strands GPUs one
+// core at a time. On openb (10 seeds, cmd/rota-sim/RESULTS.md) the term
+// gains 0.3..1 point over FGD on the CPU-heavy and GPU-sharing lists and
+// 0.49 on the default list.
+// Weight 1 did as well on the default list and better on cpu250 (+0.2) but
+// lost 0.1..0.3 on multigpu30/40 (3-4 seeds); 0.05 and 0.2 did worse than
+// 0.1. The term is off (reach 0) when the workload has model-constrained
+// shapes: it steers GPU pods to CPU-rich nodes and, with no view of each
+// model's supply, spent GPUs that model-constrained pods needed (gpuspec33:
+// -2.5 points at weight 1, -1.0 at 0.1; a penalty on models that
+// constrained shapes ask for did not recover it). With reach 0 the policy
+// ranks nodes exactly as fgd does.
+//
+// Ties (nodes in the same step) go to Rank's node-name order, for every
+// pod: a consistent first-fit order. Measured against it (4 seeds, reach
+// weight 1): the gradient at 10,000 steps (95.16 vs 95.60 on the default
+// list), the fuller node first (-0.5 on default and gpushare40), the node
+// whose CPU best matches its free GPUs first (-0.4); and, for CPU-only pods
+// (weight 0.1), best fit on the CPU left beyond what the node's free GPUs
+// need, the previous rule: level on default, cpu050..200, gpushare100 and
+// gpuspec10/33, 0.19 worse on cpu250.
 //
 // Mapping onto kube-scheduler's 0..10 (ToExtenderScore) keeps order but
-// merges about ten gradient steps into one; the extender should rank with
-// the full score itself and hand the scheduler its best node on top.
+// merges about ten steps into one; the extender should rank with the full
+// score itself and hand the scheduler its best node on top.
 type fragAware struct {
 	w Workload
-	// cpuPerGPU is the workload's CPU request per GPU requested (milli-cores
-	// per whole GPU), weighted by GPU demand; 0 when it asks for no CPU.
-	cpuPerGPU float64
+	// reach weighs the out-of-reach capacity in the fragmentation measure
+	// (reachWeight, or 0 when a shape is model-constrained).
+	reach float64
 }
 
+// reachWeight is the weight of out-of-reach GPU capacity in the
+// fragmentation-aware policy's measure (see fragAware).
+const reachWeight = 0.1
+
 func newFragAware(w Workload) *fragAware {
-	var cpu, gpu float64
+	p := &fragAware{w: w, reach: reachWeight}
 	for _, s := range w {
-		g := float64(s.GPUs)
-		if s.GPUs == 0 {
-			g = float64(s.Milli) / 1000
+		if len(s.Models) > 0 {
+			p.reach = 0
 		}
-		cpu += s.Weight * float64(s.CPUMilli)
-		gpu += s.Weight * g
-	}
-	p := &fragAware{w: w}
-	if gpu > 0 {
-		p.cpuPerGPU = cpu / gpu
 	}
 	return p
 }
@@ -59,35 +67,7 @@ func newFragAware(w Workload) *fragAware {
 func (*fragAware) Name() string { return FragmentationAware }
 
 func (p *fragAware) Score(r Request, ni *ledger.NodeInfo, c Choice) int64 {
-	before, after := p.w.FragmentationChange(r, ni, c)
+	before, after := p.w.fragmentationChange(r, ni, c, p.reach)
 	step := int64(100 / (1 + math.Exp(after-before)))
-	return 9900*step + int64(math.Round(9899*p.tie(r, ni, c)))
-}
-
-// tie is the tie-break term in [0, 1] (see fragAware).
-func (p *fragAware) tie(r Request, ni *ledger.NodeInfo, c Choice) float64 {
-	if !r.GPUFree() {
-		return 0
-	}
-	freeCPU := ni.FreeCPUMilli()
-	if freeCPU < 0 || p.cpuPerGPU == 0 {
-		return 1 - usedFraction(ni, c)
-	}
-	var freeGPUs float64
-	for s, g := range ni.Node.GPUs {
-		if g.Healthy && g.MemoryMiB > 0 {
-			freeGPUs += float64(ni.FreeMiB(s)) / float64(g.MemoryMiB)
-		}
-	}
-	surplus := float64(freeCPU-r.CPUMilli) - freeGPUs*p.cpuPerGPU
-	// Map surplus CPU (milli-cores) onto [0, 1]: (0.5, 1] for a surplus
-	// >= 0, the smaller surplus higher; [0, 0.5) for a shortfall, the
-	// smaller shortfall higher. One
-	// 8-GPU node's worth of CPU is the scale.
-	scale := 8 * p.cpuPerGPU
-	if surplus >= 0 {
-		// Best fit among nodes that keep enough CPU for their free GPUs.
-		return 0.5 + 0.5*(1-math.Tanh(surplus/scale))
-	}
-	return 0.5 * (1 + math.Tanh(surplus/scale))
+	return step * (MaxScore / 100)
 }
