@@ -155,6 +155,53 @@ func BenchmarkFilterScore5kNodes(b *testing.B) {
 	}
 }
 
+// filterBestOnly is the extender's filter call with --filter-best-only (the
+// chart's default, which leaves prioritize out): Fit and Score once per
+// node, keeping the nodes of the best score.
+func filterBestOnly(r placement.Request, snap *ledger.Snapshot, p placement.Policy, feasible []string, scores []int64) ([]string, []int64) {
+	feasible, scores = feasible[:0], scores[:0]
+	best := int64(-1)
+	for _, name := range snap.Names() {
+		ni := snap.Node(name)
+		c, reason := placement.Fit(r, ni)
+		if reason != nil {
+			continue
+		}
+		s := p.Score(r, ni, c)
+		best = max(best, s)
+		feasible, scores = append(feasible, name), append(scores, s)
+	}
+	kept := feasible[:0]
+	for i, name := range feasible {
+		if scores[i] == best {
+			kept = append(kept, name)
+		}
+	}
+	return kept, scores
+}
+
+// BenchmarkFilterBestOnly5kNodes is the whole per-pod engine cost in the
+// chart's default configuration: one filter call that fits and scores every
+// node and keeps the best class.
+func BenchmarkFilterBestOnly5kNodes(b *testing.B) {
+	snap := benchCluster(b)
+	p, err := placement.NewPolicy(placement.DefaultPolicyName, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, pod := range benchPods {
+		b.Run(pod.name, func(b *testing.B) {
+			feasible := make([]string, 0, benchNodes)
+			scores := make([]int64, 0, benchNodes)
+			b.ReportAllocs()
+			for b.Loop() {
+				feasible, scores = filterBestOnly(pod.req, snap, p, feasible, scores)
+			}
+			b.ReportMetric(float64(len(feasible)), "best")
+		})
+	}
+}
+
 // BenchmarkGangPlan512: a 64-pod x 8-GPU gang (512 GPUs) on 5,000 nodes, 32
 // nodes per leaf, planned as a whole.
 func BenchmarkGangPlan512(b *testing.B) {
