@@ -193,10 +193,10 @@ func benchVerbMem(b *testing.B, path string, gib int64) {
 // 5,000 node names (8 GPUs each) and 40,000 assigned pods in the ledger.
 func BenchmarkHTTPFilter5kNodes(b *testing.B) { benchVerb(b, "/filter") }
 
-// BenchmarkHTTPFilter5kNodesFewFit is the same for a 79 GiB share, which
-// only a GPU without shares fits: many nodes refuse it, and the answer
-// (some node passes) carries no reasons.
-func BenchmarkHTTPFilter5kNodesFewFit(b *testing.B) { benchVerbMem(b, "/filter", 79) }
+// BenchmarkHTTPFilter5kNodesNoFit is the same for a 79 GiB share, which no
+// node of the loaded cluster fits: the answer carries a reason per node (what
+// kube-scheduler's FailedScheduling message and preemption read).
+func BenchmarkHTTPFilter5kNodesNoFit(b *testing.B) { benchVerbMem(b, "/filter", 79) }
 
 // BenchmarkHTTPPrioritize5kNodes is the same for prioritize.
 func BenchmarkHTTPPrioritize5kNodes(b *testing.B) { benchVerb(b, "/prioritize") }
