@@ -293,6 +293,30 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	return c.startAPIServer(ctx)
 }
 
+// RestartStorage stops kube-apiserver and etcd, starts etcd again on the
+// same data folder and ports, and then kube-apiserver: the whole storage
+// path goes away and comes back, as in a control-plane node's reboot.
+func (c *Cluster) RestartStorage(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return errors.New("cluster is stopped")
+	}
+	if err := c.apiServer.Stop(apiServerStopGrace); err != nil {
+		return err
+	}
+	if err := c.etcd.Stop(apiServerStopGrace); err != nil {
+		return err
+	}
+	if err := c.etcd.Start(); err != nil {
+		return fmt.Errorf("starting etcd again: %w", err)
+	}
+	if err := c.waitHTTP(ctx, c.etcd, c.EtcdURL+"/health", nil); err != nil {
+		return err
+	}
+	return c.startAPIServer(ctx)
+}
+
 // StopScheduler stops kube-scheduler. Pods stay Pending until StartScheduler.
 func (c *Cluster) StopScheduler() error {
 	c.mu.Lock()
