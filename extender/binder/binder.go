@@ -52,26 +52,6 @@ func (b *Binder) Pod(ctx context.Context, namespace, name string) (*corev1.Pod, 
 	return pod, nil
 }
 
-type patchMeta struct {
-	UID             types.UID          `json:"uid,omitempty"`
-	ResourceVersion string             `json:"resourceVersion,omitempty"`
-	Annotations     map[string]*string `json:"annotations"`
-}
-
-func metaPatch(uid types.UID, rv string, annotations map[string]*string) ([]byte, error) {
-	return json.Marshal(map[string]patchMeta{"metadata": {UID: uid, ResourceVersion: rv, Annotations: annotations}})
-}
-
-func (b *Binder) patch(ctx context.Context, pod *corev1.Pod, annotations map[string]*string) (*corev1.Pod, error) {
-	data, err := metaPatch(pod.UID, pod.ResourceVersion, annotations)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := b.ctx(ctx)
-	defer cancel()
-	return b.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, data, metav1.PatchOptions{})
-}
-
 // Bind creates the pod's Binding to node: one API write. The API server
 // copies the Binding's annotations onto the pod in the same update that sets
 // spec.nodeName, so a pod is never seen bound without its assignment, nor
@@ -94,13 +74,18 @@ func (b *Binder) Bind(ctx context.Context, namespace, name string, uid types.UID
 	return nil
 }
 
-// Touch writes the requeue annotation (unconditionally, on the pod's UID) so
-// that kube-scheduler sees an update of the pod and retries it.
+// Touch writes the requeue annotation, conditional only on the pod's UID,
+// so that kube-scheduler sees an update of the pod and retries it.
 func (b *Binder) Touch(ctx context.Context, namespace, name string, uid types.UID, why string, now time.Time) error {
 	v := now.UTC().Format(time.RFC3339Nano) + " " + why
-	_, err := b.patch(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: uid}},
-		map[string]*string{b.names.RequeueAnnotation(): &v})
+	data, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid": uid, "annotations": map[string]string{b.names.RequeueAnnotation(): v}}})
 	if err != nil {
+		return err
+	}
+	ctx, cancel := b.ctx(ctx)
+	defer cancel()
+	if _, err := b.client.CoreV1().Pods(namespace).Patch(ctx, name, types.MergePatchType, data, metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("touch %s/%s: %w", namespace, name, err)
 	}
 	return nil

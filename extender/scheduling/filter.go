@@ -69,21 +69,17 @@ type filterState struct {
 }
 
 // rejection is one refused node; its message is rendered only when the
-// answer carries it (see failedMaps).
+// answer carries it (see failedMaps) or V(5) logs it.
 type rejection struct {
 	node       string
-	reason     *placement.Reason // or render, or text
-	render     func() string
+	reason     *placement.Reason // nil: text
 	text       string
 	resolvable bool
 }
 
 func (r rejection) message() string {
-	switch {
-	case r.reason != nil:
+	if r.reason != nil {
 		return r.reason.Message()
-	case r.render != nil:
-		return r.render()
 	}
 	return r.text
 }
@@ -210,6 +206,9 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *e
 	return filterResult(args, f.passed, failed, unresolvable)
 }
 
+// notBest is the tally's reason for a node FilterBestOnly drops.
+var notBest = &placement.Reason{Code: codeNotBest, Resolvable: true}
+
 // fitAll runs placement.Fit on every candidate node; with FilterBestOnly it
 // keeps only the nodes of the best score class.
 func (e *Extender) fitAll(req placement.Request, names []string, snap *ledger.Snapshot, f *filterState) {
@@ -242,12 +241,11 @@ func (e *Extender) fitAll(req placement.Request, names []string, snap *ledger.Sn
 			kept = append(kept, n)
 			continue
 		}
-		score := scores[i]
-		render := func() string {
-			return fmt.Sprintf("another node scores higher under the %s policy (%d < %d)", e.policy.Name(), score, best)
-		}
-		f.addRejection(rejection{node: n, render: render, resolvable: true})
-		f.tally.add(&placement.Reason{Code: codeNotBest, Resolvable: true}, n, render)
+		// Only counted: a better node passed, so the answer carries no
+		// reasons (see Filter), and the decision record keeps one example.
+		f.tally.add(notBest, n, func() string {
+			return fmt.Sprintf("another node scores higher under the %s policy (%d < %d)", e.policy.Name(), scores[i], best)
+		})
 	}
 	f.passed = kept
 }

@@ -240,12 +240,13 @@ func (g *gangs) slot(pod *corev1.Pod, key string, names []string, f *filterState
 	if !ok || a.State != ledger.Reserved || a.Gang != key {
 		return false
 	}
+	elsewhere := fmt.Sprintf("gang %s: this member's reserved slot is on node %s", key, a.Node)
 	for _, n := range names {
 		if n == a.Node {
 			f.passed = append(f.passed[:0], n)
 			continue
 		}
-		f.rejectText(n, placement.GangSlot, false, fmt.Sprintf("gang %s: this member's reserved slot is on node %s", key, a.Node))
+		f.rejectText(n, placement.GangSlot, false, elsewhere)
 	}
 	if len(f.passed) == 0 {
 		f.note = fmt.Sprintf("gang %s: this member's reserved slot is on node %s, which kube-scheduler ruled out for the pod", key, a.Node)
