@@ -7,13 +7,11 @@ import (
 	"encoding/json"
 	"math"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
@@ -22,13 +20,13 @@ import (
 )
 
 // heartbeat stops and restarts one simulated node's Lease renewals. The
-// node simulator renews every node's Lease on a timer; a
-// ValidatingAdmissionPolicy bound to that one Lease refuses any update
-// that moves its renewTime forward, so the simulator's renewals fail as a
-// dead kubelet's would never arrive. The test may still move the time back.
+// node simulator renews every node's Lease on a timer; an admission policy
+// bound to that one Lease refuses any update that moves its renewTime
+// forward, so the simulator's renewals fail as a dead kubelet's would never
+// arrive. The test may still move the time back.
 type heartbeat struct {
-	node   string
-	policy string
+	node string
+	lift func(wait bool)
 }
 
 // stopHeartbeat freezes the node's Lease and backdates its last renewal by
@@ -36,72 +34,30 @@ type heartbeat struct {
 // is enforced and the backdated Lease is stored, at the time of the fault.
 func stopHeartbeat(ctx context.Context, t *testing.T, node string, ago time.Duration) (*heartbeat, time.Time) {
 	t.Helper()
-	h := &heartbeat{node: node, policy: "rota-e2e-heartbeat-" + node}
-	fail := admissionregistrationv1.Fail
-	_, err := env.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, &admissionregistrationv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: h.policy},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: &fail,
-			MatchConstraints: &admissionregistrationv1.MatchResources{
-				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-					ResourceNames: []string{node},
-					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
-						Rule: admissionregistrationv1.Rule{APIGroups: []string{"coordination.k8s.io"}, APIVersions: []string{"v1"},
-							Resources: []string{"leases"}},
-					},
-				}},
+	lift := refuseByPolicy(ctx, t, "rota-e2e-heartbeat-"+node, &admissionregistrationv1.MatchResources{
+		ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+			ResourceNames: []string{node},
+			RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+				Rule: admissionregistrationv1.Rule{APIGroups: []string{"coordination.k8s.io"}, APIVersions: []string{"v1"},
+					Resources: []string{"leases"}},
 			},
-			Validations: []admissionregistrationv1.Validation{{
-				Expression: "!has(object.spec.renewTime) || !has(oldObject.spec.renewTime) || object.spec.renewTime <= oldObject.spec.renewTime",
-				Message:    "e2e: the heartbeat of node " + node + " is stopped",
-			}},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.resume(context.Background(), t, false) })
-	_, err = env.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: h.policy},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: h.policy,
-			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Enforced once a (dry-run) renewal is refused.
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		err := renewLease(ctx, node, time.Now(), true)
-		return err != nil && strings.Contains(err.Error(), h.policy), nil
-	}); err != nil {
-		t.Fatalf("the heartbeat policy for %s was never enforced: %v", node, err)
-	}
+		}},
+	}, "!has(object.spec.renewTime) || !has(oldObject.spec.renewTime) || object.spec.renewTime <= oldObject.spec.renewTime",
+		"e2e: the heartbeat of node "+node+" is stopped",
+		func(ctx context.Context) error { return renewLease(ctx, node, time.Now(), true) })
 	if err := renewLease(ctx, node, time.Now().Add(-ago), false); err != nil {
 		t.Fatalf("backdating the lease of %s: %v", node, err)
 	}
-	return h, time.Now()
+	return &heartbeat{node: node, lift: lift}, time.Now()
 }
 
 // resume removes the policy and renews the Lease now, as a kubelet coming
 // back would.
-func (h *heartbeat) resume(ctx context.Context, t *testing.T, renew bool) {
+func (h *heartbeat) resume(ctx context.Context, t *testing.T) {
 	t.Helper()
-	adm := env.Client.AdmissionregistrationV1()
-	for _, err := range []error{
-		adm.ValidatingAdmissionPolicyBindings().Delete(ctx, h.policy, metav1.DeleteOptions{}),
-		adm.ValidatingAdmissionPolicies().Delete(ctx, h.policy, metav1.DeleteOptions{}),
-	} {
-		if err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("removing the heartbeat policy: %v", err)
-		}
-	}
-	if !renew {
-		return
-	}
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		return renewLease(ctx, h.node, time.Now(), false) == nil, nil
-	}); err != nil {
+	h.lift(true)
+	if err := renewLease(ctx, h.node, time.Now(), false); err != nil {
 		t.Fatalf("the lease of %s cannot be renewed again: %v", h.node, err)
 	}
 }

@@ -423,7 +423,7 @@ func TestRemediationHeartbeat(t *testing.T) {
 
 	// The kubelet is back: after the 2 s recovery quiet period the node
 	// takes work again.
-	hb.resume(ctx, t, true)
+	hb.resume(ctx, t)
 	back := time.Now()
 	waitFor(ctx, t, "the node back in placement", func(context.Context) (bool, error) { return placeable(dead) == 4, nil })
 	if q := rr.ctl.Quarantined(); len(q) != 0 {
