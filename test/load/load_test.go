@@ -168,34 +168,31 @@ type phaseResult struct {
 	// requests counts the API server's requests from kube-scheduler's start to
 	// the phase's last bind, by "VERB resource[/subresource]".
 	requests map[string]float64
-	// cpu is the CPU time (user+system) each process used from kube-scheduler's
-	// start to the phase's last bind; on a machine with few cores the
-	// throughput is bounded by the sum.
-	cpu map[string]time.Duration
+	// cpu is the CPU seconds (user+system) each process used from
+	// kube-scheduler's start to the phase's last bind; on a machine with few
+	// cores the throughput is bounded by the sum.
+	cpu map[string]float64
 }
 
-// cpuPerKPods formats CPU seconds per 1,000 pods by process, largest first.
-func (p phaseResult) cpuPerKPods() string {
-	type row struct {
-		name string
-		d    time.Duration
+// perPod formats counts per bound pod, times scale: the total first, then
+// each key whose share is at least min, largest first.
+func (p phaseResult) perPod(counts map[string]float64, scale, min float64, unit string) string {
+	if p.bound == 0 {
+		return "n/a"
 	}
-	var rows []row
-	var total time.Duration
-	for name, d := range p.cpu {
-		rows = append(rows, row{name, d})
-		total += d
-	}
-	sort.Slice(rows, func(i, j int) bool { return rows[i].d > rows[j].d })
-	per := func(d time.Duration) string {
-		if p.bound == 0 {
-			return "n/a"
+	per := func(v float64) string { return strconv.FormatFloat(v*scale/float64(p.bound), 'f', 2, 64) + unit }
+	var total float64
+	var keys []string
+	for k, v := range counts {
+		total += v
+		if v*scale/float64(p.bound) >= min {
+			keys = append(keys, k)
 		}
-		return strconv.FormatFloat(d.Seconds()*1000/float64(p.bound), 'f', 2, 64) + "s"
 	}
+	sort.Slice(keys, func(i, j int) bool { return counts[keys[i]] > counts[keys[j]] })
 	parts := []string{"total " + per(total)}
-	for _, r := range rows {
-		parts = append(parts, r.name+" "+per(r.d))
+	for _, k := range keys {
+		parts = append(parts, k+" "+per(counts[k]))
 	}
 	return strings.Join(parts, ", ")
 }
@@ -233,7 +230,8 @@ func (r round) String() string {
 		ms(r.latency["filter"][0]), ms(r.latency["filter"][1]), ms(r.latency["prioritize"][0]), ms(r.latency["prioritize"][1]),
 		ms(r.latency["bind"][0]), ms(r.latency["bind"][1]),
 		float64(r.extRSS)/1024, float64(r.admRSS)/1024, r.plain.createRate, r.rota.createRate,
-		r.plain.cpuPerKPods(), r.rota.cpuPerKPods(), r.plain.requestsPerPod(), r.rota.requestsPerPod())
+		r.plain.perPod(r.plain.cpu, 1000, 0, "s"), r.rota.perPod(r.rota.cpu, 1000, 0, "s"),
+		r.plain.perPod(r.plain.requests, 1, 0.05, ""), r.rota.perPod(r.rota.requests, 1, 0.05, ""))
 }
 
 // addNodes creates nodes load-<from>..load-<to-1> with 8 H100 each, in
@@ -363,13 +361,8 @@ func runPhase(ctx context.Context, t *testing.T, env *harness.Env, w *bindWatch,
 	}
 	res := w.wait(ctx, phase, limit)
 	res.createRate = createRate
-	res.cpu, res.requests = cpuTimes(env), apiRequests(ctx, t, env)
-	for k, v := range req0 {
-		res.requests[k] -= v
-	}
-	for name, d := range cpu0 {
-		res.cpu[name] -= d // kube-scheduler was not running: it starts from 0
-	}
+	// kube-scheduler was not running at the start: it counts from 0.
+	res.cpu, res.requests = since(cpu0, cpuTimes(env)), since(req0, apiRequests(ctx, t, env))
 	if res.bound < n {
 		t.Errorf("phase %s: %d of %d pods bound within %s of kube-scheduler's start", phase, res.bound, n, limit)
 	}
@@ -593,40 +586,22 @@ func apiRequests(ctx context.Context, t *testing.T, env *harness.Env) map[string
 	return out
 }
 
-// requestsPerPod formats the API requests per bound pod, largest first,
-// leaving out kinds below 0.05 per pod.
-func (p phaseResult) requestsPerPod() string {
-	type row struct {
-		key string
-		n   float64
+// since returns after minus before, key by key.
+func since(before, after map[string]float64) map[string]float64 {
+	for k, v := range before {
+		after[k] -= v
 	}
-	var rows []row
-	var total float64
-	for k, n := range p.requests {
-		total += n
-		if p.bound > 0 && n/float64(p.bound) >= 0.05 {
-			rows = append(rows, row{k, n})
-		}
-	}
-	sort.Slice(rows, func(i, j int) bool { return rows[i].n > rows[j].n })
-	if p.bound == 0 {
-		return "n/a"
-	}
-	parts := []string{fmt.Sprintf("total %.2f", total/float64(p.bound))}
-	for _, r := range rows {
-		parts = append(parts, fmt.Sprintf("%s %.2f", r.key, r.n/float64(p.bound)))
-	}
-	return strings.Join(parts, ", ")
+	return after
 }
 
-// cpuTimes returns the CPU time used so far by each process of the run.
-func cpuTimes(env *harness.Env) map[string]time.Duration {
+// cpuTimes returns the CPU seconds used so far by each process of the run.
+func cpuTimes(env *harness.Env) map[string]float64 {
 	pids := env.Cluster.PIDs()
 	pids["rota-extender"], pids["rota-admission"] = env.Extender.PID(), env.Admission.PID()
-	out := map[string]time.Duration{}
+	out := map[string]float64{}
 	for name, pid := range pids {
 		if d, ok := cpuTime(pid); ok {
-			out[name] = d
+			out[name] = d.Seconds()
 		}
 	}
 	return out
