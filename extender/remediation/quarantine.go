@@ -3,7 +3,6 @@ package remediation
 import (
 	"context"
 	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -42,16 +41,16 @@ func (c *Controller) quarantined(ctx context.Context, t remediation.Target, why 
 
 // annotationValue lists the node's quarantined targets: "node" and GPU UUIDs.
 func annotationValue(ts []remediation.Target) string {
-	var parts []string
+	node := false
+	var gpus []string
 	for _, t := range ts {
 		if t.Kind == remediation.KindNode {
-			parts = append(parts, contract.QuarantineNode)
+			node = true
 		} else {
-			parts = append(parts, t.GPU)
+			gpus = append(gpus, t.GPU)
 		}
 	}
-	slices.Sort(parts)
-	return strings.Join(parts, ",")
+	return contract.FormatQuarantine(node, gpus)
 }
 
 // writeQuarantine makes the Node's annotation and taint match the
@@ -101,20 +100,17 @@ func (c *Controller) writeQuarantine(ctx context.Context, node string) error {
 // memory (after a restart) in on mode.
 func (c *Controller) restoreQuarantine(ctx context.Context, node *corev1.Node, now time.Time) {
 	v := node.Annotations[c.names.QuarantineAnnotation]
-	if c.cfg.Mode != remediation.On || v == "" || v == contract.QuarantineRelease {
+	whole, gpus, release := contract.ParseQuarantine(v)
+	if c.cfg.Mode != remediation.On || release || (!whole && len(gpus) == 0) {
 		return
 	}
 	added := false
 	c.mu.Lock()
-	for part := range strings.SplitSeq(v, ",") {
-		part = strings.TrimSpace(part)
-		switch part {
-		case "":
-		case contract.QuarantineNode:
-			added = c.quarantine.Add(remediation.NodeTarget(node.Name), now, "restored from the Node") || added
-		default:
-			added = c.quarantine.Add(remediation.GPUTarget(node.Name, part), now, "restored from the Node") || added
-		}
+	if whole {
+		added = c.quarantine.Add(remediation.NodeTarget(node.Name), now, "restored from the Node")
+	}
+	for _, uuid := range gpus {
+		added = c.quarantine.Add(remediation.GPUTarget(node.Name, uuid), now, "restored from the Node") || added
 	}
 	c.mu.Unlock()
 	if added {

@@ -42,27 +42,12 @@ func (q Quarantine) Targets() []string {
 	return append(out, q.GPUs...)
 }
 
-// NodeQuarantine reads one Node's quarantine. It parses the annotation the
-// way rota-extender restores it after a restart.
+// NodeQuarantine reads one Node's quarantine (contract.ParseQuarantine, as
+// rota-extender reads it after a restart).
 func NodeQuarantine(n *corev1.Node, names contract.Names) Quarantine {
 	q := Quarantine{Node: n.Name}
 	q.Tainted = slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == names.QuarantineTaint })
-	v := strings.TrimSpace(n.Annotations[names.QuarantineAnnotation])
-	if v == contract.QuarantineRelease {
-		q.ReleasePending = true
-		return q
-	}
-	for part := range strings.SplitSeq(v, ",") {
-		switch part = strings.TrimSpace(part); part {
-		case "":
-		case contract.QuarantineNode:
-			q.WholeNode = true
-		default:
-			q.GPUs = append(q.GPUs, part)
-		}
-	}
-	slices.Sort(q.GPUs)
-	q.GPUs = slices.Compact(q.GPUs)
+	q.WholeNode, q.GPUs, q.ReleasePending = contract.ParseQuarantine(n.Annotations[names.QuarantineAnnotation])
 	return q
 }
 
