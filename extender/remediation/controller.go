@@ -28,9 +28,6 @@ import (
 	"github.com/rota-sched/rota/pkg/topology"
 )
 
-// NodeIndex is the pod indexer New adds: node name -> pods bound there.
-const NodeIndex = "rota-remediation-node"
-
 // Event reasons.
 const (
 	ReasonGPUFailure  = "GPUFailure"
@@ -52,7 +49,8 @@ type Options struct {
 	// nodes by their Ready condition only.
 	Leases cache.SharedIndexInformer
 	// Pods is extender/state's pod informer (trimmed, with the gang index),
-	// not yet started; New adds NodeIndex.
+	// not yet started; New adds state.NodeIndex unless the
+	// state cache did.
 	Pods     cache.SharedIndexInformer
 	Recorder record.EventRecorder
 	Metrics  *Metrics
@@ -149,17 +147,12 @@ func New(o Options) (*Controller, error) {
 			return nil, fmt.Errorf("lease informer transform: %w", err)
 		}
 	}
-	if err := o.Pods.AddIndexers(cache.Indexers{NodeIndex: nodeIndex}); err != nil {
-		return nil, fmt.Errorf("pod node index: %w", err)
+	if _, ok := o.Pods.GetIndexer().GetIndexers()[state.NodeIndex]; !ok {
+		if err := o.Pods.AddIndexers(cache.Indexers{state.NodeIndex: state.IndexByNode}); err != nil {
+			return nil, fmt.Errorf("pod node index: %w", err)
+		}
 	}
 	return c, nil
-}
-
-func nodeIndex(obj any) ([]string, error) {
-	if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
-		return []string{p.Spec.NodeName}, nil
-	}
-	return nil, nil
 }
 
 // NodeTransform trims a node to what the controller reads: name, the
@@ -429,7 +422,7 @@ func (c *Controller) gpus(node *corev1.Node) []gpuObs {
 
 // podsFor lists the live pods a fault touches: on the node, or holding the GPU.
 func (c *Controller) podsFor(f remediation.Fault) []remediation.Pod {
-	objs, err := c.pods.GetIndexer().ByIndex(NodeIndex, f.Target.Node)
+	objs, err := c.pods.GetIndexer().ByIndex(state.NodeIndex, f.Target.Node)
 	if err != nil {
 		return nil
 	}

@@ -119,7 +119,13 @@ func (e *Extender) bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 		return "", "", bindErr("AlreadyBound", "bind: pod %s/%s is already bound to %s", pod.Namespace, pod.Name, pod.Spec.NodeName)
 	}
 	if !podreq.Wants(pod, e.names) {
+		// Recorded before the write, as kube-scheduler assumes a pod before
+		// binding it: the next filter already sees this pod's CPU.
+		held := e.cache.AccountGPUFree(pod, args.Node)
 		if err := e.binder.Bind(ctx, pod.Namespace, pod.Name, pod.UID, args.Node, nil); err != nil {
+			if held {
+				e.ledger.Release(uid)
+			}
 			return "", "", bindErr("APIError", "%w", err)
 		}
 		return "bound", "", nil

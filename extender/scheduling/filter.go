@@ -132,8 +132,10 @@ func (f *filterState) failedMaps() (failed, unresolvable extenderv1.FailedNodesM
 }
 
 // Filter answers the filter verb: which of the candidate nodes the pod fits.
-// Pods that ask for no Rota resource pass every node. A gang member passes
-// only its slot's node once its gang is planned (see gangs).
+// Pods that ask for no Rota resource pass every node, or with
+// FilterBestOnly the nodes of their best score class (see gpuFreeScores).
+// A gang member passes only its slot's node once its gang is planned (see
+// gangs).
 func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *extenderv1.ExtenderFilterResult {
 	start := e.now()
 	if args == nil || args.Pod == nil {
@@ -149,8 +151,7 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *e
 	f := newFilterState(len(names))
 	switch {
 	case !podreq.Wants(pod, e.names):
-		f.passed = append(f.passed, names...)
-		f.note = "pod asks for no Rota resource"
+		e.filterGPUFree(pod, names, f)
 	default:
 		req, err := e.request(pod)
 		if err != nil {
@@ -206,6 +207,46 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *e
 	return filterResult(args, f.passed, failed, unresolvable)
 }
 
+// filterGPUFree passes every node to a pod that asks for no GPU; with
+// FilterBestOnly only the nodes where its CPU and memory strand the fewest
+// GPUs (a node without GPUs first).
+func (e *Extender) filterGPUFree(pod *corev1.Pod, names []string, f *filterState) {
+	req, err := e.request(pod)
+	if err != nil || !e.o.FilterBestOnly || (req.CPUMilli <= 0 && req.HostMemoryMiB <= 0) {
+		f.passed = append(f.passed, names...)
+		f.note = "pod asks for no Rota resource"
+		return
+	}
+	scores := e.gpuFreeScores(req, names, e.ledger.Snapshot())
+	f.passed = append(f.passed, names...)
+	e.keepBest(scores, f)
+	f.note = "pod asks for no GPU; nodes where its CPU and memory strand the fewest GPUs"
+}
+
+// gpuFreeScores scores the nodes for a pod that asks for no GPU: a node
+// without GPUs (unknown to the ledger) scores above any GPU node, since
+// nothing there can strand a GPU; a GPU node by the policy; a GPU node
+// whose free CPU or memory looks short to the ledger gets NoFit, a score,
+// not a refusal (kube-scheduler, which counts CPU itself, already passed
+// the node; the ledger may lag behind it by an event).
+func (e *Extender) gpuFreeScores(req placement.Request, names []string, snap *ledger.Snapshot) []int64 {
+	scores := make([]int64, len(names))
+	for i, n := range names {
+		ni := snap.Node(n)
+		if ni == nil {
+			scores[i] = placement.MaxScore + 1
+			continue
+		}
+		c, reason := placement.Fit(req, ni)
+		if reason != nil {
+			scores[i] = NoFit
+			continue
+		}
+		scores[i] = e.policy.Score(req, ni, c)
+	}
+	return scores
+}
+
 // notBest is the tally's reason for a node FilterBestOnly drops.
 var notBest = &placement.Reason{Code: codeNotBest, Resolvable: true}
 
@@ -228,7 +269,16 @@ func (e *Extender) fitAll(req placement.Request, names []string, snap *ledger.Sn
 			scores = append(scores, e.policy.Score(req, ni, c))
 		}
 	}
-	if !e.o.FilterBestOnly || len(f.passed) < 2 {
+	if !e.o.FilterBestOnly {
+		return
+	}
+	e.keepBest(scores, f)
+}
+
+// keepBest keeps the passed nodes of the best score (scores[i] is
+// f.passed[i]'s) and counts the others as not best.
+func (e *Extender) keepBest(scores []int64, f *filterState) {
+	if len(f.passed) < 2 {
 		return
 	}
 	best := scores[0]

@@ -14,8 +14,9 @@ import (
 
 // Prioritize answers the prioritize verb: the policy's fine score of each
 // node, mapped onto 0..MaxExtenderPriority by RankScores (rank-preserving).
-// A gang member with a slot scores its slot's node 10 and the others 0;
-// pods that ask for no Rota resource score every node 0.
+// A gang member with a slot scores its slot's node 10 and the others 0; a
+// pod that asks for no GPU but for CPU or memory is scored by
+// gpuFreeScores; a pod that asks for none of these scores every node 0.
 func (e *Extender) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs) (extenderv1.HostPriorityList, error) {
 	start := e.now()
 	if args == nil || args.Pod == nil {
@@ -32,6 +33,8 @@ func (e *Extender) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs
 	outcome := "scored"
 	req, err := e.request(pod)
 	switch {
+	case err == nil && !podreq.Wants(pod, e.names) && (req.CPUMilli > 0 || req.HostMemoryMiB > 0):
+		fine = e.gpuFreeScores(req, names, e.ledger.Snapshot())
 	case !podreq.Wants(pod, e.names) || err != nil:
 		outcome = "neutral"
 		for i := range fine {

@@ -24,6 +24,17 @@ import (
 // the gang label or scheduler-plugins' pod-group label) to its pods.
 const GangIndex = "rota-gang"
 
+// NodeIndex is the pod indexer that maps a node name to the pods bound there.
+const NodeIndex = "rota-node"
+
+// IndexByNode is NodeIndex's function.
+func IndexByNode(obj any) ([]string, error) {
+	if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+		return []string{p.Spec.NodeName}, nil
+	}
+	return nil, nil
+}
+
 // Options configure New.
 type Options struct {
 	Names  contract.Names
@@ -97,7 +108,7 @@ func New(ctx context.Context, o Options) (*Cache, error) {
 	if err := o.Pods.SetTransform(PodTransform(o.Names)); err != nil {
 		return nil, fmt.Errorf("pod informer transform: %w", err)
 	}
-	if err := o.Pods.AddIndexers(cache.Indexers{GangIndex: c.gangIndex}); err != nil {
+	if err := o.Pods.AddIndexers(cache.Indexers{GangIndex: c.gangIndex, NodeIndex: IndexByNode}); err != nil {
 		return nil, fmt.Errorf("pod gang index: %w", err)
 	}
 	var err error
@@ -203,6 +214,7 @@ func (c *Cache) nodeChanged(obj any) {
 		return
 	}
 	raw, has := node.Annotations[c.names.TopologyAnnotation]
+	cpu, mem := node.Status.Allocatable.Cpu(), node.Status.Allocatable.Memory()
 	sig := ""
 	if has {
 		var b strings.Builder
@@ -211,6 +223,7 @@ func (c *Cache) nodeChanged(obj any) {
 			b.WriteByte(0)
 			b.WriteString(node.Labels[k])
 		}
+		fmt.Fprintf(&b, "\x00%d\x00%d", cpu.MilliValue(), mem.Value())
 		sig = b.String()
 	}
 	c.mu.Lock()
@@ -225,7 +238,7 @@ func (c *Cache) nodeChanged(obj any) {
 	if !has {
 		if known && old != "" {
 			logger.V(2).Info("Node lost its GPU topology annotation; no new GPU work goes there")
-			c.ledger.RemoveNode(node.Name)
+			c.removeNode(node.Name)
 		}
 		return
 	}
@@ -234,15 +247,83 @@ func (c *Cache) nodeChanged(obj any) {
 		c.invalidTopology.Add(1)
 		logger.Error(err, "Invalid GPU topology annotation; node gets no new GPU work until it is fixed",
 			logkey.Annotation, c.names.TopologyAnnotation)
-		c.ledger.RemoveNode(node.Name)
+		c.removeNode(node.Name)
 		return
 	}
 	n := topology.New(node.Name, node.Labels, c.tiers, t)
+	// Allocatable, as kube-scheduler's NodeResourcesFit reads it; a node
+	// that reports none is not tracked (0).
+	n.CPUMilli = cpu.MilliValue()
+	n.HostMemoryMiB = contract.MiB(mem.Value() >> 20)
 	if c.adjust != nil {
 		n = c.adjust(n)
 	}
+	fresh := !c.ledger.HasNode(node.Name)
 	c.ledger.UpsertNode(n)
-	logger.V(2).Info("Node GPU topology applied", "gpus", len(n.GPUs), "generation", t.Generation, "tiers", n.Tiers)
+	if fresh {
+		c.accountNode(node.Name)
+	}
+	logger.V(2).Info("Node GPU topology applied", "gpus", len(n.GPUs), "generation", t.Generation, "tiers", n.Tiers,
+		"cpuMilli", n.CPUMilli, "memory", n.HostMemoryMiB)
+}
+
+// removeNode forgets a node: its GPU pods' allocations wait as orphans for
+// the node's return; its GPU-free pods are dropped, and accounted again
+// from the informer if it returns (accountNode).
+func (c *Cache) removeNode(name string) {
+	for _, a := range c.ledger.RemoveNode(name) {
+		if len(a.GPUs) == 0 {
+			c.ledger.Release(a.PodUID)
+		}
+	}
+}
+
+// accountNode records the CPU and host memory of the GPU-free pods already
+// bound to a node the ledger has just learned (their events came before
+// the node's topology).
+func (c *Cache) accountNode(name string) {
+	objs, err := c.pods.GetIndexer().ByIndex(NodeIndex, name)
+	if err != nil {
+		return
+	}
+	for _, o := range objs {
+		if pod, ok := o.(*corev1.Pod); ok && !podreq.Terminal(pod) && pod.Annotations[c.names.AssignmentAnnotation] == "" {
+			c.accountGPUFree(pod, name, true)
+		}
+	}
+}
+
+// AccountGPUFree records the CPU and host memory of a pod bound (or being
+// bound) to node that holds no GPU through Rota, when the ledger knows the
+// node; it reports whether it recorded anything. The ledger never refuses
+// CPU on a restore: kube-scheduler and the kubelet decide what fits.
+func (c *Cache) AccountGPUFree(pod *corev1.Pod, node string) bool {
+	return c.accountGPUFree(pod, node, false)
+}
+
+// accountGPUFree is AccountGPUFree; cached says the pod came from the
+// informer's store, so its absence there now means it was deleted.
+func (c *Cache) accountGPUFree(pod *corev1.Pod, node string, cached bool) bool {
+	cpu, mem := podreq.NodeResources(pod)
+	if (cpu <= 0 && mem <= 0) || !c.ledger.HasNode(node) {
+		return false
+	}
+	a := ledger.Allocation{PodUID: string(pod.UID), Pod: pod.Namespace + "/" + pod.Name, Node: node,
+		CPUMilli: cpu, HostMemoryMiB: mem, Preemptible: podreq.Preemptible(pod, c.names)}
+	if pod.Spec.Priority != nil {
+		a.Priority = *pod.Spec.Priority
+	}
+	if err := c.ledger.Restore(a); err != nil {
+		c.logger.Error(err, "Pod's CPU and memory not accounted", logkey.Pod, klog.KObj(pod), logkey.Node, node)
+		return false
+	}
+	// A delete that raced with this call has already released the pod:
+	// undo (the store drops a pod before its delete handler runs).
+	if cur, ok := c.Pod(pod.Namespace, pod.Name); (cached && !ok) || (ok && (cur.UID != pod.UID || podreq.Terminal(cur))) {
+		c.ledger.Release(string(pod.UID))
+		return false
+	}
+	return true
 }
 
 // Reapply converts the cached node's topology again (Options.Adjust's
@@ -269,7 +350,7 @@ func (c *Cache) nodeDeleted(obj any) {
 	c.mu.Lock()
 	delete(c.nodeSig, node.Name)
 	c.mu.Unlock()
-	c.ledger.RemoveNode(node.Name)
+	c.removeNode(node.Name)
 	c.logger.V(2).Info("Node deleted", logkey.Node, klog.KObj(node))
 }
 
@@ -315,6 +396,7 @@ func (c *Cache) podChanged(oldObj, obj any) {
 			c.unaccounted.Add(1)
 			logger.Info("Bound pod asks for GPUs but carries no assignment; it was not bound through Rota")
 		}
+		c.accountGPUFree(pod, pod.Spec.NodeName, true)
 		return
 	case as.Node != pod.Spec.NodeName:
 		c.invalidAssignment.Add(1)
@@ -380,6 +462,9 @@ func (c *Cache) release(uid any) {
 	a, ok := c.ledger.Release(id)
 	if !ok {
 		return
+	}
+	if len(a.GPUs) == 0 {
+		return // CPU and memory only: no GPU came free
 	}
 	c.logger.V(4).Info("Pod released its GPUs", logkey.Pod, a.Pod, logkey.Node, a.Node, "state", a.State.String())
 	if c.onRelease != nil {

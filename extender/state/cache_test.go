@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
@@ -42,7 +43,8 @@ func boundPod(n *topology.Node) *corev1.Pod {
 			{Name: "side", Image: "i", Env: []corev1.EnvVar{{Name: "A"}}},
 			{Name: "main", Image: "i", Resources: corev1.ResourceRequirements{
 				Limits:   corev1.ResourceList{corev1.ResourceName(names.GPUMemory): q, corev1.ResourceCPU: q},
-				Requests: corev1.ResourceList{corev1.ResourceName(names.GPUMemory): q}}},
+				Requests: corev1.ResourceList{corev1.ResourceName(names.GPUMemory): q, corev1.ResourceCPU: q,
+					corev1.ResourceMemory: resource.MustParse("32Gi")}}},
 		}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1"},
 	}
@@ -179,5 +181,111 @@ func TestFailuresAndPending(t *testing.T) {
 	c.podChanged(dead, dead) // no new turn
 	if len(failed) != 1 {
 		t.Errorf("an unchanged Failed pod was reported again: %v", failed)
+	}
+}
+
+func cpuPod(name, node, cpu string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name)},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("1Gi")}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+}
+
+// The ledger counts every bound pod's CPU and host memory on GPU nodes
+// (allocatable from the node's status): GPU pods with their GPUs, GPU-free
+// pods on their own, also when their events come before the node's
+// topology; GPU-free pods on nodes without GPUs are not kept; releasing a
+// GPU-free pod reports no GPU release; a node that loses its topology drops
+// its GPU-free pods and counts them again when it returns.
+func TestCPUAccounting(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	nodeObj, n := gpuNode()
+	nodeObj.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("96"),
+		corev1.ResourceMemory: resource.MustParse("1Ti")}
+	gpuPod := boundPod(n)
+	early := cpuPod("early", "n", "10")
+	elsewhere := cpuPod("elsewhere", "cpu-node", "30")
+	client := fake.NewSimpleClientset(gpuPod, early, elsewhere)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	led := ledger.New()
+	var released []ledger.Allocation
+	c, err := New(ctx, Options{Names: names, Tiers: topology.DefaultLabels(names), Ledger: led,
+		Nodes: factory.Core().V1().Nodes().Informer(), Pods: factory.Core().V1().Pods().Informer(),
+		OnRelease: func(as []ledger.Allocation) { released = append(released, as...) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	defer cancel()
+	if !c.WaitReady(ctx) {
+		t.Fatal("not ready")
+	}
+	if _, ok := led.Get("uid-early"); ok {
+		t.Fatal("a GPU-free pod on a node the ledger does not know was kept")
+	}
+	// The node arrives after its pods.
+	if _, err := client.CoreV1().Nodes().Create(ctx, nodeObj, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	used := func() (int64, contract.MiB) {
+		ni := led.Snapshot().Node("n")
+		if ni == nil {
+			return -1, -1
+		}
+		return ni.CPUMilli, ni.HostMemoryMiB
+	}
+	waitFor(t, "the node's pods counted", func() bool { cpu, _ := used(); return cpu == 18000 })
+	if cpu, mem := used(); cpu != 18000 || mem != 32*1024+1024 {
+		t.Errorf("node use = %dm CPU, %v; want 18000m (8 + 10 cores), 33 GiB", cpu, mem)
+	}
+	if ni := led.Snapshot().Node("n"); ni.Node.CPUMilli != 96000 || ni.Node.HostMemoryMiB != 1024*1024 {
+		t.Errorf("node allocatable = %dm, %v; want 96000m, 1 TiB", ni.Node.CPUMilli, ni.Node.HostMemoryMiB)
+	}
+	if _, ok := led.Get("uid-elsewhere"); ok {
+		t.Error("a pod on a node without GPUs is in the ledger")
+	}
+	late := cpuPod("late", "n", "20")
+	if _, err := client.CoreV1().Pods("ns").Create(ctx, late, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a later GPU-free pod counted", func() bool { cpu, _ := used(); return cpu == 38000 })
+	if err := client.CoreV1().Pods("ns").Delete(ctx, "early", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a deleted GPU-free pod released", func() bool { cpu, _ := used(); return cpu == 28000 })
+	if len(released) != 0 {
+		t.Errorf("a GPU-free pod's release was reported as a GPU release: %+v", released)
+	}
+	// The topology goes and comes back: GPU-free pods are dropped, then counted again.
+	bare := nodeObj.DeepCopy()
+	bare.Annotations = nil
+	if _, err := client.CoreV1().Nodes().Update(ctx, bare, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the node forgotten", func() bool { _, ok := led.Get("uid-late"); return !ok && !led.HasNode("n") })
+	if _, ok := led.Get("uid-p"); !ok {
+		t.Error("the GPU pod's allocation was dropped with the node; it should wait as an orphan")
+	}
+	if _, err := client.CoreV1().Nodes().Update(ctx, nodeObj, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the node's pods counted again", func() bool { cpu, _ := used(); return cpu == 28000 })
+	if errs := led.Check(); len(errs) > 0 {
+		t.Errorf("ledger check: %v", errs)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

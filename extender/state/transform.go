@@ -1,17 +1,22 @@
 package state
 
 import (
+	"sync"
+
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/podreq"
 	"github.com/rota-sched/rota/pkg/topology"
 )
 
 // PodTransform trims a pod to what the extender reads: name, namespace, UID,
 // resourceVersion, Rota's labels and annotations, node name, priority,
-// scheduler name, the containers' Rota resources, the phase and, while the
+// scheduler name, the containers' Rota resources, the pod's CPU and memory
+// requests (see nodeRequests), the phase and, while the
 // pod is unbound, its PodScheduled condition (kube-scheduler's own reason,
 // for pods it rules out before asking the extender). Everything else
 // (managedFields, env, volumes, other status) is dropped before the
@@ -21,6 +26,7 @@ func PodTransform(names contract.Names) cache.TransformFunc {
 	annotations := []string{names.AssignmentAnnotation, names.GangSizeAnnotation,
 		names.CheckpointSignalAnnotation, names.CheckpointGraceAnnotation}
 	resources := []corev1.ResourceName{corev1.ResourceName(names.GPU), corev1.ResourceName(names.GPUMemory)}
+	requests := &nodeRequests{}
 	return func(obj any) (any, error) {
 		pod, ok := obj.(*corev1.Pod)
 		if !ok {
@@ -36,6 +42,7 @@ func PodTransform(names contract.Names) cache.TransformFunc {
 				NodeName: pod.Spec.NodeName, Priority: pod.Spec.Priority, SchedulerName: pod.Spec.SchedulerName,
 				InitContainers: trimContainers(pod.Spec.InitContainers, resources),
 				Containers:     trimContainers(pod.Spec.Containers, resources),
+				Resources:      requests.of(pod),
 			},
 			Status: corev1.PodStatus{Phase: pod.Status.Phase},
 		}
@@ -51,8 +58,54 @@ func PodTransform(names contract.Names) cache.TransformFunc {
 	}
 }
 
-// NodeTransform trims a node to its name, UID, resourceVersion, tier labels
-// and topology annotation.
+// nodeResources are the native resources the extender accounts per node.
+var nodeResources = []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory}
+
+// maxSharedRequests bounds the distinct request pairs nodeRequests shares.
+const maxSharedRequests = 4096
+
+// nodeRequests computes a pod's effective CPU and memory requests once
+// (podreq.NodeResources: containers, init steps, sidecars, pod-level
+// requests, overhead) and keeps them as the trimmed pod's pod-level
+// requests, from which podreq.NodeResources reads the same values back.
+// Pods asking the same share one read-only value (a cluster has few
+// distinct request shapes; a map per pod would cost ~0.6 KiB each); nil
+// for none. Safe for concurrent use.
+type nodeRequests struct {
+	mu     sync.Mutex
+	shared map[[2]int64]*corev1.ResourceRequirements
+}
+
+func (n *nodeRequests) of(pod *corev1.Pod) *corev1.ResourceRequirements {
+	cpu, mem := podreq.NodeResources(pod)
+	if cpu <= 0 && mem <= 0 {
+		return nil
+	}
+	key := [2]int64{cpu, int64(mem)}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if r, ok := n.shared[key]; ok {
+		return r
+	}
+	req := corev1.ResourceList{}
+	if cpu > 0 {
+		req[corev1.ResourceCPU] = *resource.NewMilliQuantity(cpu, resource.DecimalSI)
+	}
+	if mem > 0 {
+		req[corev1.ResourceMemory] = *resource.NewQuantity(int64(mem)<<20, resource.BinarySI)
+	}
+	r := &corev1.ResourceRequirements{Requests: req}
+	if n.shared == nil {
+		n.shared = map[[2]int64]*corev1.ResourceRequirements{}
+	}
+	if len(n.shared) < maxSharedRequests {
+		n.shared[key] = r
+	}
+	return r
+}
+
+// NodeTransform trims a node to its name, UID, resourceVersion, tier labels,
+// topology annotation and allocatable CPU and memory.
 func NodeTransform(names contract.Names, tiers topology.Labels) cache.TransformFunc {
 	annotations := []string{names.TopologyAnnotation}
 	return func(obj any) (any, error) {
@@ -63,7 +116,7 @@ func NodeTransform(names contract.Names, tiers topology.Labels) cache.TransformF
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{
 			Name: node.Name, UID: node.UID, ResourceVersion: node.ResourceVersion,
 			Labels: keep(node.Labels, tiers.Tiers), Annotations: keep(node.Annotations, annotations),
-		}}, nil
+		}, Status: corev1.NodeStatus{Allocatable: keepResources(node.Status.Allocatable, nodeResources)}}, nil
 	}
 }
 

@@ -676,6 +676,14 @@ func (l *Ledger) Expire(now time.Time) []Allocation {
 	return out
 }
 
+// HasNode reports whether the ledger knows the node.
+func (l *Ledger) HasNode(name string) bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	_, ok := l.nodes[name]
+	return ok
+}
+
 // Get returns the pod's allocation.
 func (l *Ledger) Get(podUID string) (Allocation, bool) {
 	l.mu.RLock()

@@ -17,12 +17,14 @@ func ToAssignment(a ledger.Allocation) contract.Assignment {
 }
 
 // ToAllocation reads a bound pod's assignment back into a committed ledger
-// allocation (used when the extender rebuilds its ledger).
+// allocation (used when the extender rebuilds its ledger), with the CPU and
+// host memory the pod takes from its node.
 func ToAllocation(pod *corev1.Pod, as contract.Assignment, names contract.Names) ledger.Allocation {
 	a := ledger.Allocation{
 		PodUID: string(pod.UID), Pod: pod.Namespace + "/" + pod.Name, Node: as.Node, Whole: as.Whole,
 		Gang: "", Preemptible: Preemptible(pod, names), State: ledger.Committed,
 	}
+	a.CPUMilli, a.HostMemoryMiB = NodeResources(pod)
 	if pod.Spec.Priority != nil {
 		a.Priority = *pod.Spec.Priority
 	}

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/placement"
@@ -108,10 +109,38 @@ func FromPod(pod *corev1.Pod, o Options) (placement.Request, error) {
 		MemoryUnits: amount(pod, corev1.ResourceName(o.Names.GPUMemory)),
 		Preemptible: Preemptible(pod, o.Names),
 	}
+	r.CPUMilli, r.HostMemoryMiB = NodeResources(pod)
 	if pod.Spec.Priority != nil {
 		r.Priority = *pod.Spec.Priority
 	}
 	return r, nil
+}
+
+// NodeResources is the CPU (millicores) and host memory (MiB, rounded up)
+// the pod takes from its node, counted by the function kube-scheduler
+// counts with (k8s.io/component-helpers resource.PodRequests: containers
+// under the init/sidecar rule, pod-level requests where set, plus the
+// RuntimeClass overhead), from the pod's spec.
+func NodeResources(pod *corev1.Pod) (cpuMilli int64, memoryMiB contract.MiB) {
+	var mem int64
+	if pod.Spec.Resources == nil && len(pod.Spec.InitContainers) == 0 && pod.Spec.Overhead == nil {
+		// The common case, summed without PodRequests' maps (the
+		// extender's informer runs this for every pod it stores).
+		for i := range pod.Spec.Containers {
+			rl := pod.Spec.Containers[i].Resources.Requests
+			if q, ok := rl[corev1.ResourceCPU]; ok {
+				cpuMilli += q.MilliValue()
+			}
+			if q, ok := rl[corev1.ResourceMemory]; ok {
+				mem += q.Value()
+			}
+		}
+	} else {
+		reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+		cpuMilli, mem = reqs.Cpu().MilliValue(), reqs.Memory().Value()
+	}
+	const mib = 1 << 20
+	return cpuMilli, contract.MiB(mem/mib + min(mem%mib, 1))
 }
 
 // Preemptible reads the preemptible label ("true"/"false"); pods are

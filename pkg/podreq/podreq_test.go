@@ -53,7 +53,7 @@ func TestFromPod(t *testing.T) {
 	}{
 		{"whole GPUs", pod(ctr(names.GPU, "2"), ctr(names.GPU, "1")), placement.Request{GPUs: 3}},
 		{"memory share", pod(ctr(names.GPUMemory, "20")), placement.Request{MemoryUnits: 20}},
-		{"no GPU", pod(ctr("cpu", "1")), placement.Request{}},
+		{"no GPU", pod(ctr("cpu", "1")), placement.Request{CPUMilli: 1000}},
 		{"init container max, not sum", func() *corev1.Pod {
 			p := pod(ctr(names.GPU, "2"))
 			p.Spec.InitContainers = []corev1.Container{ctr(names.GPU, "4"), ctr(names.GPU, "3")}
@@ -73,12 +73,12 @@ func TestFromPod(t *testing.T) {
 			p := pod(ctr("cpu", "1"))
 			p.Spec.InitContainers = []corev1.Container{sidecar(ctr(names.GPU, "1")), ctr(names.GPU, "2")}
 			return p
-		}(), placement.Request{GPUs: 3}},
+		}(), placement.Request{GPUs: 3, CPUMilli: 1000}},
 		{"init before a sidecar runs alone", func() *corev1.Pod {
 			p := pod(ctr("cpu", "1"))
 			p.Spec.InitContainers = []corev1.Container{ctr(names.GPU, "2"), sidecar(ctr(names.GPU, "1"))}
 			return p
-		}(), placement.Request{GPUs: 2}},
+		}(), placement.Request{GPUs: 2, CPUMilli: 1000}},
 		{"priority and not preemptible", func() *corev1.Pod {
 			p := pod(ctr(names.GPU, "1"))
 			p.Spec.Priority = &prio
@@ -330,5 +330,51 @@ func TestValidateReportsBytesOnce(t *testing.T) {
 	}
 	if !strings.Contains(vs[0].Message, `write "20"`) {
 		t.Fatalf("message %q does not say what to write", vs[0].Message)
+	}
+}
+
+// NodeResources counts CPU and host memory the way kube-scheduler does:
+// requests only, sidecars beside the app containers, the largest init step,
+// pod-level requests over the containers', overhead on top; memory rounded
+// up to whole MiB.
+func TestNodeResources(t *testing.T) {
+	withOverhead := pod(ctr("cpu", "1", "memory", "1Gi"))
+	withOverhead.Spec.Overhead = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"),
+		corev1.ResourceMemory: resource.MustParse("64Mi")}
+	podLevel := pod(ctr("cpu", "1", "memory", "1Gi"), ctr("cpu", "2"))
+	podLevel.Spec.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8")}}
+	initHeavy := pod(ctr("cpu", "1"))
+	initHeavy.Spec.InitContainers = []corev1.Container{sidecar(ctr("cpu", "500m")), ctr("cpu", "4")}
+	limitsOnly := pod(corev1.Container{Name: "c", Resources: corev1.ResourceRequirements{
+		Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}}})
+	tests := []struct {
+		name    string
+		pod     *corev1.Pod
+		cpu     int64
+		memory  contract.MiB
+		comment string
+	}{
+		{"none", pod(ctr(names.GPU, "1")), 0, 0, "a GPU pod without CPU requests takes none"},
+		{"two containers", pod(ctr("cpu", "1500m", "memory", "1Gi"), ctr("cpu", "500m", "memory", "512Mi")), 2000, 1536, ""},
+		{"memory rounded up", pod(ctr("memory", "1000001")), 0, 1, "1,000,001 bytes is under 1 MiB: still 1"},
+		{"overhead", withOverhead, 1250, 1088, "RuntimeClass overhead adds"},
+		{"pod-level", podLevel, 8000, 1024, "pod-level CPU replaces the containers' sum; memory stays theirs"},
+		{"init step", initHeavy, 4500, 0, "sidecar 0.5 + init 4 beats app 1 + sidecar 0.5"},
+		{"limits only", limitsOnly, 0, 0, "the API server copies limits into requests; the spec as given has none"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cpu, mem := NodeResources(tc.pod)
+			if cpu != tc.cpu || mem != tc.memory {
+				t.Errorf("NodeResources = %dm, %v; want %dm, %v (%s)", cpu, mem, tc.cpu, tc.memory, tc.comment)
+			}
+			r, err := FromPod(tc.pod, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.CPUMilli != tc.cpu || r.HostMemoryMiB != tc.memory {
+				t.Errorf("FromPod CPU/memory = %dm, %v; want %dm, %v", r.CPUMilli, r.HostMemoryMiB, tc.cpu, tc.memory)
+			}
+		})
 	}
 }
