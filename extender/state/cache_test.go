@@ -42,7 +42,7 @@ func boundPod(n *topology.Node) *corev1.Pod {
 		Spec: corev1.PodSpec{NodeName: "n", Containers: []corev1.Container{
 			{Name: "side", Image: "i", Env: []corev1.EnvVar{{Name: "A"}}},
 			{Name: "main", Image: "i", Resources: corev1.ResourceRequirements{
-				Limits:   corev1.ResourceList{corev1.ResourceName(names.GPUMemory): q, corev1.ResourceCPU: q},
+				Limits: corev1.ResourceList{corev1.ResourceName(names.GPUMemory): q, corev1.ResourceCPU: q},
 				Requests: corev1.ResourceList{corev1.ResourceName(names.GPUMemory): q, corev1.ResourceCPU: q,
 					corev1.ResourceMemory: resource.MustParse("32Gi")}}},
 		}},
