@@ -26,13 +26,15 @@ const ProfileWeight = 100
 //
 // NodeResourcesFit stays, with the MostAllocated strategy instead of the
 // default LeastAllocated (which spreads pods to the emptiest node and
-// fights Rota's packing among nodes Rota scores the same, and spreads
-// CPU-only pods, which Rota never sees, over every GPU node).
+// fights Rota's packing among nodes Rota scores the same).
 var ProfileDisabledScorePlugins = []string{"NodeResourcesBalancedAllocation", "ImageLocality"}
 
 // SchedulerProfile renders the KubeSchedulerConfiguration Rota recommends
 // for placement quality: SchedulerConfig's extender entry (weight
-// ProfileWeight unless WithWeight says otherwise) plus
+// ProfileWeight unless WithWeight says otherwise; GPU-free pods included
+// unless WithGPUFreePods(false) says otherwise: a CPU-only pod placed
+// without Rota takes CPU that GPU pods on that node need, and strands its
+// GPUs; on openb's replay that cost about 6 points of GPU allocation) plus
 //
 //   - percentageOfNodesToScore: 100. By default kube-scheduler stops
 //     filtering once it has found max(100, (50 - nodes/125)%) feasible
@@ -50,7 +52,7 @@ var ProfileDisabledScorePlugins = []string{"NodeResourcesBalancedAllocation", "I
 // class, so nothing the scheduler adds can pick a worse class; it does not
 // break the tie itself.
 func SchedulerProfile(extenderURL, kubeconfigPath string, opts ...SchedulerOption) string {
-	opts = append([]SchedulerOption{WithWeight(ProfileWeight)}, opts...)
+	opts = append([]SchedulerOption{WithWeight(ProfileWeight), WithGPUFreePods(true)}, opts...)
 	base := SchedulerConfig(extenderURL, kubeconfigPath, opts...)
 	var cfg map[string]any
 	if err := yaml.Unmarshal([]byte(base), &cfg); err != nil {

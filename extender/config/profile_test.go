@@ -67,6 +67,16 @@ func TestSchedulerProfile(t *testing.T) {
 	if w := SchedulerProfile("http://x", "/k", WithWeight(7)); !strings.Contains(w, "weight: 7\n") {
 		t.Errorf("WithWeight(7) ignored:\n%s", w)
 	}
+	// Every pod reaches the extender (no managedResources) unless asked.
+	if strings.Contains(out, "managedResources") {
+		t.Errorf("the profile limits the extender to GPU pods:\n%s", out)
+	}
+	if w := SchedulerProfile("http://x", "/k", WithGPUFreePods(false)); !strings.Contains(w, "managedResources") {
+		t.Errorf("WithGPUFreePods(false) ignored:\n%s", w)
+	}
+	if w := SchedulerConfig("http://x", "/k"); !strings.Contains(w, "managedResources") {
+		t.Errorf("SchedulerConfig sends GPU-free pods by default:\n%s", w)
+	}
 }
 
 // TestDeployProfileSample keeps deploy/scheduler/rota-profile.yaml in step

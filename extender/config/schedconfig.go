@@ -26,6 +26,13 @@ type SchedulerOptions struct {
 	// prioritize would give them all the same score; the verb is left out
 	// and the scheduler saves one HTTP round trip per pod.
 	FilterBestOnly bool
+	// GPUFreePods sends every pod through the extender, also those that
+	// ask for no GPU: managedResources is left out, so kube-scheduler asks
+	// the extender about every pod, and the extender places CPU-only pods
+	// where they strand the fewest GPUs (a node without GPUs first).
+	// ignorable stays false: while the extender is down, no pod of this
+	// scheduler is placed.
+	GPUFreePods bool
 	// QPS and Burst of the scheduler's own client (0: 1000/2000).
 	QPS   int
 	Burst int
@@ -54,6 +61,11 @@ func WithFilterBestOnly() SchedulerOption {
 	return func(o *SchedulerOptions) { o.FilterBestOnly = true }
 }
 
+// WithGPUFreePods sets SchedulerOptions.GPUFreePods.
+func WithGPUFreePods(on bool) SchedulerOption {
+	return func(o *SchedulerOptions) { o.GPUFreePods = on }
+}
+
 // WithClientRate sets the scheduler client's QPS and burst.
 func WithClientRate(qps, burst int) SchedulerOption {
 	return func(o *SchedulerOptions) { o.QPS, o.Burst = qps, burst }
@@ -66,11 +78,13 @@ func WithClientRate(qps, burst int) SchedulerOption {
 //   - filterVerb, prioritizeVerb, bindVerb, preemptVerb, nodeCacheCapable: the
 //     scheduler sends and receives node names, never Node objects;
 //   - managedResources <domain>/gpu and <domain>/gpu-memory with
-//     ignoredByScheduler: false: the scheduler's NodeResourcesFit also counts
-//     them per node (a coarse, always-consistent check beside the
-//     extender's per-GPU ledger). Its preemption dry run needs that: with
-//     the resources ignored it never finds a victim and never calls the
-//     preempt verb (measured on kube-scheduler v1.37.2);
+//     ignoredByScheduler: false, so only pods asking for them reach the
+//     extender (left out with WithGPUFreePods: then every pod does), and the
+//     scheduler's NodeResourcesFit still counts them per node (a coarse,
+//     always-consistent check beside the extender's per-GPU ledger). Its
+//     preemption dry run needs that: with the resources ignored it never
+//     finds a victim and never calls the preempt verb (measured on
+//     kube-scheduler v1.37.2);
 //   - ignorable: false: when the extender is down, GPU pods wait instead of
 //     landing on GPUs nobody accounted for.
 //
@@ -93,10 +107,12 @@ func SchedulerConfig(extenderURL, kubeconfigPath string, opts ...SchedulerOption
 		"nodeCacheCapable": true,
 		"ignorable":        false,
 		"httpTimeout":      o.HTTPTimeout.String(),
-		"managedResources": []any{
+	}
+	if !o.GPUFreePods {
+		ext["managedResources"] = []any{
 			map[string]any{"name": names.GPU, "ignoredByScheduler": false},
 			map[string]any{"name": names.GPUMemory, "ignoredByScheduler": false},
-		},
+		}
 	}
 	if !o.NoPreempt {
 		ext["preemptVerb"] = "preempt"
