@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/rota-sched/rota/pkg/placement"
 	"github.com/rota-sched/rota/pkg/sim"
 )
@@ -33,6 +35,8 @@ type options struct {
 	popularity float64
 	check      bool
 	progress   string
+	// writeWorkload: write the pod list's shapes as a workload file, and exit.
+	writeWorkload string
 	// time mode
 	mode        string
 	workload    string
@@ -63,6 +67,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.workers, "workers", runtime.GOMAXPROCS(0), "runs in parallel")
 	fs.Float64Var(&o.popularity, "popularity", 0, "keep only the most common pod shapes covering this share of pods in the target workload (0: all)")
 	fs.BoolVar(&o.check, "check", false, "run ledger.Check after every placement (slow)")
+	fs.StringVar(&o.writeWorkload, "write-workload", "", "write the --pods list's pod shapes (weights = shares of pods) as a rota-extender --workload-file to this path, and exit")
 	fs.StringVar(&o.progress, "progress", "auto", "progress display: auto (bar on a terminal, lines otherwise), bar, lines, none")
 	fs.StringVar(&o.mode, "mode", "static", "static: the FGD protocol (pods never leave); time: pods arrive, queue, run and leave")
 	fs.StringVar(&o.workload, "workload", "gang", "time mode: gang (synthetic teams, gangs and topology) or trace (the --pods lists' creation and deletion times)")
@@ -222,6 +227,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		names[i] = strings.TrimSuffix(strings.TrimPrefix(filepath.Base(p), "openb_pod_list_"), ".csv")
 		works[i] = sim.WorkloadOf(lists[i], sim.WorkloadOptions{Popularity: o.popularity})
+		if o.writeWorkload != "" {
+			if len(paths) != 1 {
+				return fmt.Errorf("--write-workload: give one pod list, not %d", len(paths))
+			}
+			return writeWorkload(o.writeWorkload, paths[0], works[0], stdout)
+		}
 		// Validate every policy name before any run starts.
 		for _, pol := range policies {
 			if _, err := sim.NewPolicy(pol, works[i], 0, nodes); err != nil {
@@ -446,4 +457,19 @@ func (p *progress) finish() {
 		close(p.stop)
 		p.wg.Wait()
 	}
+}
+
+// writeWorkload writes w in the format rota-extender --workload-file reads.
+func writeWorkload(path, from string, w placement.Workload, stdout io.Writer) error {
+	data, err := yaml.Marshal(w)
+	if err != nil {
+		return err
+	}
+	head := fmt.Sprintf("# Pod shapes of %s (rota-sim --write-workload): weight = share of pods.\n"+
+		"# Use with: rota-extender --policy=fragmentation-aware --workload-file=%s\n", filepath.Base(from), filepath.Base(path))
+	if err := os.WriteFile(path, append([]byte(head), data...), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %d pod shapes of %s to %s\n", len(w), from, path)
+	return nil
 }

@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -147,7 +146,7 @@ func waitNoFit(ctx context.Context, t *testing.T, ns, name string) string {
 	url := env.ExtenderURL + "/debug/pods/" + ns + "/" + name
 	var last string
 	for {
-		msg, err := lastNoFit(ctx, url)
+		msg, err := lastFilter(ctx, url, "nofit")
 		if err == nil && msg != "" {
 			return msg
 		}
@@ -162,7 +161,9 @@ func waitNoFit(ctx context.Context, t *testing.T, ns, name string) string {
 	}
 }
 
-func lastNoFit(ctx context.Context, url string) (string, error) {
+// lastFilter returns the message of the latest filter decision with outcome
+// in the extender's decision record at url.
+func lastFilter(ctx context.Context, url, outcome string) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return "", err
@@ -183,11 +184,11 @@ func lastNoFit(ctx context.Context, url string) (string, error) {
 		return "", err
 	}
 	for i := len(got.Decisions) - 1; i >= 0; i-- {
-		if d := got.Decisions[i]; d.Verb == "filter" && d.Outcome == "nofit" && d.Message != "" {
+		if d := got.Decisions[i]; d.Verb == "filter" && d.Outcome == outcome && d.Message != "" {
 			return d.Message, nil
 		}
 	}
-	return "", errors.New("no refused filter yet")
+	return "", fmt.Errorf("no filter decision with outcome %q yet", outcome)
 }
 
 // boundNamed reports whether the pod called name is bound.

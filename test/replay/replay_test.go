@@ -16,6 +16,7 @@ package replay
 import (
 	"context"
 	"encoding/csv"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -222,7 +223,17 @@ func writeCSV(t *testing.T, path string, outs []outcome, ref []string) {
 func replayReal(t *testing.T, policy string, nodes []sim.Node, pods []sim.Pod, order []int) []outcome {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	args := []string{"--policy=" + policy, "--v=1"}
+	// The extender keeps room for the trace's own pod shapes, as the
+	// simulator and the mirror do (sim.WorkloadOf).
+	workload, err := json.Marshal(sim.WorkloadOf(pods, sim.WorkloadOptions{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	workloadFile := filepath.Join(t.TempDir(), "workload.json")
+	if err := os.WriteFile(workloadFile, workload, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--policy=" + policy, "--workload-file=" + workloadFile, "--v=1"}
 	if *flagBest {
 		args = append(args, "--filter-best-only")
 	}

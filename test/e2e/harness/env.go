@@ -80,7 +80,8 @@ type Options struct {
 	// ExtenderArgs and AdmissionArgs are appended to the generated flags.
 	ExtenderArgs  []string
 	AdmissionArgs []string
-	// SchedulerConfig replaces the configuration extender/config.SchedulerConfig renders.
+	// SchedulerConfig replaces the configuration extender/config.SchedulerConfig
+	// renders (with GPU-free pods).
 	SchedulerConfig string
 	// Logf receives progress lines; nil discards them.
 	Logf func(format string, args ...any)
@@ -214,7 +215,9 @@ func Start(ctx context.Context, o Options) (_ *Env, err error) {
 	schedCfg := strings.ReplaceAll(o.SchedulerConfig, extenderURLPlaceholder, e.ExtenderURL)
 	if schedCfg == "" {
 		// The cluster renders {{.Kubeconfig}} as the scheduler's kubeconfig.
-		schedCfg = extconfig.SchedulerConfig(e.ExtenderURL, "{{.Kubeconfig}}")
+		// Every pod reaches the extender, as with the chart's default
+		// (scheduler.gpuFreePods).
+		schedCfg = extconfig.SchedulerConfig(e.ExtenderURL, "{{.Kubeconfig}}", extconfig.WithGPUFreePods(true))
 	}
 	began := time.Now()
 	e.Cluster, err = cluster.Start(ctx, cluster.Options{Dir: e.Dir, SchedulerConfig: schedCfg,

@@ -215,6 +215,18 @@ func (e *Env) addGPUNode(ctx context.Context, s GPUNodeSpec) (*GPUNode, error) {
 	return n, nil
 }
 
+// AddPlainNode creates a node without GPUs (no topology, no device plugin)
+// with the given cpu and memory capacity; the kubelet stand-in runs its
+// pods.
+func (e *Env) AddPlainNode(ctx context.Context, name string, labels map[string]string, cpu, memory string) error {
+	capacity := map[string]string{string(corev1.ResourceCPU): cpu, string(corev1.ResourceMemory): memory}
+	if _, err := e.Cluster.CreateNode(ctx, name, labels, capacity); err != nil {
+		return err
+	}
+	e.Kubelet.addNode(name, nil)
+	return nil
+}
+
 // waitNodeReady waits for the node's topology annotation and, for plugin
 // nodes, for both resources to register and reach the Node's capacity.
 func (e *Env) waitNodeReady(ctx context.Context, n *GPUNode) error {
