@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -31,6 +32,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	extconfig "github.com/rota-sched/rota/extender/config"
 	"github.com/rota-sched/rota/test/cluster"
 )
 
@@ -39,10 +41,50 @@ var valueSets = map[string][]string{
 	"default":      nil,
 	"cert-manager": {"admission.certManager.enabled=true"},
 	"monitoring": {"metrics.serviceMonitor.enabled=true", "metrics.prometheusRule.enabled=true",
-		"metrics.dashboard.enabled=true", "extender.filterBestOnly=false"},
+		"metrics.dashboard.enabled=true", "extender.filterBestOnly=false", "scheduler.gpuFreePods=false"},
 	"existing-scheduler": {"scheduler.mode=existing", "devicePlugin.backend=fake",
 		"devicePlugin.fakeConfig=/etc/rota/gpus.yaml", "extender.policy=fragmentation-aware",
-		"extender.remediation.mode=on"},
+		"extender.remediation.mode=on", workloadSet},
+}
+
+// workloadSet gives the extender two pod shapes (extender.workload).
+const workloadSet = "extender.workload[0].milli=500,extender.workload[0].cpuMilli=4000,extender.workload[0].weight=0.4," +
+	"extender.workload[1].gpus=1,extender.workload[1].weight=0.6"
+
+// The extender.workload value reaches rota-extender as a --workload-file
+// it accepts, with the shapes given.
+func TestChartWorkload(t *testing.T) {
+	objs := decode(t, render(t, []string{"extender.policy=fragmentation-aware", workloadSet}))
+	var file string
+	var args []any
+	for _, o := range objs {
+		switch {
+		case o.GetKind() == "ConfigMap" && o.GetName() == "rota-extender-workload":
+			file, _, _ = unstructured.NestedString(o.Object, "data", "workload.yaml")
+		case o.GetKind() == "Deployment" && o.GetName() == "rota-extender":
+			cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+			args, _ = cs[0].(map[string]any)["args"].([]any)
+		}
+	}
+	if !slices.Contains(args, any("--workload-file=/etc/rota/workload/workload.yaml")) {
+		t.Errorf("extender args %v lack --workload-file", args)
+	}
+	path := filepath.Join(t.TempDir(), "workload.yaml")
+	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w, err := extconfig.LoadWorkload(path)
+	if err != nil {
+		t.Fatalf("rendered workload %q: %v", file, err)
+	}
+	if len(w) != 2 || w[0].Milli != 500 || w[0].CPUMilli != 4000 || w[1].GPUs != 1 {
+		t.Errorf("workload read back as %+v", w)
+	}
+	for _, o := range decode(t, render(t, nil)) {
+		if o.GetName() == "rota-extender-workload" {
+			t.Error("a workload ConfigMap without extender.workload")
+		}
+	}
 }
 
 func repoRoot(t *testing.T) string {
