@@ -211,14 +211,17 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *e
 // FilterBestOnly only the nodes where its CPU and memory strand the fewest
 // GPUs (a node without GPUs first).
 func (e *Extender) filterGPUFree(pod *corev1.Pod, names []string, f *filterState) {
+	f.passed = append(f.passed, names...)
 	req, err := e.request(pod)
-	if err != nil || !e.o.FilterBestOnly || (req.CPUMilli <= 0 && req.HostMemoryMiB <= 0) {
-		f.passed = append(f.passed, names...)
-		f.note = "pod asks for no Rota resource"
+	switch {
+	case err != nil || (req.CPUMilli <= 0 && req.HostMemoryMiB <= 0):
+		f.note = "pod asks for no GPU, CPU or memory"
+		return
+	case !e.o.FilterBestOnly:
+		f.note = "pod asks for no GPU; prioritize ranks the nodes by the GPUs its CPU and memory would strand"
 		return
 	}
 	scores := e.gpuFreeScores(req, names, e.ledger.Snapshot())
-	f.passed = append(f.passed, names...)
 	e.keepBest(scores, f)
 	f.note = "pod asks for no GPU; nodes where its CPU and memory strand the fewest GPUs"
 }

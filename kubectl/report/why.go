@@ -219,7 +219,7 @@ func (c *Cluster) why(p *corev1.Pod, listMembers bool) Why {
 	case podreq.Terminal(p):
 		w.Summary = "finished (" + w.Phase + "); it holds no GPUs"
 	case !wants:
-		w.Summary = "asks for no Rota resource; Rota does not schedule it"
+		w.Summary = "asks for no GPU; Rota never holds it back (with every pod sent to the extender it only ranks the nodes by the GPUs its CPU would strand)"
 	case reqErr != nil:
 		w.Summary = "its GPU request is invalid, so the extender refuses every node: " + reqErr.Error()
 	case w.Gang != nil && (p.Spec.NodeName == "" || len(unplaced) > 0):

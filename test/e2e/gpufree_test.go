@@ -53,7 +53,7 @@ func TestGPUFreePods(t *testing.T) {
 		}
 	}
 	msg, err := lastFilter(ctx, env.ExtenderURL+"/debug/pods/"+ns+"/prep-2", "fit")
-	if err != nil || !strings.Contains(msg, "strand the fewest GPUs") {
+	if err != nil || !strings.Contains(msg, "GPUs its CPU and memory would strand") {
 		t.Errorf("decision record of prep-2 says %q (%v), want why it went where it did", msg, err)
 	}
 	checkInvariants(ctx, t, nil)
