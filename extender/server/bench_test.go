@@ -100,6 +100,12 @@ func realisticPod(i int, nodeName string, uuids []string) *corev1.Pod {
 
 func loadBigCluster(tb testing.TB, nodes, pods, assigned int) *bigCluster {
 	tb.Helper()
+	return loadBigClusterWith(tb, nodes, pods, assigned, false)
+}
+
+// loadBigClusterWith is loadBigCluster with the extender's --filter-best-only.
+func loadBigClusterWith(tb testing.TB, nodes, pods, assigned int, bestOnly bool) *bigCluster {
+	tb.Helper()
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background()))
 	nodeNames := make([]string, nodes)
 	for i := range nodes {
@@ -118,6 +124,7 @@ func loadBigCluster(tb testing.TB, nodes, pods, assigned int) *bigCluster {
 		for i, name := range nodeNames {
 			n := node(name, 8, 80, 4, fmt.Sprintf("leaf-%03d", i/32))
 			n.Status.Capacity = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("128")}
+			n.Status.Allocatable = n.Status.Capacity
 			list.Items = append(list.Items, *n)
 		}
 		return list
@@ -148,7 +155,7 @@ func loadBigCluster(tb testing.TB, nodes, pods, assigned int) *bigCluster {
 	m := metrics.New(metrics.Source{Snapshot: led.Snapshot})
 	policy, _ := placement.NewPolicy(placement.Binpack, nil)
 	e, err := scheduling.New(scheduling.Options{Names: names, Tiers: 2, Policy: policy, Cache: c, Ledger: led,
-		Binder: binder.New(fake.NewSimpleClientset(), names, time.Second), Metrics: m, DebugPods: 10000})
+		Binder: binder.New(fake.NewSimpleClientset(), names, time.Second), Metrics: m, DebugPods: 10000, FilterBestOnly: bestOnly})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -164,12 +171,16 @@ func loadBigCluster(tb testing.TB, nodes, pods, assigned int) *bigCluster {
 func benchVerb(b *testing.B, path string) { benchVerbMem(b, path, 40) }
 
 func benchVerbMem(b *testing.B, path string, gib int64) {
-	bc := loadBigCluster(b, 5000, 40000, 40000)
+	benchVerbPod(b, path, pod("bench").mem(gib).obj(), false)
+}
+
+func benchVerbPod(b *testing.B, path string, p *corev1.Pod, bestOnly bool) {
+	bc := loadBigClusterWith(b, 5000, 40000, 40000, bestOnly)
 	defer bc.stop()
 	if n := len(bc.ledger.Allocations()); n != 40000 {
 		b.Fatalf("%d allocations, want 40000", n)
 	}
-	body, err := json.Marshal(args(pod("bench").mem(gib).obj(), bc.names...))
+	body, err := json.Marshal(args(p, bc.names...))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -197,6 +208,18 @@ func BenchmarkHTTPFilter5kNodes(b *testing.B) { benchVerb(b, "/filter") }
 // node of the loaded cluster fits: the answer carries a reason per node (what
 // kube-scheduler's FailedScheduling message and preemption read).
 func BenchmarkHTTPFilter5kNodesNoFit(b *testing.B) { benchVerbMem(b, "/filter", 79) }
+
+// BenchmarkHTTPFilter5kNodesBestOnly is the same with --filter-best-only
+// (the chart's default): the share pod's nodes scored, the best kept.
+func BenchmarkHTTPFilter5kNodesBestOnly(b *testing.B) {
+	benchVerbPod(b, "/filter", pod("bench").mem(40).obj(), true)
+}
+
+// BenchmarkHTTPFilter5kNodesGPUFree is the same for a pod that asks for 4
+// cores and no GPU: every node scored by the GPUs its CPU would strand.
+func BenchmarkHTTPFilter5kNodesGPUFree(b *testing.B) {
+	benchVerbPod(b, "/filter", pod("bench").res("cpu", 4).obj(), true)
+}
 
 // BenchmarkHTTPPrioritize5kNodes is the same for prioritize.
 func BenchmarkHTTPPrioritize5kNodes(b *testing.B) { benchVerb(b, "/prioritize") }
