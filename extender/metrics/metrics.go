@@ -128,7 +128,7 @@ var (
 	descFrag = prometheus.NewDesc(namespace+"_fragmentation_gpus",
 		"Expected GPU capacity the workload cannot use (FGD measure, summed over nodes), in GPUs.", nil, nil)
 	descAllocs = prometheus.NewDesc(namespace+"_allocations",
-		"Allocations in the ledger by state (reserved, committed).", []string{"state"}, nil)
+		"GPU allocations in the ledger by state (reserved, committed); GPU-free pods' CPU and memory not counted.", []string{"state"}, nil)
 	descViolations = prometheus.NewDesc(namespace+"_ledger_invariant_violations",
 		"Violations found by the latest periodic ledger check (should be 0).", nil, nil)
 	descProblems = prometheus.NewDesc(namespace+"_cache_problems_total",
@@ -183,6 +183,9 @@ func (c *ledgerCollector) Collect(ch chan<- prometheus.Metric) {
 				}
 			}
 			for _, a := range ni.Allocs {
+				if len(a.GPUs) == 0 {
+					continue // a GPU-free pod's CPU and memory
+				}
 				if a.State == ledger.Reserved {
 					reserved++
 				} else {

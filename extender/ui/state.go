@@ -141,7 +141,9 @@ func nodes(snap *ledger.Snapshot) ([]Node, Totals, map[string]*NamespaceUse) {
 		// Allocations in a stable order: by pod name.
 		allocs := make([]*ledger.Allocation, 0, len(ni.Allocs))
 		for _, a := range ni.Allocs {
-			allocs = append(allocs, a)
+			if len(a.GPUs) > 0 { // CPU-only pods hold no GPU to show
+				allocs = append(allocs, a)
+			}
 		}
 		slices.SortFunc(allocs, func(a, b *ledger.Allocation) int { return cmp.Compare(a.Pod, b.Pod) })
 		for _, a := range allocs {
