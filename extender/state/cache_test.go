@@ -3,12 +3,15 @@ package state
 import (
 	"context"
 	"reflect"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
@@ -106,23 +109,7 @@ func TestDeletedFinalStateUnknownReleases(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	nodeObj, n := gpuNode()
 	p := boundPod(n)
-	client := fake.NewSimpleClientset(nodeObj, p)
-	factory := informers.NewSharedInformerFactory(client, 0)
-	led := ledger.New()
-	var released []ledger.Allocation
-	c, err := New(ctx, Options{Names: names, Tiers: topology.DefaultLabels(names), Ledger: led,
-		Nodes: factory.Core().V1().Nodes().Informer(), Pods: factory.Core().V1().Pods().Informer(),
-		OnRelease: func(as []ledger.Allocation) { released = append(released, as...) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-	defer cancel()
-	if !c.WaitReady(ctx) {
-		t.Fatal("not ready")
-	}
+	c, led, _, released := startCache(ctx, t, nodeObj, p)
 	if _, ok := led.Get("uid-p"); !ok {
 		t.Fatal("bound pod not restored")
 	}
@@ -130,8 +117,8 @@ func TestDeletedFinalStateUnknownReleases(t *testing.T) {
 	if _, ok := led.Get("uid-p"); ok {
 		t.Error("tombstoned pod still holds GPUs")
 	}
-	if len(released) != 1 || released[0].PodUID != "uid-p" {
-		t.Errorf("OnRelease saw %+v", released)
+	if rs := released(); len(rs) != 1 || rs[0].PodUID != "uid-p" {
+		t.Errorf("OnRelease saw %+v", rs)
 	}
 	c.podDeleted(cache.DeletedFinalStateUnknown{Key: "ns/p", Obj: "garbage"}) // never panics
 	c.nodeDeleted(cache.DeletedFinalStateUnknown{Key: "n", Obj: nodeObj})
@@ -207,23 +194,7 @@ func TestCPUAccounting(t *testing.T) {
 	gpuPod := boundPod(n)
 	early := cpuPod("early", "n", "10")
 	elsewhere := cpuPod("elsewhere", "cpu-node", "30")
-	client := fake.NewSimpleClientset(gpuPod, early, elsewhere)
-	factory := informers.NewSharedInformerFactory(client, 0)
-	led := ledger.New()
-	var released []ledger.Allocation
-	c, err := New(ctx, Options{Names: names, Tiers: topology.DefaultLabels(names), Ledger: led,
-		Nodes: factory.Core().V1().Nodes().Informer(), Pods: factory.Core().V1().Pods().Informer(),
-		OnRelease: func(as []ledger.Allocation) { released = append(released, as...) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-	defer cancel()
-	if !c.WaitReady(ctx) {
-		t.Fatal("not ready")
-	}
+	_, led, client, released := startCache(ctx, t, gpuPod, early, elsewhere)
 	if _, ok := led.Get("uid-early"); ok {
 		t.Fatal("a GPU-free pod on a node the ledger does not know was kept")
 	}
@@ -257,8 +228,8 @@ func TestCPUAccounting(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "a deleted GPU-free pod released", func() bool { cpu, _ := used(); return cpu == 28000 })
-	if len(released) != 0 {
-		t.Errorf("a GPU-free pod's release was reported as a GPU release: %+v", released)
+	if rs := released(); len(rs) != 0 {
+		t.Errorf("a GPU-free pod's release was reported as a GPU release: %+v", rs)
 	}
 	// The topology goes and comes back: GPU-free pods are dropped, then counted again.
 	bare := nodeObj.DeepCopy()
@@ -288,4 +259,29 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// startCache runs a cache over a fake clientset holding objs until the test
+// ends; released returns what OnRelease has seen so far.
+func startCache(ctx context.Context, t *testing.T, objs ...runtime.Object) (c *Cache, led *ledger.Ledger,
+	client *fake.Clientset, released func() []ledger.Allocation) {
+	t.Helper()
+	client = fake.NewSimpleClientset(objs...)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	led = ledger.New()
+	var mu sync.Mutex
+	var seen []ledger.Allocation
+	c, err := New(ctx, Options{Names: names, Tiers: topology.DefaultLabels(names), Ledger: led,
+		Nodes: factory.Core().V1().Nodes().Informer(), Pods: factory.Core().V1().Pods().Informer(),
+		OnRelease: func(as []ledger.Allocation) { mu.Lock(); seen = append(seen, as...); mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	factory.Start(ctx.Done())
+	t.Cleanup(func() { cancel(); factory.Shutdown() })
+	if !c.WaitReady(ctx) {
+		t.Fatal("not ready")
+	}
+	return c, led, client, func() []ledger.Allocation { mu.Lock(); defer mu.Unlock(); return slices.Clone(seen) }
 }
