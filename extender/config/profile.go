@@ -34,7 +34,7 @@ var ProfileDisabledScorePlugins = []string{"NodeResourcesBalancedAllocation", "I
 // ProfileWeight unless WithWeight says otherwise; GPU-free pods included
 // unless WithGPUFreePods(false) says otherwise: a CPU-only pod placed
 // without Rota takes CPU that GPU pods on that node need, and strands its
-// GPUs; on openb's replay that cost about 6 points of GPU allocation) plus
+// GPUs; see the replay figures in README.md) plus
 //
 //   - percentageOfNodesToScore: 100. By default kube-scheduler stops
 //     filtering once it has found max(100, (50 - nodes/125)%) feasible

@@ -214,7 +214,10 @@ func (e *Extender) filterGPUFree(pod *corev1.Pod, names []string, f *filterState
 	f.passed = append(f.passed, names...)
 	req, err := e.request(pod)
 	switch {
-	case err != nil || (req.CPUMilli <= 0 && req.HostMemoryMiB <= 0):
+	case err != nil:
+		f.note = "pod asks for no GPU; its request could not be read: " + err.Error()
+		return
+	case req.CPUMilli <= 0 && req.HostMemoryMiB <= 0:
 		f.note = "pod asks for no GPU, CPU or memory"
 		return
 	case !e.o.FilterBestOnly:

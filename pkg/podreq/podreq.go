@@ -124,8 +124,10 @@ func FromPod(pod *corev1.Pod, o Options) (placement.Request, error) {
 func NodeResources(pod *corev1.Pod) (cpuMilli int64, memoryMiB contract.MiB) {
 	var mem int64
 	if pod.Spec.Resources == nil && len(pod.Spec.InitContainers) == 0 && pod.Spec.Overhead == nil {
-		// The common case, summed without PodRequests' maps (the
-		// extender's informer runs this for every pod it stores).
+		// The common case, summed without PodRequests' maps: the
+		// extender's informer runs this for every pod it stores, and the
+		// maps' garbage alone raised the heap in use at 50,000 pods from
+		// ~290 to ~386 MiB (TestHeap5kNodes50kPods).
 		for i := range pod.Spec.Containers {
 			rl := pod.Spec.Containers[i].Resources.Requests
 			if q, ok := rl[corev1.ResourceCPU]; ok {

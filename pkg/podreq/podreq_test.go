@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/ledger"
@@ -367,6 +368,14 @@ func TestNodeResources(t *testing.T) {
 			cpu, mem := NodeResources(tc.pod)
 			if cpu != tc.cpu || mem != tc.memory {
 				t.Errorf("NodeResources = %dm, %v; want %dm, %v (%s)", cpu, mem, tc.cpu, tc.memory, tc.comment)
+			}
+			// The fast path agrees with kube-scheduler's function.
+			reqs := resourcehelper.PodRequests(tc.pod, resourcehelper.PodResourcesOptions{})
+			if want := reqs.Cpu().MilliValue(); cpu != want {
+				t.Errorf("NodeResources CPU %dm, PodRequests %dm", cpu, want)
+			}
+			if want := reqs.Memory().Value(); int64(mem)<<20 < want || int64(mem-1)<<20 >= want {
+				t.Errorf("NodeResources memory %v does not round PodRequests' %d bytes up to MiB", mem, want)
 			}
 			r, err := FromPod(tc.pod, opts)
 			if err != nil {
