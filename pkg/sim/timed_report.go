@@ -14,13 +14,7 @@ func hours(s float64) string { return fmt.Sprintf("%.2f h", s/3600) }
 // the quota use per team.
 func WriteTimedTable(w io.Writer, rs []TimedResult) error {
 	var b strings.Builder
-	b.WriteString("| measure |")
-	for _, r := range rs {
-		fmt.Fprintf(&b, " %s |", r.Policy)
-	}
-	b.WriteString("\n|---|")
-	b.WriteString(strings.Repeat("---:|", len(rs)))
-	b.WriteString("\n")
+	tableHead(&b, "", "measure", rs)
 	row := func(name string, f func(TimedResult) string) {
 		fmt.Fprintf(&b, "| %s |", name)
 		for _, r := range rs {
@@ -40,13 +34,7 @@ func WriteTimedTable(w io.Writer, rs []TimedResult) error {
 		_, err := io.WriteString(w, b.String())
 		return err
 	}
-	b.WriteString("\nQueue wait by job kind (p50 / p99 / max, placed of submitted)\n\n| kind |")
-	for _, r := range rs {
-		fmt.Fprintf(&b, " %s |", r.Policy)
-	}
-	b.WriteString("\n|---|")
-	b.WriteString(strings.Repeat("---:|", len(rs)))
-	b.WriteString("\n")
+	tableHead(&b, "Queue wait by job kind (p50 / p99 / max, placed of submitted)", "kind", rs)
 	for k, ks := range rs[0].Kinds {
 		fmt.Fprintf(&b, "| %s (%.0f GPUs/job) |", ks.Group, ks.MeanGPUsPerJob)
 		for _, r := range rs {
@@ -58,13 +46,7 @@ func WriteTimedTable(w io.Writer, rs []TimedResult) error {
 		b.WriteString("\n")
 	}
 	if len(rs[0].Teams) > 0 {
-		b.WriteString("\nQuota use by team (GPUs: guarantee; mean / peak running; peak borrowed; jobs held for quota, longest hold)\n\n| team |")
-		for _, r := range rs {
-			fmt.Fprintf(&b, " %s |", r.Policy)
-		}
-		b.WriteString("\n|---|")
-		b.WriteString(strings.Repeat("---:|", len(rs)))
-		b.WriteString("\n")
+		tableHead(&b, "Quota use by team (GPUs: guarantee; mean / peak running; peak borrowed; jobs held for quota, longest hold)", "team", rs)
 		for k, ts := range rs[0].Teams {
 			fmt.Fprintf(&b, "| %s (%.0f) |", ts.Team, ts.GuaranteeGPUs)
 			for _, r := range rs {
@@ -92,4 +74,19 @@ func WriteUtilCSV(w io.Writer, rs []TimedResult) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// tableHead starts a Markdown table, after its title unless that is "": a
+// first column named first, then one column per policy.
+func tableHead(b *strings.Builder, title, first string, rs []TimedResult) {
+	if title != "" {
+		fmt.Fprintf(b, "\n%s\n\n", title)
+	}
+	fmt.Fprintf(b, "| %s |", first)
+	for _, r := range rs {
+		fmt.Fprintf(b, " %s |", r.Policy)
+	}
+	b.WriteString("\n|---|")
+	b.WriteString(strings.Repeat("---:|", len(rs)))
+	b.WriteString("\n")
 }

@@ -238,15 +238,24 @@ func runRBACCheck() bool {
 	fmt.Println("=== RUN   RBAC (used vs granted per ServiceAccount, from the API server's audit log)")
 	failures := checkRBAC(fullRun())
 	resultsMu.Lock()
-	results = append(results, result{name: rbacScenario, passed: len(failures) == 0, note: notes[rbacScenario]})
+	note := notes[rbacScenario]
+	resultsMu.Unlock()
+	return reportCheck("RBAC", rbacScenario, note, failures)
+}
+
+// reportCheck records a post-suite check in the summary and prints its
+// verdict the way go test prints a test's; it returns false when it failed.
+func reportCheck(label, scenario, note string, failures []string) bool {
+	resultsMu.Lock()
+	results = append(results, result{name: scenario, passed: len(failures) == 0, note: note})
 	resultsMu.Unlock()
 	if len(failures) > 0 {
-		fmt.Println("--- FAIL: RBAC")
+		fmt.Println("--- FAIL: " + label)
 		for _, f := range failures {
 			fmt.Println("    " + f)
 		}
 		return false
 	}
-	fmt.Println("--- PASS: RBAC")
+	fmt.Println("--- PASS: " + label)
 	return true
 }

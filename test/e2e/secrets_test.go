@@ -76,19 +76,8 @@ func runSecretsCheck() bool {
 			}
 		}
 	}
-	resultsMu.Lock()
-	results = append(results, result{name: secretsScenario, passed: len(failures) == 0,
-		note: fmt.Sprintf("%d Rota logs (%d KiB) checked for %d keys and bearer tokens", len(logs), bytesScanned/1024, len(secrets))})
-	resultsMu.Unlock()
-	if len(failures) > 0 {
-		fmt.Println("--- FAIL: Secrets")
-		for _, f := range failures {
-			fmt.Println("    " + f)
-		}
-		return false
-	}
-	fmt.Println("--- PASS: Secrets")
-	return true
+	return reportCheck("Secrets", secretsScenario,
+		fmt.Sprintf("%d Rota logs (%d KiB) checked for %d keys and bearer tokens", len(logs), bytesScanned/1024, len(secrets)), failures)
 }
 
 // keyMaterial returns distinctive pieces of the private keys in data: the
