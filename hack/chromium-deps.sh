@@ -7,14 +7,22 @@
 # does nothing, so CI can run it before every test run.
 #
 # Usage: hack/chromium-deps.sh            (as root, or with sudo available)
+#        hack/chromium-deps.sh --check    print the missing packages, one a line,
+#                                         and exit 1 if any (installs nothing)
 set -euo pipefail
+check_only=0
+[[ ${1:-} == --check ]] && check_only=1
 
 log() { echo "chromium-deps: $*" >&2; }
 
 bin=${ROTA_CHROMIUM:-/usr/bin/chromium}
 if [[ -x $bin ]]; then
-  log "$("$bin" --version 2>/dev/null || echo "$bin") already installed"
+  [[ $check_only == 1 ]] || log "$("$bin" --version 2>/dev/null || echo "$bin") already installed"
   exit 0
+fi
+if [[ $check_only == 1 ]]; then
+  printf '%s\n' chromium fonts-dejavu-core
+  exit 1
 fi
 if ! command -v apt-get >/dev/null 2>&1; then
   log "error: $bin missing and no apt-get; install Chromium with the system's package manager"

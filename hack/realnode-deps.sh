@@ -10,7 +10,11 @@
 # own in a temporary folder.
 #
 # Usage: hack/realnode-deps.sh            (as root, or with sudo available)
+#        hack/realnode-deps.sh --check    print the missing packages, one a line,
+#                                         and exit 1 if any (installs nothing)
 set -euo pipefail
+check_only=0
+[[ ${1:-} == --check ]] && check_only=1
 
 log() { echo "realnode-deps: $*" >&2; }
 
@@ -37,11 +41,15 @@ done
 [[ $have_cni == 1 ]] || missing+=(containernetworking-plugins)
 
 if [[ ${#missing[@]} -eq 0 ]]; then
-  log "containerd, runc, iptables and CNI plugins already installed"
+  [[ $check_only == 1 ]] || log "containerd, runc, iptables and CNI plugins already installed"
   exit 0
 fi
 # Unique package names, stable order.
 mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+if [[ $check_only == 1 ]]; then
+  printf '%s\n' "${missing[@]}"
+  exit 1
+fi
 
 if ! command -v apt-get >/dev/null 2>&1; then
   log "error: missing ${missing[*]} and no apt-get; install them with the system's package manager"
@@ -65,7 +73,7 @@ if [[ ! -e $policy ]]; then
   "${SUDO[@]}" chmod 755 "$policy"
   made_policy=1
 fi
-cleanup() { [[ $made_policy == 1 ]] && "${SUDO[@]}" rm -f "$policy"; }
+cleanup() { if [[ $made_policy == 1 ]]; then "${SUDO[@]}" rm -f "$policy"; fi; }
 trap cleanup EXIT
 
 "${SUDO[@]}" apt-get update -qq
