@@ -87,7 +87,39 @@ type Names struct {
 	QuarantineAnnotation string
 	// QuarantineTaint (NoSchedule) keeps new pods off a quarantined node.
 	QuarantineTaint string
+
+	// Queueing (the queue controller in rota-extender, the mutating webhook
+	// in rota-admission).
+	//
+	// QueueGate is the scheduling gate the webhook adds at creation to every
+	// pod that asks for Rota's resources; only the queue controller removes
+	// it, in the one update that admits the pod (see AdmissionAnnotation).
+	QueueGate string
+	// QueuedCondition is the pod condition type that says where a queued pod
+	// stands (position, what it waits for, expected start).
+	QueuedCondition string
+	// AdmissionAnnotation on a Pod is the queue controller's admission record
+	// (JSON Admission document), written in the same update that removes
+	// QueueGate; a restarted controller rebuilds its holds from it.
+	AdmissionAnnotation string
+	// QueueingLabel on a Namespace: "off" turns queueing off for the
+	// namespace (over-quota pods are then refused at creation as before).
+	QueueingLabel string
+	// GPUModelsAnnotation on a Pod lists the GPU models it may run on,
+	// comma-separated, as the device plugin names them ("NVIDIA H100 80GB
+	// HBM3"); empty means any model.
+	GPUModelsAnnotation string
+	// MaxRuntimeAnnotation on a Pod declares its longest run (a Go duration,
+	// "90m"); Rota writes it into activeDeadlineSeconds at admission and uses
+	// it to plan reservations and backfill.
+	MaxRuntimeAnnotation string
+	// LeaderLabel on an extender Pod marks the replica that holds the lease;
+	// the chart's Service selects it.
+	LeaderLabel string
 }
+
+// QueueingOff is the value of QueueingLabel that turns queueing off.
+const QueueingOff = "off"
 
 // Values of the remediation label and quarantine annotation.
 const (
@@ -146,6 +178,14 @@ func NewNames(domain string) (Names, error) {
 		CheckpointGraceAnnotation:  domain + "/checkpoint-grace",
 		QuarantineAnnotation:       domain + "/quarantine",
 		QuarantineTaint:            domain + "/quarantined",
+
+		QueueGate:            domain + "/queue",
+		QueuedCondition:      domain + "/Queued",
+		AdmissionAnnotation:  domain + "/admission",
+		QueueingLabel:        domain + "/queueing",
+		GPUModelsAnnotation:  domain + "/gpu-models",
+		MaxRuntimeAnnotation: domain + "/max-runtime",
+		LeaderLabel:          domain + "/extender-leader",
 	}, nil
 }
 
