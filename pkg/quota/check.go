@@ -96,11 +96,12 @@ func (c Config) Check(team string, usage map[string]Usage, need Amount) Decision
 	if !ok {
 		return Decision{}
 	}
-	u := usage[team]
-	pool := c.SharedPool.Amount()
-	poolUsed := c.PoolUsed(usage)
-	guarantee, borrow := t.Guarantee(), t.Borrow.Amount()
+	return check(team, usage[team], t.Guarantee(), t.Borrow.Amount(), c.SharedPool.Amount(), c.PoolUsed(usage), need)
+}
 
+// check is Check's rule for one account (named team in shortfalls) with
+// usage u, guarantee, borrow limit, pool size and pool use.
+func check(team string, u Usage, guarantee, borrow, pool, poolUsed, need Amount) Decision {
 	d := Decision{Allowed: true}
 	one := func(r Resource, g, b, running, pending, p, pUsed, n int64) {
 		used := running + pending

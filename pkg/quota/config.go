@@ -61,6 +61,13 @@ type Config struct {
 	AllowPodTeamOverride bool `json:"allowPodTeamOverride,omitempty"`
 	// UnknownTeams is the policy for teams not listed; empty means deny.
 	UnknownTeams UnknownTeamPolicy `json:"unknownTeams,omitempty"`
+	// Queueing is "on" (the default: GPU pods are gated at creation and
+	// admitted by the queue controller) or "off" (pods over quota are
+	// refused at creation).
+	Queueing QueueingMode `json:"queueing,omitempty"`
+	// ModelPools are shared pools per GPU model, for teams with per-model
+	// quota; a model without a pool borrows from SharedPool.
+	ModelPools map[string]Limits `json:"modelPools,omitempty"`
 }
 
 // Limits is an amount as written in the configuration.
@@ -86,6 +93,17 @@ type Team struct {
 	// MaxPriority, when set, is the highest pod priority (the value of the
 	// pod's PriorityClass) the team may use.
 	MaxPriority *int32 `json:"maxPriority,omitempty"`
+	// Weight is the team's fair-share weight (default 1): across teams the
+	// queue admits next for the team with the lowest dominant share divided
+	// by its weight.
+	Weight float64 `json:"weight,omitempty"`
+	// MaxQueuedPods caps the team's queued pods (default
+	// DefaultMaxQueuedPods); a pod beyond it is refused at creation.
+	MaxQueuedPods int `json:"maxQueuedPods,omitempty"`
+	// Models, when set, makes the team's quota per GPU model: GPUs, GPU
+	// memory and borrowing count per model, and the team-wide gpus,
+	// gpuMemoryGiB and borrow above are not used.
+	Models map[string]ModelQuota `json:"models,omitempty"`
 }
 
 // Guarantee is the team's guaranteed amount.
@@ -142,7 +160,20 @@ func (c Config) Validate() error {
 	default:
 		add("unknownTeams", c.UnknownTeams, "is not a known policy", `write "deny" or "unlimited"`)
 	}
+	switch c.Queueing {
+	case "", QueueingOn, QueueingOff:
+	default:
+		add("queueing", c.Queueing, "is not a known mode", `write "on" or "off"`)
+	}
 	limits("sharedPool", c.SharedPool)
+	pools := make([]string, 0, len(c.ModelPools))
+	for m := range c.ModelPools {
+		pools = append(pools, m)
+	}
+	slices.Sort(pools)
+	for _, m := range pools {
+		limits("modelPools["+m+"]", c.ModelPools[m])
+	}
 	names := make([]string, 0, len(c.Teams))
 	for name := range c.Teams {
 		names = append(names, name)
@@ -157,6 +188,7 @@ func (c Config) Validate() error {
 		}
 		limits(f, Limits{GPUs: t.GPUs, GPUMemoryGiB: t.GPUMemoryGiB})
 		limits(f+".borrow", t.Borrow)
+		validateModels(f, t, add, limits)
 	}
 	return errors.Join(errs...)
 }
