@@ -142,3 +142,26 @@ func FuzzNewNames(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParseAdmission(f *testing.F) {
+	f.Add([]byte(`{"version":"v1","admittedAt":"2026-12-01T10:00:00Z","team":"vision","hold":{"version":"v1","node":"n1","gpus":[{"index":0,"uuid":"GPU-a","memoryMiB":1024}]},"holdUntil":"2026-12-01T10:05:00Z"}`))
+	f.Add([]byte(`{"version":"v1","admittedAt":"2026-12-01T10:00:00Z","team":"t"}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		a, err := ParseAdmission(data)
+		if err != nil {
+			return
+		}
+		out, err := a.Marshal()
+		if err != nil {
+			t.Fatalf("a parsed admission does not marshal: %v", err)
+		}
+		b, err := ParseAdmission(out)
+		if err != nil {
+			t.Fatalf("a marshalled admission does not parse: %v (%s)", err, out)
+		}
+		if !a.AdmittedAt.Equal(b.AdmittedAt) || a.Team != b.Team || (a.Hold == nil) != (b.Hold == nil) {
+			t.Fatalf("round trip changed the record: %+v -> %+v", a, b)
+		}
+	})
+}

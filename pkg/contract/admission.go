@@ -1,0 +1,68 @@
+package contract
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Admission is the queue controller's record on a pod it admitted (the
+// AdmissionAnnotation), written in the same update that removes QueueGate.
+// A restarted controller reads it back: the account the pod is charged to,
+// when it was admitted, and the room held for it until it binds.
+type Admission struct {
+	Version string `json:"version"`
+	// AdmittedAt is when the gate was removed; QueuedFor how long the pod
+	// (or its gang) waited.
+	AdmittedAt time.Time `json:"admittedAt"`
+	QueuedFor  string    `json:"queuedFor,omitempty"`
+	// Team and Model name the quota account (Model empty for a team that
+	// counts all its GPUs together).
+	Team  string `json:"team"`
+	Model string `json:"model,omitempty"`
+	// Hold is where the pod's GPUs are held until it binds, and HoldUntil
+	// when the hold lapses (the pod may then go wherever it fits).
+	Hold      *Assignment `json:"hold,omitempty"`
+	HoldUntil time.Time   `json:"holdUntil,omitzero"`
+}
+
+// ParseAdmission decodes and validates an admission record.
+func ParseAdmission(data []byte) (Admission, error) {
+	var a Admission
+	if err := strictDecode(data, "admission", &a); err != nil {
+		return Admission{}, err
+	}
+	if err := a.Validate(); err != nil {
+		return Admission{}, err
+	}
+	return a, nil
+}
+
+// Marshal encodes a after validating it.
+func (a Admission) Marshal() ([]byte, error) {
+	if err := a.Validate(); err != nil {
+		return nil, err
+	}
+	return json.Marshal(a)
+}
+
+// Validate checks the record.
+func (a Admission) Validate() error {
+	if err := checkVersion("admission.version", a.Version); err != nil {
+		return err
+	}
+	if a.Team == "" {
+		return fieldErr("admission.team", nil, "is empty", "write the team the pod is charged to")
+	}
+	if a.AdmittedAt.IsZero() {
+		return fieldErr("admission.admittedAt", nil, "is missing", "write the time the pod was admitted")
+	}
+	if a.Hold != nil {
+		if err := a.Hold.Validate(); err != nil {
+			return err
+		}
+		if a.HoldUntil.IsZero() {
+			return fieldErr("admission.holdUntil", nil, "is missing", "write when the hold lapses")
+		}
+	}
+	return nil
+}
