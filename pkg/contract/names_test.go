@@ -52,7 +52,10 @@ func TestNewNames(t *testing.T) {
 				TeamLabel: d + "/team", PreemptibleLabel: d + "/preemptible", GPUHealthAnnotation: d + "/gpu-health-override",
 				GPUFailureCondition: d + "/GPUFailure", RemediationLabel: d + "/remediation",
 				CheckpointSignalAnnotation: d + "/checkpoint-signal", CheckpointGraceAnnotation: d + "/checkpoint-grace",
-				QuarantineAnnotation: d + "/quarantine", QuarantineTaint: d + "/quarantined"}
+				QuarantineAnnotation: d + "/quarantine", QuarantineTaint: d + "/quarantined",
+				QueueGate: d + "/queue", QueuedCondition: d + "/Queued", AdmissionAnnotation: d + "/admission",
+				QueueingLabel: d + "/queueing", GPUModelsAnnotation: d + "/gpu-models", MaxRuntimeAnnotation: d + "/max-runtime",
+				LeaderLabel: d + "/extender-leader"}
 			if n != want {
 				t.Errorf("NewNames(%q) = %+v, want %+v", tc.giveDomain, n, want)
 			}
