@@ -162,8 +162,24 @@ func (e *Extender) Decisions(namespace, name string) []Decision {
 	return e.decisions.get(namespace+"/"+name, e.now())
 }
 
+// request reads what the pod asks for, with the GPU models it may use: the
+// model of the quota account the queue admitted it to, else the models it
+// names.
 func (e *Extender) request(pod *corev1.Pod) (placement.Request, error) {
-	return podreq.FromPod(pod, podreq.Options{Names: e.names})
+	r, err := podreq.FromPod(pod, podreq.Options{Names: e.names})
+	if err != nil || r.GPUFree() {
+		return r, err
+	}
+	if adm, aerr := podreq.AdmissionOf(pod, e.names); aerr == nil && adm != nil && adm.Model != "" {
+		r.Models = []string{adm.Model}
+		return r, nil
+	}
+	models, err := podreq.GPUModels(pod, e.names)
+	if err != nil {
+		return r, err
+	}
+	r.Models = models
+	return r, nil
 }
 
 // podRef names a pod for background writes.

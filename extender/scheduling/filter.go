@@ -3,6 +3,7 @@ package scheduling
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -158,6 +159,9 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *e
 			f.rejectAll(names, codeInvalidRequest, false, "invalid GPU request: "+err.Error())
 			break
 		}
+		if e.held(pod, names, f) {
+			break
+		}
 		snap := e.ledger.Snapshot()
 		if ref, _ := podreq.GangOf(pod, e.names); ref != nil {
 			if done := e.gangs.filter(ctx, pod, req, ref, names, snap, f); done {
@@ -205,6 +209,25 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *e
 	}
 	failed, unresolvable := f.failedMaps()
 	return filterResult(args, f.passed, failed, unresolvable)
+}
+
+// held passes only the held node to a single pod that holds room (the queue
+// controller's admission hold, or an earlier bind's reservation). When
+// kube-scheduler ruled that node out, the hold is dropped and the pod is
+// placed where it fits.
+func (e *Extender) held(pod *corev1.Pod, names []string, f *filterState) bool {
+	node, ok := e.heldNode(pod)
+	if !ok {
+		return false
+	}
+	if slices.Contains(names, node) {
+		f.passed = append(f.passed, node)
+		f.note = "room held on node " + node + " since the pod was admitted"
+		return true
+	}
+	e.ledger.Release(string(pod.UID))
+	f.note = "room was held on node " + node + ", which kube-scheduler ruled out; placed where it fits"
+	return false
 }
 
 // filterGPUFree passes every node to a pod that asks for no GPU; with

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -56,6 +57,8 @@ type Options struct {
 	// takes it (remediation marks quarantined and recovering GPUs
 	// unhealthy). It must return a new Node, never modify its argument.
 	Adjust func(*topology.Node) *topology.Node
+	// Now is the clock (admission holds lapse by it); nil means time.Now.
+	Now func() time.Time
 }
 
 // Stats counts the problems the cache met; all counters only grow.
@@ -88,6 +91,10 @@ type Cache struct {
 
 	mu      sync.Mutex
 	nodeSig map[string]string // node name -> annotation + tier values last applied
+	now     func() time.Time
+
+	seenMu sync.Mutex
+	seenRV string // highest pod resourceVersion the pod handler has finished with
 
 	invalidTopology, invalidAssignment, restoreConflicts, unaccounted atomic.Int64
 }
@@ -101,6 +108,10 @@ func New(ctx context.Context, o Options) (*Cache, error) {
 	c := &Cache{
 		names: o.Names, tiers: o.Tiers, ledger: o.Ledger, nodes: o.Nodes, pods: o.Pods,
 		onRelease: o.OnRelease, onPodFailed: o.OnPodFailed, adjust: o.Adjust, logger: klog.FromContext(ctx), nodeSig: map[string]string{},
+		now: o.Now,
+	}
+	if c.now == nil {
+		c.now = time.Now
 	}
 	if err := o.Nodes.SetTransform(NodeTransform(o.Names, o.Tiers)); err != nil {
 		return nil, fmt.Errorf("node informer transform: %w", err)
@@ -361,6 +372,7 @@ func (c *Cache) podChanged(oldObj, obj any) {
 	if !ok {
 		return
 	}
+	defer c.seen(pod.ResourceVersion)
 	var old *corev1.Pod
 	if oldObj != nil {
 		old, _ = oldObj.(*corev1.Pod)
@@ -370,7 +382,8 @@ func (c *Cache) podChanged(oldObj, obj any) {
 		old = nil
 	}
 	if old != nil && old.Spec.NodeName == pod.Spec.NodeName && old.Status.Phase == pod.Status.Phase &&
-		old.Annotations[c.names.AssignmentAnnotation] == pod.Annotations[c.names.AssignmentAnnotation] {
+		old.Annotations[c.names.AssignmentAnnotation] == pod.Annotations[c.names.AssignmentAnnotation] &&
+		old.Annotations[c.names.AdmissionAnnotation] == pod.Annotations[c.names.AdmissionAnnotation] {
 		return // nothing the ledger reads changed
 	}
 	if podreq.Terminal(pod) {
@@ -379,9 +392,12 @@ func (c *Cache) podChanged(oldObj, obj any) {
 		return
 	}
 	if pod.Spec.NodeName == "" {
-		// Unbound pods hold only in-memory reservations; an assignment
-		// annotation without a binding (a bind that failed half-way) holds
-		// nothing until the scheduler binds the pod again.
+		// Unbound pods hold only reservations: an assignment annotation
+		// without a binding (a bind that failed half-way) holds nothing
+		// until the scheduler binds the pod again; the queue controller's
+		// admission hold is restored from its record (a restart, or a
+		// takeover by another replica).
+		c.restoreHold(pod)
 		return
 	}
 	logger := klog.LoggerWithValues(c.logger, logkey.Pod, klog.KObj(pod), logkey.Node, pod.Spec.NodeName)
@@ -413,6 +429,33 @@ func (c *Cache) podChanged(oldObj, obj any) {
 	logger.V(5).Info("Pod GPU assignment restored", "gpus", as.UUIDs())
 }
 
+// restoreHold reserves again the room the queue controller held for an
+// admitted, unbound pod, as its admission record says, until the hold
+// lapses. A hold the ledger cannot take any more (the GPUs went to another
+// pod, the node is gone) is dropped: the pod stays admitted and goes where
+// it fits.
+func (c *Cache) restoreHold(pod *corev1.Pod) {
+	adm, err := podreq.AdmissionOf(pod, c.names)
+	// A gang's holds are reserved together or not at all (the ledger never
+	// holds part of a gang): the queue controller re-holds them as a whole.
+	if err != nil || adm == nil || adm.Hold == nil || adm.Hold.Gang != "" || len(pod.Spec.SchedulingGates) > 0 {
+		return
+	}
+	if _, held := c.ledger.Get(string(pod.UID)); held {
+		return
+	}
+	if !adm.HoldUntil.After(c.now()) {
+		return
+	}
+	a := podreq.ToAllocation(pod, *adm.Hold, c.names)
+	if err := c.ledger.Reserve(a, adm.HoldUntil); err != nil {
+		c.logger.V(2).Info("Admission hold no longer fits; the admitted pod goes where it fits", logkey.Pod, klog.KObj(pod),
+			logkey.Node, adm.Hold.Node, logkey.Reason, err.Error())
+		return
+	}
+	c.logger.V(4).Info("Admission hold restored", logkey.Pod, klog.KObj(pod), logkey.Node, adm.Hold.Node)
+}
+
 func (c *Cache) podDeleted(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
@@ -421,8 +464,32 @@ func (c *Cache) podDeleted(obj any) {
 	if !ok {
 		return
 	}
+	defer c.seen(pod.ResourceVersion)
 	c.failed(nil, pod)
 	c.release(pod.UID)
+}
+
+// seen records that the pod handler has finished with an event at rv.
+func (c *Cache) seen(rv string) {
+	c.seenMu.Lock()
+	defer c.seenMu.Unlock()
+	if cmp, err := resourceversion.CompareResourceVersion(rv, c.seenRV); c.seenRV == "" || (err == nil && cmp > 0) {
+		c.seenRV = rv
+	}
+}
+
+// PodsSeen reports whether the pod handler has applied every pod event up
+// to resourceVersion rv. The watch delivers a resource's events in
+// resourceVersion order, so once the handler has finished with any pod at
+// rv or later, the ledger holds every binding written before rv. A replica
+// taking over the lease writes its own Pod and waits here for that write
+// before its first decision (extender/app), so it never decides on a
+// ledger that misses the old leader's last binds.
+func (c *Cache) PodsSeen(rv string) bool {
+	c.seenMu.Lock()
+	defer c.seenMu.Unlock()
+	cmp, err := resourceversion.CompareResourceVersion(c.seenRV, rv)
+	return err == nil && cmp >= 0
 }
 
 // failed reports a GPU pod that turned Failed on its node, once: only

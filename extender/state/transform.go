@@ -24,7 +24,8 @@ import (
 func PodTransform(names contract.Names) cache.TransformFunc {
 	labels := []string{names.GangLabel, names.PodGroupLabel, names.PreemptibleLabel, names.TeamLabel, names.RemediationLabel}
 	annotations := []string{names.AssignmentAnnotation, names.GangSizeAnnotation,
-		names.CheckpointSignalAnnotation, names.CheckpointGraceAnnotation}
+		names.CheckpointSignalAnnotation, names.CheckpointGraceAnnotation,
+		names.AdmissionAnnotation, names.GPUModelsAnnotation, names.MaxRuntimeAnnotation}
 	resources := []corev1.ResourceName{corev1.ResourceName(names.GPU), corev1.ResourceName(names.GPUMemory)}
 	requests := &nodeRequests{}
 	return func(obj any) (any, error) {
@@ -43,6 +44,10 @@ func PodTransform(names contract.Names) cache.TransformFunc {
 				InitContainers: trimContainers(pod.Spec.InitContainers, resources),
 				Containers:     trimContainers(pod.Spec.Containers, resources),
 				Resources:      requests.of(pod),
+				// The queue reads these: whether the pod is still queued,
+				// and its declared runtime.
+				SchedulingGates:       queueGate(pod, names.QueueGate),
+				ActiveDeadlineSeconds: pod.Spec.ActiveDeadlineSeconds,
 			},
 			Status: corev1.PodStatus{Phase: pod.Status.Phase},
 		}
@@ -56,6 +61,33 @@ func PodTransform(names contract.Names) cache.TransformFunc {
 		}
 		return out, nil
 	}
+}
+
+// queueGate keeps Rota's scheduling gate (one shared value) and drops the
+// others: the queue needs to know only whether the pod is still queued.
+func queueGate(pod *corev1.Pod, gate string) []corev1.PodSchedulingGate {
+	for _, g := range pod.Spec.SchedulingGates {
+		if g.Name == gate {
+			return queueGates(gate)
+		}
+	}
+	return nil
+}
+
+var (
+	gatesMu sync.Mutex
+	gates   = map[string][]corev1.PodSchedulingGate{}
+)
+
+func queueGates(gate string) []corev1.PodSchedulingGate {
+	gatesMu.Lock()
+	defer gatesMu.Unlock()
+	g, ok := gates[gate]
+	if !ok {
+		g = []corev1.PodSchedulingGate{{Name: gate}}
+		gates[gate] = g
+	}
+	return g
 }
 
 // nodeResources are the native resources the extender accounts per node.

@@ -36,3 +36,28 @@ func ToAllocation(pod *corev1.Pod, as contract.Assignment, names contract.Names)
 	}
 	return a
 }
+
+// AdmissionOf reads the queue controller's admission record on the pod; nil
+// when it has none.
+func AdmissionOf(pod *corev1.Pod, names contract.Names) (*contract.Admission, error) {
+	v, ok := pod.Annotations[names.AdmissionAnnotation]
+	if !ok {
+		return nil, nil
+	}
+	a, err := contract.ParseAdmission([]byte(v))
+	if err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+// Queued reports whether the pod still waits in Rota's queue (it carries the
+// queue's scheduling gate).
+func Queued(pod *corev1.Pod, names contract.Names) bool {
+	for _, g := range pod.Spec.SchedulingGates {
+		if g.Name == names.QueueGate {
+			return true
+		}
+	}
+	return false
+}
