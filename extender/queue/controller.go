@@ -1,0 +1,609 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/rota-sched/rota/extender/logkey"
+	"github.com/rota-sched/rota/extender/scheduling"
+	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/ledger"
+	"github.com/rota-sched/rota/pkg/placement"
+	"github.com/rota-sched/rota/pkg/podreq"
+	pkgqueue "github.com/rota-sched/rota/pkg/queue"
+	"github.com/rota-sched/rota/pkg/quota"
+)
+
+// Holder holds room in the ledger for pods about to be admitted
+// (*scheduling.Extender).
+type Holder interface {
+	HoldRoom(pods []*corev1.Pod, model string, expires time.Time) (scheduling.Hold, string)
+	ReleaseHold(h scheduling.Hold)
+}
+
+// Options configure a Controller.
+type Options struct {
+	Names  contract.Names
+	Client kubernetes.Interface
+	// Pods is the extender's (trimmed) pod informer; Namespaces a namespace
+	// informer (team and queueing labels).
+	Pods       cache.SharedIndexInformer
+	Namespaces cache.SharedIndexInformer
+	// Quota returns the current quota configuration; nil means none is
+	// loaded (every team is then admitted without quota, as rota-admission
+	// does without a configuration).
+	Quota func() *quota.Config
+	// RequireQuota skips passes while Quota returns nil (a configured
+	// ConfigMap not loaded yet, or missing): nothing is admitted without
+	// the quota it would be charged to.
+	RequireQuota bool
+	// Synced are further informers to wait for before the first pass.
+	Synced []cache.InformerSynced
+	Holder Holder
+	// Snapshot is the ledger's (cluster capacity for fair share).
+	Snapshot func() *ledger.Snapshot
+	// TierLabels are the topology tier labels, narrowest first (a gang is
+	// narrowed to its planned tier with a node selector on one of them).
+	TierLabels []string
+	Recorder   record.EventRecorder
+	Metrics    *Metrics
+	// Interval between passes; HoldTTL how long room stays held for an
+	// admitted pod that has not bound.
+	Interval time.Duration
+	HoldTTL  time.Duration
+	// ConditionInterval is the least time between two Queued condition
+	// writes on one pod; ConditionQPS bounds them cluster-wide.
+	ConditionInterval time.Duration
+	ConditionQPS      float64
+	// MaxAdmissionsPerPass bounds one pass's admissions.
+	MaxAdmissionsPerPass int
+	// MemoryUnitMiB converts gpu-memory units for quota (0: the default).
+	MemoryUnitMiB contract.MiB
+	// Now is the clock (nil: time.Now).
+	Now func() time.Time
+}
+
+// Controller admits queued pods. Build it with New; Run it on the leader.
+// It is safe for concurrent use: Positions may be called while Run runs.
+type Controller struct {
+	o       Options
+	now     func() time.Time
+	limiter *rate.Limiter
+
+	mu      sync.Mutex
+	written map[types.UID]condWrite // last Queued condition written per pod
+	seen    map[types.UID]bool      // pods that got their Queued event
+	status  map[string]Position     // pod key -> where it stands, from the last pass
+	teams   map[string]TeamStatus
+}
+
+type condWrite struct {
+	at  time.Time
+	msg string
+}
+
+// Position is where a queued pod stands, served to kubectl-rota and /ui.
+type Position struct {
+	Pod      string `json:"pod"`
+	Workload string `json:"workload"`
+	Team     string `json:"team"`
+	Position int    `json:"position"`
+	Of       int    `json:"of"`
+	Reason   string `json:"reason"`
+	Message  string `json:"message"`
+	// Waiting is how long it has waited, in seconds.
+	Waiting float64 `json:"waitingSeconds"`
+}
+
+// TeamStatus is one team's queue and admitted use.
+type TeamStatus struct {
+	Team      string  `json:"team"`
+	Queued    int     `json:"queued"`
+	GPUs      int64   `json:"admittedGPUs"`
+	MemoryMiB int64   `json:"admittedGPUMemoryMiB"`
+	Share     float64 `json:"dominantShare"`
+}
+
+// New builds a Controller.
+func New(o Options) (*Controller, error) {
+	if o.Client == nil || o.Pods == nil || o.Namespaces == nil || o.Holder == nil || o.Snapshot == nil || o.Quota == nil {
+		return nil, fmt.Errorf("queue: client, pod and namespace informers, holder, snapshot and quota are required")
+	}
+	if o.Interval <= 0 {
+		o.Interval = time.Second
+	}
+	if o.HoldTTL <= 0 {
+		o.HoldTTL = 5 * time.Minute
+	}
+	if o.ConditionInterval <= 0 {
+		o.ConditionInterval = 10 * time.Second
+	}
+	if o.ConditionQPS <= 0 {
+		o.ConditionQPS = 20
+	}
+	if o.MaxAdmissionsPerPass <= 0 {
+		o.MaxAdmissionsPerPass = 200
+	}
+	if o.MemoryUnitMiB <= 0 {
+		o.MemoryUnitMiB = contract.DefaultMemoryUnitMiB
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(nil)
+	}
+	c := &Controller{o: o, now: o.Now, written: map[types.UID]condWrite{}, seen: map[types.UID]bool{},
+		status: map[string]Position{}, teams: map[string]TeamStatus{}}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	c.limiter = rate.NewLimiter(rate.Limit(o.ConditionQPS), max(1, int(o.ConditionQPS)))
+	return c, nil
+}
+
+// Run passes every Interval until ctx ends.
+func (c *Controller) Run(ctx context.Context) {
+	logger := klog.FromContext(ctx).WithName("queue")
+	ctx = klog.NewContext(ctx, logger)
+	if !cache.WaitForCacheSync(ctx.Done(), append([]cache.InformerSynced{c.o.Pods.HasSynced, c.o.Namespaces.HasSynced}, c.o.Synced...)...) {
+		return
+	}
+	logger.Info("Queue controller started", "interval", c.o.Interval, "holdTTL", c.o.HoldTTL)
+	wait.UntilWithContext(ctx, c.Pass, c.o.Interval)
+}
+
+// Positions returns where every queued pod stood after the last pass, and
+// each team's queue (for /debug/queue, kubectl rota queue and /ui).
+func (c *Controller) Positions() ([]Position, []TeamStatus) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ps := make([]Position, 0, len(c.status))
+	for _, p := range c.status {
+		ps = append(ps, p)
+	}
+	sort.Slice(ps, func(i, j int) bool {
+		if ps[i].Team != ps[j].Team {
+			return ps[i].Team < ps[j].Team
+		}
+		if ps[i].Position != ps[j].Position {
+			return ps[i].Position < ps[j].Position
+		}
+		return ps[i].Pod < ps[j].Pod
+	})
+	ts := make([]TeamStatus, 0, len(c.teams))
+	for _, t := range c.teams {
+		ts = append(ts, t)
+	}
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Team < ts[j].Team })
+	return ps, ts
+}
+
+// workload is a queued workload with its pods.
+type workload struct {
+	w    pkgqueue.Workload
+	pods []*corev1.Pod
+	hold scheduling.Hold
+	// acct is the account the hold was made for.
+	acct quota.Account
+}
+
+// Pass runs one admission pass.
+func (c *Controller) Pass(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	now := c.now()
+	if c.o.RequireQuota && c.o.Quota() == nil {
+		logger.V(2).Info("No quota configuration loaded; nothing is admitted until one is")
+		return
+	}
+	cfg := c.config()
+	ns := c.namespaces()
+	in := pkgqueue.Input{Config: cfg, Admitted: map[quota.Account]quota.Usage{}, TeamUse: map[string]pkgqueue.Use{},
+		Capacity: capacity(c.o.Snapshot()), MaxAdmissions: c.o.MaxAdmissionsPerPass}
+	queued := map[string]*workload{}
+	partial := map[string][]*corev1.Pod{} // gang key -> gated members of a gang already partly admitted
+	admittedGangs := map[string]quota.Account{}
+	for _, obj := range c.o.Pods.GetStore().List() {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok || podreq.Terminal(pod) || pod.DeletionTimestamp != nil || !podreq.Wants(pod, c.o.Names) {
+			continue
+		}
+		req, err := podreq.FromPod(pod, podreq.Options{Names: c.o.Names, MemoryUnitMiB: c.o.MemoryUnitMiB})
+		if err != nil {
+			continue // rota-admission refuses these; the extender explains them at filter
+		}
+		team := podreq.Team(pod, ns[pod.Namespace], c.o.Names, cfg.AllowPodTeamOverride)
+		if _, known := cfg.Teams[team]; !known && cfg.Policy() == quota.UnlimitedUnknown {
+			cfg = withUnlimited(cfg, team)
+			in.Config = cfg
+		}
+		amt := quota.Amount{GPUs: int64(req.GPUs), MemoryMiB: contract.MiB(req.MemoryUnits) * c.o.MemoryUnitMiB}
+		ref, _ := podreq.GangOf(pod, c.o.Names)
+		if !podreq.Queued(pod, c.o.Names) {
+			acct := c.account(cfg, pod, team)
+			u := in.Admitted[acct]
+			if pod.Spec.NodeName != "" {
+				u.Running = u.Running.Add(amt)
+			} else {
+				u.Pending = u.Pending.Add(amt)
+			}
+			in.Admitted[acct] = u
+			tu := in.TeamUse[team]
+			tu.GPUs += amt.GPUs
+			tu.MemoryMiB += int64(amt.MemoryMiB)
+			tu.CPUMilli += req.CPUMilli
+			in.TeamUse[team] = tu
+			if ref != nil {
+				admittedGangs[ref.Key] = acct
+			}
+			continue
+		}
+		key := pod.Namespace + "/" + pod.Name
+		members := 1
+		if ref != nil {
+			key = ref.Key
+			members = max(1, ref.Size)
+		}
+		wl := queued[key]
+		if wl == nil {
+			models, _ := podreq.GPUModels(pod, c.o.Names)
+			prio := int32(0)
+			if pod.Spec.Priority != nil {
+				prio = *pod.Spec.Priority
+			}
+			wl = &workload{w: pkgqueue.Workload{Key: key, Team: team, Accounts: c.accounts(cfg, team, models), Priority: prio,
+				Created: pod.CreationTimestamp.Time, Members: members, PerMember: amt, CPUMilli: req.CPUMilli,
+				Shape: shape(req, amt)}}
+			queued[key] = wl
+		}
+		wl.pods = append(wl.pods, pod)
+		wl.w.Present = len(wl.pods)
+		if pod.CreationTimestamp.Time.Before(wl.w.Created) {
+			wl.w.Created = pod.CreationTimestamp.Time
+		}
+	}
+	// A gang with members admitted and members still gated (an admission
+	// cut short, by a failed update or a restart) is completed first: its
+	// quota was taken when it was admitted, so its gated members count as
+	// admitted too.
+	for key, acct := range admittedGangs {
+		wl, ok := queued[key]
+		if !ok {
+			continue
+		}
+		delete(queued, key)
+		partial[key] = wl.pods
+		u := in.Admitted[acct]
+		u.Pending = u.Pending.Add(wl.w.PerMember.Times(int64(len(wl.pods))))
+		in.Admitted[acct] = u
+		c.complete(ctx, key, acct, wl, now)
+	}
+	for _, wl := range queued {
+		in.Queued = append(in.Queued, wl.w)
+	}
+	byKey := queued
+	res := pkgqueue.Plan(in, pkgqueue.FitterFunc(func(w *pkgqueue.Workload, a quota.Account) (bool, string) {
+		wl := byKey[w.Key]
+		slices.SortFunc(wl.pods, func(x, y *corev1.Pod) int { return strings.Compare(x.Name, y.Name) })
+		h, reason := c.o.Holder.HoldRoom(wl.pods, a.Model, now.Add(c.o.HoldTTL))
+		if reason != "" {
+			return false, reason
+		}
+		wl.hold, wl.acct = h, a
+		return true, ""
+	}))
+	for _, adm := range res.Admitted {
+		wl := byKey[adm.Workload.Key]
+		c.admit(ctx, wl, now)
+	}
+	c.report(ctx, in, res, byKey, now)
+	if len(res.Admitted) > 0 || len(partial) > 0 {
+		logger.V(2).Info("Queue pass", "admitted", len(res.Admitted), "completed", len(partial), "waiting", len(res.Waiting))
+	}
+}
+
+// admit removes the gate from every pod of an admitted workload, in one
+// update per pod. A pod whose update fails gives its hold back and stays
+// queued (a gang's admitted members are completed by the next pass).
+func (c *Controller) admit(ctx context.Context, wl *workload, now time.Time) {
+	logger := klog.FromContext(ctx)
+	waited := now.Sub(wl.w.Created)
+	ok := 0
+	for i, pod := range wl.pods {
+		var a ledger.Allocation
+		if i < len(wl.hold.Allocations) {
+			a = wl.hold.Allocations[i]
+		}
+		if err := c.ungate(ctx, pod, wl, a, now); err != nil {
+			logger.Error(err, "Admitting a queued pod failed; it stays queued", logkey.Pod, klog.KObj(pod))
+			c.o.Holder.ReleaseHold(scheduling.Hold{Allocations: []ledger.Allocation{a}})
+			continue
+		}
+		ok++
+		c.event(pod, corev1.EventTypeNormal, "Admitted", fmt.Sprintf("admitted to team %s after %s in the queue%s",
+			wl.acct, waited.Round(time.Second), where(wl.hold)))
+	}
+	c.o.Metrics.Admissions.WithLabelValues(wl.w.Team).Add(float64(ok))
+	c.o.Metrics.Wait.WithLabelValues(wl.w.Team).Observe(waited.Seconds())
+	logger.V(2).Info("Admitted", "workload", wl.w.Key, "team", wl.w.Team, "account", wl.acct.String(), "pods", ok,
+		"waited", waited.Round(time.Millisecond), "where", wl.hold.Where)
+}
+
+// complete admits the gated members of a gang that is already partly
+// admitted: room is held for them (or they go where they fit) and the gate
+// removed, without a quota check.
+func (c *Controller) complete(ctx context.Context, key string, acct quota.Account, wl *workload, now time.Time) {
+	slices.SortFunc(wl.pods, func(x, y *corev1.Pod) int { return strings.Compare(x.Name, y.Name) })
+	h, reason := c.o.Holder.HoldRoom(wl.pods, acct.Model, now.Add(c.o.HoldTTL))
+	if reason != "" {
+		klog.FromContext(ctx).V(2).Info("Completing a partly admitted gang without holding room", "gang", key, logkey.Reason, reason)
+	}
+	wl.hold, wl.acct = h, acct
+	c.admit(ctx, wl, now)
+}
+
+func where(h scheduling.Hold) string {
+	switch {
+	case len(h.Allocations) == 0:
+		return ""
+	case h.Level == placement.TierNode:
+		return "; room held on node " + h.Where
+	default:
+		return "; room held in " + h.Where
+	}
+}
+
+// ungate is the one update that admits a pod: the gate removed, the
+// admission record written, a gang narrowed to its tier, the declared
+// runtime enforced. The pod's UID is a precondition.
+func (c *Controller) ungate(ctx context.Context, pod *corev1.Pod, wl *workload, a ledger.Allocation, now time.Time) error {
+	rec := contract.Admission{Version: contract.Version, AdmittedAt: now.UTC().Truncate(time.Second),
+		QueuedFor: now.Sub(wl.w.Created).Round(time.Second).String(), Team: wl.acct.Team, Model: wl.acct.Model}
+	if a.PodUID == string(pod.UID) && len(a.GPUs) > 0 {
+		as := podreq.ToAssignment(a)
+		rec.Hold, rec.HoldUntil = &as, a.Expires.UTC()
+	}
+	data, err := rec.Marshal()
+	if err != nil {
+		return err
+	}
+	spec := map[string]any{
+		"schedulingGates": []map[string]any{{"name": c.o.Names.QueueGate, "$patch": "delete"}},
+	}
+	if sel := c.tierSelector(wl.hold); sel != nil {
+		spec["nodeSelector"] = sel
+	}
+	if d, ok, err := podreq.MaxRuntime(pod, c.o.Names); err == nil && ok {
+		secs := int64(math.Ceil(d.Seconds()))
+		if pod.Spec.ActiveDeadlineSeconds == nil || *pod.Spec.ActiveDeadlineSeconds > secs {
+			spec["activeDeadlineSeconds"] = secs
+		}
+	}
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"uid": pod.UID, "annotations": map[string]string{c.o.Names.AdmissionAnnotation: string(data)}},
+		"spec":     spec,
+	})
+	if err != nil {
+		return err
+	}
+	_, err = c.o.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: "rota-queue"})
+	if err != nil {
+		return fmt.Errorf("admit pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	c.mu.Lock()
+	delete(c.written, pod.UID)
+	delete(c.seen, pod.UID)
+	c.mu.Unlock()
+	return nil
+}
+
+// tierSelector narrows a gang to its planned tier: a node selector on the
+// tier label (allowed on a gated pod, as a narrowing). A gang planned onto
+// one node, or across the cluster, needs none: each member's hold already
+// names its node.
+func (c *Controller) tierSelector(h scheduling.Hold) map[string]string {
+	if len(h.Allocations) < 2 || h.Level < 0 || h.Level >= len(c.o.TierLabels) {
+		return nil
+	}
+	return map[string]string{c.o.TierLabels[h.Level]: h.Where}
+}
+
+// report writes where each waiting pod stands and refreshes the positions
+// and metrics.
+func (c *Controller) report(ctx context.Context, in pkgqueue.Input, res pkgqueue.Result, byKey map[string]*workload, now time.Time) {
+	status := make(map[string]Position, len(res.Waiting))
+	teams := map[string]TeamStatus{}
+	for t, u := range in.TeamUse {
+		teams[t] = TeamStatus{Team: t, GPUs: u.GPUs, MemoryMiB: u.MemoryMiB}
+	}
+	for key, st := range res.Waiting {
+		wl := byKey[key]
+		ts := teams[wl.w.Team]
+		ts.Team = wl.w.Team
+		ts.Queued += len(wl.pods)
+		teams[wl.w.Team] = ts
+		msg := fmt.Sprintf("position %d of %d in team %s; %s", st.Position, st.Of, wl.w.Team, st.Message)
+		if st.Ahead > 0 {
+			msg += fmt.Sprintf("; %d ahead need %s", st.Ahead, st.AheadNeed)
+		}
+		for _, pod := range wl.pods {
+			k := pod.Namespace + "/" + pod.Name
+			status[k] = Position{Pod: k, Workload: key, Team: wl.w.Team, Position: st.Position, Of: st.Of,
+				Reason: string(st.Reason), Message: msg, Waiting: now.Sub(wl.w.Created).Seconds()}
+			c.condition(ctx, pod, string(st.Reason), msg, now)
+		}
+	}
+	for t, ts := range teams {
+		ts.Share = shareOf(in, t)
+		teams[t] = ts
+		c.o.Metrics.Length.WithLabelValues(t).Set(float64(ts.Queued))
+	}
+	queuedUIDs := map[types.UID]bool{}
+	for _, wl := range byKey {
+		for _, p := range wl.pods {
+			queuedUIDs[p.UID] = true
+		}
+	}
+	c.mu.Lock()
+	c.status, c.teams = status, teams
+	// Forget pods that left the queue (admitted, deleted).
+	for uid := range c.written {
+		if !queuedUIDs[uid] {
+			delete(c.written, uid)
+		}
+	}
+	for uid := range c.seen {
+		if !queuedUIDs[uid] {
+			delete(c.seen, uid)
+		}
+	}
+	c.mu.Unlock()
+}
+
+func shareOf(in pkgqueue.Input, team string) float64 {
+	u := in.TeamUse[team]
+	s := 0.0
+	if in.Capacity.GPUs > 0 {
+		s = max(s, float64(u.GPUs)/float64(in.Capacity.GPUs))
+	}
+	if in.Capacity.MemoryMiB > 0 {
+		s = max(s, float64(u.MemoryMiB)/float64(in.Capacity.MemoryMiB))
+	}
+	if in.Capacity.CPUMilli > 0 {
+		s = max(s, float64(u.CPUMilli)/float64(in.Capacity.CPUMilli))
+	}
+	return s
+}
+
+// condition writes the Queued condition when its message changed, at most
+// once per ConditionInterval per pod and within the cluster-wide rate.
+func (c *Controller) condition(ctx context.Context, pod *corev1.Pod, reason, msg string, now time.Time) {
+	c.mu.Lock()
+	last, wrote := c.written[pod.UID]
+	first := !c.seen[pod.UID]
+	c.seen[pod.UID] = true
+	c.mu.Unlock()
+	if first {
+		c.event(pod, corev1.EventTypeNormal, "Queued", msg)
+	}
+	if wrote && (last.msg == msg || now.Sub(last.at) < c.o.ConditionInterval) {
+		return
+	}
+	if !c.limiter.AllowN(now, 1) {
+		return
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{{
+		Type: corev1.PodConditionType(c.o.Names.QueuedCondition), Status: corev1.ConditionTrue,
+		Reason: reason, Message: msg, LastTransitionTime: metav1.NewTime(now)}}}})
+	if err != nil {
+		return
+	}
+	_, err = c.o.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch,
+		metav1.PatchOptions{FieldManager: "rota-queue"}, "status")
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Writing the Queued condition failed", logkey.Pod, klog.KObj(pod), logkey.Reason, err.Error())
+		return
+	}
+	c.o.Metrics.ConditionWrites.Inc()
+	c.mu.Lock()
+	c.written[pod.UID] = condWrite{at: now, msg: msg}
+	c.mu.Unlock()
+}
+
+func (c *Controller) event(pod *corev1.Pod, typ, reason, msg string) {
+	if c.o.Recorder != nil {
+		c.o.Recorder.Event(pod, typ, reason, msg)
+	}
+}
+
+// config is the quota configuration in force; without one every team is
+// admitted without quota (as rota-admission does).
+func (c *Controller) config() quota.Config {
+	if q := c.o.Quota(); q != nil {
+		return *q
+	}
+	return quota.Config{UnknownTeams: quota.UnlimitedUnknown}
+}
+
+// withUnlimited returns cfg with an entry for team that never runs out: a
+// team the configuration does not list, while unknown teams are unlimited.
+// The map is copied; cfg is not changed.
+func withUnlimited(cfg quota.Config, team string) quota.Config {
+	teams := make(map[string]quota.Team, len(cfg.Teams)+1)
+	for k, v := range cfg.Teams {
+		teams[k] = v
+	}
+	teams[team] = quota.Team{GPUs: math.MaxInt32, GPUMemoryGiB: math.MaxInt32}
+	cfg.Teams = teams
+	return cfg
+}
+
+func (c *Controller) accounts(cfg quota.Config, team string, models []string) []quota.Account {
+	if _, ok := cfg.Teams[team]; !ok {
+		if cfg.Policy() == quota.UnlimitedUnknown {
+			return []quota.Account{{Team: team}}
+		}
+		return nil
+	}
+	return cfg.Accounts(team, models)
+}
+
+// account is the account an admitted pod is charged to: its admission
+// record's, else the first its team and models allow.
+func (c *Controller) account(cfg quota.Config, pod *corev1.Pod, team string) quota.Account {
+	if adm, err := podreq.AdmissionOf(pod, c.o.Names); err == nil && adm != nil {
+		return quota.Account{Team: adm.Team, Model: adm.Model}
+	}
+	models, _ := podreq.GPUModels(pod, c.o.Names)
+	if as := c.accounts(cfg, team, models); len(as) > 0 {
+		return as[0]
+	}
+	return quota.Account{Team: team}
+}
+
+func (c *Controller) namespaces() map[string]map[string]string {
+	out := map[string]map[string]string{}
+	for _, obj := range c.o.Namespaces.GetStore().List() {
+		if n, ok := obj.(metav1.Object); ok {
+			out[n.GetName()] = n.GetLabels()
+		}
+	}
+	return out
+}
+
+func capacity(s *ledger.Snapshot) pkgqueue.Capacity {
+	var c pkgqueue.Capacity
+	if s == nil {
+		return c
+	}
+	for _, name := range s.Names() {
+		ni := s.Node(name)
+		if ni == nil || ni.Node == nil {
+			continue
+		}
+		c.GPUs += int64(len(ni.Node.GPUs))
+		for _, g := range ni.Node.GPUs {
+			c.MemoryMiB += int64(g.MemoryMiB)
+		}
+		c.CPUMilli += ni.Node.CPUMilli
+	}
+	return c
+}
+
+func shape(r placement.Request, amt quota.Amount) string {
+	return fmt.Sprintf("%d/%d/%d/%d/%s", amt.GPUs, amt.MemoryMiB, r.CPUMilli, r.HostMemoryMiB, strings.Join(r.Models, ","))
+}

@@ -1,0 +1,33 @@
+package queue
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the queue controller's Prometheus metrics.
+type Metrics struct {
+	Length          *prometheus.GaugeVec
+	Admissions      *prometheus.CounterVec
+	Wait            *prometheus.HistogramVec
+	Reclaims        *prometheus.CounterVec
+	ConditionWrites prometheus.Counter
+}
+
+// NewMetrics registers the metrics with reg (nil: not registered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Length: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rota_queue_length",
+			Help: "Pods queued (gated) per team."}, []string{"team"}),
+		Admissions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rota_queue_admissions_total",
+			Help: "Pods the queue controller admitted, per team."}, []string{"team"}),
+		Wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "rota_queue_wait_seconds",
+			Help:    "Time from a workload's creation to its admission, per team.",
+			Buckets: []float64{1, 5, 15, 60, 300, 900, 1800, 3600, 7200, 14400, 43200, 86400}}, []string{"team"}),
+		Reclaims: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rota_queue_reclaims_total",
+			Help: "Workloads evicted to return a team's guarantee, per team that got the capacity back."}, []string{"team"}),
+		ConditionWrites: prometheus.NewCounter(prometheus.CounterOpts{Name: "rota_queue_condition_writes_total",
+			Help: "Queued condition writes (bounded per pod and cluster-wide)."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Length, m.Admissions, m.Wait, m.Reclaims, m.ConditionWrites)
+	}
+	return m
+}
