@@ -46,14 +46,11 @@ type Options struct {
 	// informer (team and queueing labels).
 	Pods       cache.SharedIndexInformer
 	Namespaces cache.SharedIndexInformer
-	// Quota returns the current quota configuration; nil means none is
-	// loaded (every team is then admitted without quota, as rota-admission
-	// does without a configuration).
-	Quota func() *quota.Config
-	// RequireQuota skips passes while Quota returns nil (a configured
-	// ConfigMap not loaded yet, or missing): nothing is admitted without
-	// the quota it would be charged to.
-	RequireQuota bool
+	// Quota returns the current quota configuration: nil when there is
+	// none (every team is then admitted without quota, as rota-admission
+	// does); ok false while the configuration exists but does not parse
+	// (the pass then admits nothing).
+	Quota func() (cfg *quota.Config, ok bool)
 	// Synced are further informers to wait for before the first pass.
 	Synced []cache.InformerSynced
 	Holder Holder
@@ -206,11 +203,15 @@ type workload struct {
 func (c *Controller) Pass(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	now := c.now()
-	if c.o.RequireQuota && c.o.Quota() == nil {
-		logger.V(2).Info("No quota configuration loaded; nothing is admitted until one is")
+	q, ok := c.o.Quota()
+	if !ok {
+		logger.V(2).Info("The quota configuration does not parse; nothing is admitted until it does")
 		return
 	}
-	cfg := c.config()
+	cfg := quota.Config{UnknownTeams: quota.UnlimitedUnknown}
+	if q != nil {
+		cfg = *q
+	}
 	ns := c.namespaces()
 	in := pkgqueue.Input{Config: cfg, Admitted: map[quota.Account]quota.Usage{}, TeamUse: map[string]pkgqueue.Use{},
 		Capacity: capacity(c.o.Snapshot()), MaxAdmissions: c.o.MaxAdmissionsPerPass}
@@ -528,15 +529,6 @@ func (c *Controller) event(pod *corev1.Pod, typ, reason, msg string) {
 	if c.o.Recorder != nil {
 		c.o.Recorder.Event(pod, typ, reason, msg)
 	}
-}
-
-// config is the quota configuration in force; without one every team is
-// admitted without quota (as rota-admission does).
-func (c *Controller) config() quota.Config {
-	if q := c.o.Quota(); q != nil {
-		return *q
-	}
-	return quota.Config{UnknownTeams: quota.UnlimitedUnknown}
 }
 
 // withUnlimited returns cfg with an entry for team that never runs out: a

@@ -23,8 +23,9 @@ type QuotaSource struct {
 	logger  klog.Logger
 	Factory informers.SharedInformerFactory
 
-	mu  sync.Mutex
-	cfg *quota.Config
+	mu      sync.Mutex
+	cfg     *quota.Config
+	invalid bool // the ConfigMap exists and no version of it parsed yet
 }
 
 // NewQuotaSource watches ConfigMap namespace/name (only that one object).
@@ -50,17 +51,23 @@ func (q *QuotaSource) changed(obj any) {
 	cfg, err := quota.ParseYAML([]byte(cm.Data[q.key]))
 	if err != nil {
 		q.logger.Error(err, "Quota configuration does not parse; the queue keeps the last good one", "configMap", klog.KObj(cm), "key", q.key)
+		q.mu.Lock()
+		q.invalid = q.cfg == nil
+		q.mu.Unlock()
 		return
 	}
 	q.mu.Lock()
-	q.cfg = &cfg
+	q.cfg, q.invalid = &cfg, false
 	q.mu.Unlock()
 	q.logger.V(2).Info("Quota configuration loaded", "configMap", klog.KObj(cm), "teams", len(cfg.Teams))
 }
 
-// Current returns the configuration in force, nil before one was loaded.
-func (q *QuotaSource) Current() *quota.Config {
+// Current returns the configuration in force: nil when there is no
+// ConfigMap (every team is admitted without quota, as rota-admission does);
+// ok is false while the ConfigMap exists but no version of it has parsed
+// (nothing is admitted then, rather than admitted without its quota).
+func (q *QuotaSource) Current() (cfg *quota.Config, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.cfg
+	return q.cfg, !q.invalid
 }
