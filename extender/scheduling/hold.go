@@ -47,8 +47,15 @@ func (e *Extender) HoldRoom(pods []*corev1.Pod, model string, expires time.Time)
 	e.gangs.mu.Lock() // planning and holding are serialized with gang planning
 	defer e.gangs.mu.Unlock()
 	snap := e.ledger.Snapshot()
+	if snap.Len() == 0 {
+		return Hold{}, "no GPU node is known yet"
+	}
+	candidates := e.eligible(pods[0], snap)
+	if len(candidates) == 0 {
+		return Hold{}, fmt.Sprintf("none of the %d GPU nodes matches the pod's %s and tolerations", snap.Len(), affinityTerms(pods[0]))
+	}
 	if len(pods) == 1 {
-		return e.holdOne(req, snap, expires)
+		return e.holdOne(req, snap, candidates, expires)
 	}
 	ref, _ := podreq.GangOf(pods[0], e.names)
 	key := pods[0].Namespace + "/" + pods[0].Name
@@ -60,7 +67,7 @@ func (e *Extender) HoldRoom(pods []*corev1.Pod, model string, expires time.Time)
 		g.UIDs = append(g.UIDs, string(p.UID))
 		g.Pods = append(g.Pods, p.Namespace+"/"+p.Name)
 	}
-	plan, reason := placement.PlanGang(g, snap, nil, e.o.Tiers)
+	plan, reason := placement.PlanGang(g, snap, candidates, e.o.Tiers)
 	if reason != nil {
 		return Hold{}, reason.Message()
 	}
@@ -76,11 +83,11 @@ func (e *Extender) HoldRoom(pods []*corev1.Pod, model string, expires time.Time)
 
 // holdOne holds one pod on the best node: the highest policy score, the
 // first by name among equals.
-func (e *Extender) holdOne(req placement.Request, snap *ledger.Snapshot, expires time.Time) (Hold, string) {
+func (e *Extender) holdOne(req placement.Request, snap *ledger.Snapshot, candidates []string, expires time.Time) (Hold, string) {
 	best, bestScore := "", int64(0)
 	var bestChoice placement.Choice
 	var tally reasonTally
-	for _, n := range snap.Names() {
+	for _, n := range candidates {
 		ni := snap.Node(n)
 		c, reason := placement.Fit(req, ni)
 		if reason != nil {
@@ -95,16 +102,28 @@ func (e *Extender) holdOne(req placement.Request, snap *ledger.Snapshot, expires
 		}
 	}
 	if best == "" {
-		if snap.Len() == 0 {
-			return Hold{}, "no GPU node is known yet"
-		}
-		return Hold{}, tally.summary(snap.Len())
+		return Hold{}, tally.summary(len(candidates))
 	}
 	a := bestChoice.Allocation(req, snap.Node(best))
 	if err := e.ledger.Reserve(a, expires); err != nil {
 		return Hold{}, fmt.Sprintf("holding room on node %s failed: %v", best, err)
 	}
 	return Hold{Allocations: []ledger.Allocation{a}, Level: placement.TierNode, Where: best}, ""
+}
+
+// eligible lists the ledger's nodes that kube-scheduler could place pod on
+// as far as its node selector, required node affinity and tolerations go
+// (the checks bind repeats, checkNode), so that room is never held where the
+// pod cannot go. Members of a gang share these (they ask the same).
+func (e *Extender) eligible(pod *corev1.Pod, snap *ledger.Snapshot) []string {
+	out := make([]string, 0, snap.Len())
+	for _, n := range snap.Names() {
+		node, ok := e.cache.Node(n)
+		if ok && checkNode(pod, node, nil) == nil {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // ReleaseHold frees what a hold reserved for pods that were not admitted
