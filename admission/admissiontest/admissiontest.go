@@ -99,6 +99,25 @@ func (b *PodBuilder) Phase(p corev1.PodPhase) *PodBuilder { b.pod.Status.Phase =
 // UID sets the UID ("" clears it).
 func (b *PodBuilder) UID(uid string) *PodBuilder { b.pod.UID = types.UID(uid); return b }
 
+// Gated adds Rota's queue gate, as the mutating webhook does.
+func (b *PodBuilder) Gated() *PodBuilder { return b.SchedulingGate(b.names.QueueGate) }
+
+// SchedulingGate adds a scheduling gate.
+func (b *PodBuilder) SchedulingGate(name string) *PodBuilder {
+	b.pod.Spec.SchedulingGates = append(b.pod.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: name})
+	return b
+}
+
+// InitGPUs adds an init container that asks for n whole GPUs.
+func (b *PodBuilder) InitGPUs(n int) *PodBuilder {
+	q := resource.MustParse(fmt.Sprint(n))
+	b.pod.Spec.InitContainers = append(b.pod.Spec.InitContainers, corev1.Container{Name: "init", Image: "prep",
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceName(b.names.GPU): q},
+			Limits:   corev1.ResourceList{corev1.ResourceName(b.names.GPU): q}}})
+	return b
+}
+
 // Obj returns the pod.
 func (b *PodBuilder) Obj() *corev1.Pod { return b.pod.DeepCopy() }
 
@@ -111,11 +130,26 @@ func Namespace(name, team string) *corev1.Namespace {
 	return ns
 }
 
-// Node returns a node with a topology annotation of n GPUs of memMiB each.
+// QueueingOff labels a namespace with queueing off.
+func QueueingOff(ns *corev1.Namespace) *corev1.Namespace {
+	if ns.Labels == nil {
+		ns.Labels = map[string]string{}
+	}
+	ns.Labels[contract.Default.QueueingLabel] = contract.QueueingOff
+	return ns
+}
+
+// Node returns a node with a topology annotation of n "H100" GPUs of memMiB
+// each.
 func Node(name string, n int, memMiB contract.MiB) *corev1.Node {
+	return ModelNode(name, "H100", n, memMiB)
+}
+
+// ModelNode returns a node with n GPUs of one model, memMiB each.
+func ModelNode(name, model string, n int, memMiB contract.MiB) *corev1.Node {
 	t := contract.Topology{Version: contract.Version, MemoryUnitMiB: contract.DefaultMemoryUnitMiB}
 	for i := range n {
-		t.GPUs = append(t.GPUs, contract.TopologyGPU{Index: i, UUID: fmt.Sprintf("GPU-%s-%d", name, i), Model: "H100",
+		t.GPUs = append(t.GPUs, contract.TopologyGPU{Index: i, UUID: fmt.Sprintf("GPU-%s-%d", name, i), Model: model,
 			MemoryMiB: memMiB, Health: contract.Healthy, Island: 0})
 	}
 	data, err := t.Marshal()
@@ -144,6 +178,16 @@ func Review(op admissionv1.Operation, pod, old *corev1.Pod) []byte {
 		req.OldObject = raw(old)
 	}
 	return Body(req)
+}
+
+// ReviewAs is Review sent by user (the request's userInfo.username).
+func ReviewAs(op admissionv1.Operation, pod, old *corev1.Pod, user string) []byte {
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(Review(op, pod, old), &review); err != nil {
+		panic(err)
+	}
+	review.Request.UserInfo.Username = user
+	return Body(review.Request)
 }
 
 // Body wraps a request into an AdmissionReview body.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/rota-sched/rota/pkg/contract"
@@ -52,6 +53,41 @@ type Config struct {
 	RetryPeriod   time.Duration `json:"retryPeriod"`
 	// ShutdownTimeout bounds the graceful shutdown of the HTTPS server.
 	ShutdownTimeout time.Duration `json:"shutdownTimeout"`
+	// QueueControllers are the users (as the API server authenticates
+	// them) that may remove Rota's queue gate from a pod: the queue
+	// controller in rota-extender. Empty means the extender's
+	// ServiceAccount in Namespace (DefaultQueueController).
+	QueueControllers []string `json:"queueControllers,omitempty"`
+}
+
+// DefaultQueueControllerAccount is the ServiceAccount rota-extender runs as
+// in the chart (release "rota").
+const DefaultQueueControllerAccount = "rota-extender"
+
+// DefaultQueueController is the user name of the ServiceAccount
+// DefaultQueueControllerAccount in namespace.
+func DefaultQueueController(namespace string) string {
+	return "system:serviceaccount:" + namespace + ":" + DefaultQueueControllerAccount
+}
+
+// QueueControllerUsers returns QueueControllers, or the default.
+func (c Config) QueueControllerUsers() []string {
+	if len(c.QueueControllers) == 0 {
+		return []string{DefaultQueueController(c.Namespace)}
+	}
+	return c.QueueControllers
+}
+
+// ParseUsers reads a comma-separated list of user names (spaces around
+// names are dropped; "" is an empty list).
+func ParseUsers(s string) []string {
+	var out []string
+	for u := range strings.SplitSeq(s, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // Default returns the defaults.
@@ -119,6 +155,13 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		bad("shutdown-timeout", c.ShutdownTimeout, "must be positive")
+	}
+	for _, u := range c.QueueControllers {
+		if u == "" || strings.ContainsAny(u, " \t\n,") {
+			bad("queue-controller-users", strings.Join(c.QueueControllers, ","),
+				"want user names separated by commas, e.g. "+DefaultQueueController("rota-system"))
+			break
+		}
 	}
 	return errors.Join(errs...)
 }

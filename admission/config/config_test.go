@@ -103,3 +103,25 @@ func FuzzParseQuota(f *testing.F) {
 		}
 	})
 }
+
+func TestQueueControllers(t *testing.T) {
+	if got := ParseUsers(" a, b ,,c "); !reflect.DeepEqual(got, []string{"a", "b", "c"}) {
+		t.Errorf("ParseUsers = %q", got)
+	}
+	if got := ParseUsers(""); got != nil {
+		t.Errorf("ParseUsers(\"\") = %q, want none", got)
+	}
+	c := Default()
+	c.TLSCertFile, c.TLSKeyFile, c.Identity = "c", "k", "me"
+	if got := c.QueueControllerUsers(); !reflect.DeepEqual(got, []string{"system:serviceaccount:rota-system:rota-extender"}) {
+		t.Errorf("default = %q", got)
+	}
+	c.QueueControllers = []string{"x", "has space"}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--queue-controller-users") {
+		t.Errorf("Validate with a user name holding a space = %v", err)
+	}
+	c.QueueControllers = []string{"x"}
+	if err := c.Validate(); err != nil {
+		t.Errorf("Validate = %v", err)
+	}
+}

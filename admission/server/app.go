@@ -36,6 +36,7 @@ type App struct {
 	client  kubernetes.Interface
 	view    *view.View
 	handler *webhook.Handler
+	mutator *webhook.Handler
 	loader  *quotaLoader
 	gather  prometheus.Gatherer
 
@@ -65,8 +66,10 @@ func NewApp(cfg config.Config, client kubernetes.Interface, reg *prometheus.Regi
 	v := view.New(view.Options{Names: names, MemoryUnitMiB: contract.MiB(cfg.MemoryUnitMiB),
 		ReservationTTL: cfg.ReservationTTL, ConfigSource: source})
 	a := &App{cfg: cfg, names: names, client: client, view: v, gather: reg}
-	a.handler = webhook.New(webhook.Options{Names: names, View: v, Active: a.active.Load,
-		Namespaces: namespaceGetter{client}, Metrics: webhook.NewMetrics(reg)})
+	wo := webhook.Options{Names: names, View: v, Active: a.active.Load,
+		Namespaces: namespaceGetter{client}, Metrics: webhook.NewMetrics(reg),
+		QueueControllers: cfg.QueueControllerUsers()}
+	a.handler, a.mutator = webhook.New(wo), webhook.NewMutating(wo)
 	reg.MustRegister(view.NewCollector(v), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "rota_admission_active",
 		Help: "1 when this replica admits GPU pods (it holds the leader lease, or leader election is off).",
@@ -238,11 +241,13 @@ func (a *App) Ready() error {
 	return errors.Join(errs...)
 }
 
-// Routes returns the HTTP routes: POST /validate, /healthz, /readyz and
-// /metrics.
+// Routes returns the HTTP routes: POST /validate (the validating webhook),
+// POST /mutate (the mutating webhook: the queue gate), /healthz, /readyz
+// and /metrics.
 func (a *App) Routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/validate", a.handler)
+	mux.Handle("/mutate", a.mutator)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})

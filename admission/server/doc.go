@@ -1,7 +1,8 @@
 // Package server wires rota-admission together: the client-go informers
 // that feed the usage view (pods, namespaces, nodes) and the quota
 // ConfigMap, leader election, the HTTPS server with certificate reload, the
-// health and metrics endpoints, and graceful shutdown. main builds a
+// health and metrics endpoints (the validating webhook on /validate, the
+// mutating one on /mutate), and graceful shutdown. main builds a
 // config.Config and calls Run.
 //
 // # Guarantee across replicas

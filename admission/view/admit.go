@@ -39,6 +39,9 @@ type Request struct {
 	Gang   *podreq.GangRef
 	// Priority is the pod's resolved priority, nil when unset.
 	Priority *int32
+	// Models are the GPU models the pod accepts (podreq.GPUModels; empty:
+	// any). Only Queue reads them.
+	Models []string
 	// DryRun decides without reserving.
 	DryRun bool
 }
@@ -65,36 +68,30 @@ func (v *View) Admit(req Request) Outcome {
 
 	cfg := v.cfg
 	if cfg == nil {
-		return Outcome{Reason: NoConfig, Message: fmt.Sprintf(
-			"Rota's quota configuration (%s) is not loaded yet, so GPU pods cannot be admitted; try again in a minute, or ask a cluster admin to check the webhook's log",
-			v.o.ConfigSource)}
+		return v.noConfig()
 	}
 	// A new CREATE for a name replaces an earlier admission of that name
 	// (a failed or retried create): at most one of them becomes the pod.
 	v.dropPodRes(k)
 
 	bk := bucketKey{ns: req.Namespace, podTeam: req.PodTeam}
-	team := v.teamOf(cfg, bk)
-	t, known := cfg.Team(team)
-	out := Outcome{Team: team}
+	out, t, known, denied := v.teamChecks(cfg, bk, req)
+	if denied {
+		return out
+	}
+	team := out.Team
 	deny := func(r Reason, msg string) Outcome {
 		out.Reason, out.Message = r, msg
 		return out
 	}
-	if !known && cfg.Policy() == quota.DenyUnknown {
-		if team == "" {
-			return deny(NoTeam, fmt.Sprintf(
-				"namespace %s has no %s label, so Rota cannot charge its GPU use to a team; ask a cluster admin to label it (kubectl label namespace %s %s=<team>)",
-				req.Namespace, v.o.Names.TeamLabel, req.Namespace, v.o.Names.TeamLabel))
+	if known && len(t.Models) > 0 {
+		_, why := v.queueingOff(req.Namespace)
+		if why == "" {
+			why = "the pod was created without Rota's queue gate " + v.o.Names.QueueGate
 		}
-		return deny(UnknownTeam, fmt.Sprintf(
-			"team %s has no GPU quota in Rota's quota configuration (%s); ask a cluster admin to add the team",
-			team, v.o.ConfigSource))
-	}
-	if known && req.Priority != nil && !t.PriorityAllowed(*req.Priority) {
-		return deny(PriorityCeiling, fmt.Sprintf(
-			"team %s may use pod priority up to %d; this pod has priority %d; choose a lower PriorityClass",
-			team, *t.MaxPriority, *req.Priority))
+		return deny(PerModelNeedsQueue, fmt.Sprintf(
+			"team %s has GPU quota per GPU model, which only Rota's queue charges, and this pod is not queued: %s; ask a cluster admin to turn queueing on for the namespace",
+			team, why))
 	}
 
 	need := req.Amount
@@ -110,7 +107,7 @@ func (v *View) Admit(req Request) Outcome {
 		}
 		if size := req.Gang.Size; size > 0 {
 			total := req.Amount.Times(int64(size))
-			if msg := v.tooLarge(req, total); msg != "" {
+			if msg := tooLarge(req, total, v.caps, "the whole cluster has"); msg != "" {
 				return deny(GangTooLarge, msg)
 			}
 			if known && !total.Fits(cfg.Reachable(team)) {
@@ -147,6 +144,9 @@ func (v *View) Admit(req Request) Outcome {
 			msgs := make([]string, len(d.Shortfalls))
 			for i, s := range d.Shortfalls {
 				msgs[i] = s.Message(subject)
+			}
+			if n := v.queuedPods(cfg, team); n > 0 {
+				msgs = append(msgs, fmt.Sprintf("team %s also has %d pods in Rota's queue, not counted here", team, n))
 			}
 			return deny(QuotaExceeded, strings.Join(msgs, "; "))
 		}
@@ -198,18 +198,53 @@ func gangMismatch(req Request, g *gang) string {
 	return ""
 }
 
-// tooLarge checks a whole gang against everything the cluster has.
-func (v *View) tooLarge(req Request, total quota.Amount) string {
-	c := v.caps
+// tooLarge checks a whole gang against everything c has; where names it
+// ("the whole cluster has").
+func tooLarge(req Request, total quota.Amount, c Caps, where string) string {
 	switch {
 	case c.TotalGPUs > 0 && total.GPUs > int64(c.TotalGPUs):
-		return fmt.Sprintf("gang %s needs %d GPUs in total (%d pods x %s) but the whole cluster has %d; it can never run: make the gang smaller",
-			req.Gang.Name, total.GPUs, req.Gang.Size, req.Amount, c.TotalGPUs)
+		return fmt.Sprintf("gang %s needs %d GPUs in total (%d pods x %s) but %s %d; it can never run: make the gang smaller",
+			req.Gang.Name, total.GPUs, req.Gang.Size, req.Amount, where, c.TotalGPUs)
 	case c.TotalMemoryMiB > 0 && total.MemoryMiB > c.TotalMemoryMiB:
-		return fmt.Sprintf("gang %s needs %s of GPU memory in total (%d pods x %s) but the whole cluster has %s; it can never run: make the gang smaller",
-			req.Gang.Name, total.MemoryMiB, req.Gang.Size, req.Amount.MemoryMiB, c.TotalMemoryMiB)
+		return fmt.Sprintf("gang %s needs %s of GPU memory in total (%d pods x %s) but %s %s; it can never run: make the gang smaller",
+			req.Gang.Name, total.MemoryMiB, req.Gang.Size, req.Amount.MemoryMiB, where, c.TotalMemoryMiB)
 	}
 	return ""
+}
+
+func (v *View) noConfig() Outcome {
+	return Outcome{Reason: NoConfig, Message: fmt.Sprintf(
+		"Rota's quota configuration (%s) is not loaded yet, so GPU pods cannot be admitted; try again in a minute, or ask a cluster admin to check the webhook's log",
+		v.o.ConfigSource)}
+}
+
+// teamChecks finds the team a request is charged to and applies what
+// refuses a pod of it whatever the quota: the unknown-team policy and the
+// priority ceiling. denied reports a refusal, in out.
+func (v *View) teamChecks(cfg *quota.Config, bk bucketKey, req Request) (out Outcome, t quota.Team, known, denied bool) {
+	team := v.teamOf(cfg, bk)
+	t, known = cfg.Team(team)
+	out = Outcome{Team: team}
+	deny := func(r Reason, msg string) (Outcome, quota.Team, bool, bool) {
+		out.Reason, out.Message = r, msg
+		return out, t, known, true
+	}
+	if !known && cfg.Policy() == quota.DenyUnknown {
+		if team == "" {
+			return deny(NoTeam, fmt.Sprintf(
+				"namespace %s has no %s label, so Rota cannot charge its GPU use to a team; ask a cluster admin to label it (kubectl label namespace %s %s=<team>)",
+				req.Namespace, v.o.Names.TeamLabel, req.Namespace, v.o.Names.TeamLabel))
+		}
+		return deny(UnknownTeam, fmt.Sprintf(
+			"team %s has no GPU quota in Rota's quota configuration (%s); ask a cluster admin to add the team",
+			team, v.o.ConfigSource))
+	}
+	if known && req.Priority != nil && !t.PriorityAllowed(*req.Priority) {
+		return deny(PriorityCeiling, fmt.Sprintf(
+			"team %s may use pod priority up to %d; this pod has priority %d; choose a lower PriorityClass",
+			team, *t.MaxPriority, *req.Priority))
+	}
+	return out, t, known, false
 }
 
 func (v *View) neverFits(cfg *quota.Config, team string, req Request, total quota.Amount) string {

@@ -5,6 +5,13 @@
 // in-flight reservations of pods the webhook admitted but the informer has
 // not shown yet.
 //
+// Queued work: a pod that carries Rota's queue gate (see Gated) waits in the
+// queue and never counts against quota; the view counts such pods per team
+// separately (for maxQueuedPods and messages). Queue decides on a new gated
+// pod: it refuses only what can never run and otherwise holds a place under
+// the team's queued-pod cap until the informer shows the pod. Admitted use
+// is every ungated pod, pending or running, plus reservations.
+//
 // Admit makes the quota decision and records the reservation under one
 // mutex, so within one process admissions are serialised: two pods can never
 // both take the last free GPU. One lock for all teams (not one per team) is

@@ -9,6 +9,7 @@ import (
 type Collector struct {
 	v                                    *View
 	usage, quotaDesc, pool, reservations *prometheus.Desc
+	queued                               *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -29,6 +30,9 @@ func NewCollector(v *View) *Collector {
 		reservations: prometheus.NewDesc("rota_admission_reservations",
 			"Admissions held until the informer shows the pod, by kind (pod, gang).",
 			[]string{"kind"}, nil),
+		queued: prometheus.NewDesc("rota_admission_queued_pods",
+			"Pods waiting in Rota's queue (carrying the queue gate), per team, as the webhook counts them against maxQueuedPods; they hold no quota. team \"\" is namespaces without a team label.",
+			[]string{"team"}, nil),
 	}
 }
 
@@ -38,6 +42,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.quotaDesc
 	ch <- c.pool
 	ch <- c.reservations
+	ch <- c.queued
 }
 
 // Collect implements prometheus.Collector.
@@ -67,4 +72,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	pods, gangs := c.v.Reservations()
 	g(c.reservations, float64(pods), "pod")
 	g(c.reservations, float64(gangs), "gang")
+	for team, q := range c.v.Queued() {
+		g(c.queued, float64(q.Pods), team)
+	}
 }

@@ -41,12 +41,16 @@ type View struct {
 	pods    map[string]podRec
 	buckets map[bucketKey]*bucket
 	nsTeam  map[string]string // namespace -> its team label ("" when unlabelled)
-	gangs   map[string]*gang
-	podRes  map[string]*podRes
-	queue   []expiry // reservations in order of expiry (the TTL is constant)
-	head    int      // first live entry of queue
-	nodes   map[string]nodeEntry
-	caps    Caps
+	// nsQueueOff holds the namespaces labelled with queueing off.
+	nsQueueOff map[string]bool
+	gangs      map[string]*gang
+	podRes     map[string]*podRes
+	queue      []expiry // reservations in order of expiry (the TTL is constant)
+	head       int      // first live entry of queue
+	nodes      map[string]nodeEntry
+	caps       Caps
+	// modelCaps is caps per GPU model (as the device plugin names it).
+	modelCaps map[string]Caps
 }
 
 // bucketKey groups pods that are always charged to the same team: one
@@ -57,24 +61,34 @@ type bucketKey struct{ ns, podTeam string }
 
 type bucket struct {
 	running, pending, reserved quota.Amount
-	refs                       int
+	// queued is what the bucket's gated pods ask for; it never counts
+	// against quota. queuedPods counts them, queuedRes the gated pods the
+	// webhook accepted that the informer has not shown yet.
+	queued                quota.Amount
+	queuedPods, queuedRes int
+	refs                  int
 }
 
 // podRec is a pod the informer shows that holds Rota resources.
 type podRec struct {
-	uid      string
-	bucket   bucketKey
-	amt      quota.Amount
-	running  bool
+	uid     string
+	bucket  bucketKey
+	amt     quota.Amount
+	running bool
+	// queued: the pod carries the queue gate (it is waiting in Rota's
+	// queue and holds no quota).
+	queued   bool
 	gang     string
 	gangSize int
 }
 
-// podRes is an admitted pod the informer has not shown yet.
+// podRes is an admitted pod the informer has not shown yet. A queued one
+// (a gated pod) holds a place under its team's queued-pod cap, no quota.
 type podRes struct {
 	uid     string
 	bucket  bucketKey
 	amt     quota.Amount
+	queued  bool
 	gang    string
 	expires time.Time
 }
@@ -126,6 +140,13 @@ type nodeEntry struct {
 	gpus       int
 	maxMem     contract.MiB
 	totalMem   contract.MiB
+	// models is the node's GPUs per model.
+	models map[string]modelEntry
+}
+
+type modelEntry struct {
+	gpus             int
+	maxMem, totalMem contract.MiB
 }
 
 // New returns an empty view.
@@ -140,13 +161,14 @@ func New(o Options) *View {
 		o.Now = time.Now
 	}
 	return &View{
-		o:       o,
-		pods:    map[string]podRec{},
-		buckets: map[bucketKey]*bucket{},
-		nsTeam:  map[string]string{},
-		gangs:   map[string]*gang{},
-		podRes:  map[string]*podRes{},
-		nodes:   map[string]nodeEntry{},
+		o:          o,
+		pods:       map[string]podRec{},
+		buckets:    map[bucketKey]*bucket{},
+		nsTeam:     map[string]string{},
+		nsQueueOff: map[string]bool{},
+		gangs:      map[string]*gang{},
+		podRes:     map[string]*podRes{},
+		nodes:      map[string]nodeEntry{},
 	}
 }
 
@@ -198,6 +220,7 @@ func (v *View) record(pod *corev1.Pod) (podRec, bool) {
 		amt:     quota.Amount{GPUs: int64(r.GPUs), MemoryMiB: contract.MiB(r.MemoryUnits) * v.o.MemoryUnitMiB},
 		running: pod.Spec.NodeName != "",
 	}
+	rec.queued = !rec.running && Gated(pod, v.o.Names)
 	if g, _ := podreq.GangOf(pod, v.o.Names); g != nil {
 		rec.gang, rec.gangSize = g.Key, g.Size
 	}
@@ -255,9 +278,13 @@ func (v *View) addPod(k string, rec podRec) {
 	v.pods[k] = rec
 	b := v.bucket(rec.bucket)
 	b.refs++
-	if rec.running {
+	switch {
+	case rec.running:
 		b.running = b.running.Add(rec.amt)
-	} else {
+	case rec.queued:
+		b.queued = b.queued.Add(rec.amt)
+		b.queuedPods++
+	default:
 		b.pending = b.pending.Add(rec.amt)
 	}
 	if rec.gang != "" {
@@ -269,9 +296,13 @@ func (v *View) removePod(k string, rec podRec) {
 	delete(v.pods, k)
 	b := v.bucket(rec.bucket)
 	b.refs--
-	if rec.running {
+	switch {
+	case rec.running:
 		b.running = b.running.Sub(rec.amt)
-	} else {
+	case rec.queued:
+		b.queued = b.queued.Sub(rec.amt)
+		b.queuedPods--
+	default:
 		b.pending = b.pending.Sub(rec.amt)
 	}
 	v.release(rec.bucket, b)
@@ -317,7 +348,11 @@ func (v *View) addPodRes(k string, r *podRes) {
 	v.podRes[k] = r
 	b := v.bucket(r.bucket)
 	b.refs++
-	b.reserved = b.reserved.Add(r.amt)
+	if r.queued {
+		b.queuedRes++
+	} else {
+		b.reserved = b.reserved.Add(r.amt)
+	}
 	v.push(expiry{key: k, at: r.expires})
 }
 
@@ -329,7 +364,11 @@ func (v *View) dropPodRes(k string) {
 	delete(v.podRes, k)
 	b := v.bucket(r.bucket)
 	b.refs--
-	b.reserved = b.reserved.Sub(r.amt)
+	if r.queued {
+		b.queuedRes--
+	} else {
+		b.reserved = b.reserved.Sub(r.amt)
+	}
 	v.release(r.bucket, b)
 	if r.gang != "" {
 		v.updateGang(r.gang, 0, r.amt, func(g *gang) { g.reserved-- })
@@ -376,11 +415,16 @@ func (v *View) Expire() {
 	v.expire(now)
 }
 
-// UpsertNamespace records a namespace's team label.
+// UpsertNamespace records a namespace's team label and queueing label.
 func (v *View) UpsertNamespace(ns *corev1.Namespace) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.nsTeam[ns.Name] = ns.Labels[v.o.Names.TeamLabel]
+	if ns.Labels[v.o.Names.QueueingLabel] == contract.QueueingOff {
+		v.nsQueueOff[ns.Name] = true
+	} else {
+		delete(v.nsQueueOff, ns.Name)
+	}
 }
 
 // DeleteNamespace forgets a namespace.
@@ -388,6 +432,7 @@ func (v *View) DeleteNamespace(name string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	delete(v.nsTeam, name)
+	delete(v.nsQueueOff, name)
 }
 
 // NamespaceKnown reports whether the view has seen the namespace.
@@ -415,9 +460,15 @@ func (v *View) UpsertNode(node *corev1.Node) error {
 		var t contract.Topology
 		if t, err = contract.ParseTopology([]byte(ann)); err == nil {
 			e.gpus = len(t.GPUs)
+			e.models = map[string]modelEntry{}
 			for _, g := range t.GPUs {
 				e.maxMem = max(e.maxMem, g.MemoryMiB)
 				e.totalMem += g.MemoryMiB
+				m := e.models[g.Model]
+				m.gpus++
+				m.maxMem = max(m.maxMem, g.MemoryMiB)
+				m.totalMem += g.MemoryMiB
+				e.models[g.Model] = m
 			}
 		}
 	}
@@ -440,6 +491,7 @@ func (v *View) DeleteNode(name string) {
 
 func (v *View) recomputeCaps() {
 	var c Caps
+	models := map[string]Caps{}
 	for _, e := range v.nodes {
 		if e.gpus == 0 {
 			continue
@@ -449,8 +501,17 @@ func (v *View) recomputeCaps() {
 		c.MaxGPUMemoryMiB = max(c.MaxGPUMemoryMiB, e.maxMem)
 		c.TotalGPUs += e.gpus
 		c.TotalMemoryMiB += e.totalMem
+		for name, m := range e.models {
+			mc := models[name]
+			mc.Nodes++
+			mc.MaxGPUs = max(mc.MaxGPUs, m.gpus)
+			mc.MaxGPUMemoryMiB = max(mc.MaxGPUMemoryMiB, m.maxMem)
+			mc.TotalGPUs += m.gpus
+			mc.TotalMemoryMiB += m.totalMem
+			models[name] = mc
+		}
 	}
-	v.caps = c
+	v.caps, v.modelCaps = c, models
 }
 
 // teamOf is the team a bucket is charged to under cfg.
@@ -461,7 +522,8 @@ func (v *View) teamOf(cfg *quota.Config, k bucketKey) string {
 	return v.nsTeam[k.ns]
 }
 
-// usage sums the buckets per team. Reservations count as pending.
+// usage sums the buckets per team: admitted use, running and pending
+// (reservations count as pending). Queued (gated) pods are not use.
 func (v *View) usage(cfg *quota.Config) map[string]quota.Usage {
 	out := make(map[string]quota.Usage, len(v.buckets))
 	for k, b := range v.buckets {

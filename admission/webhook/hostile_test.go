@@ -120,6 +120,7 @@ func TestHostileReviews(t *testing.T) {
 	h := newHandler()
 	mux := http.NewServeMux()
 	mux.Handle("/validate", h)
+	mux.Handle("/mutate", NewMutating(h.o))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	client := &http.Client{Timeout: 20 * time.Second}
@@ -131,17 +132,19 @@ func TestHostileReviews(t *testing.T) {
 		}
 	}
 	malformed, badPods := hostileReviews()
-	for name, body := range malformed {
-		resp, err := client.Post(srv.URL+"/validate", "application/json", bytes.NewReader(body))
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
+	for _, path := range []string{"/validate", "/mutate"} {
+		for name, body := range malformed {
+			resp, err := client.Post(srv.URL+path, "application/json", bytes.NewReader(body))
+			if err != nil {
+				t.Fatalf("%s %s: %v", path, name, err)
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadRequest && resp.StatusCode != http.StatusRequestEntityTooLarge {
+				t.Errorf("%s %s: %d %.200q, want 400 or 413", path, name, resp.StatusCode, raw)
+			}
+			check(name)
 		}
-		raw, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusBadRequest && resp.StatusCode != http.StatusRequestEntityTooLarge {
-			t.Errorf("%s: %d %.200q, want 400 or 413", name, resp.StatusCode, raw)
-		}
-		check(name)
 	}
 	methods := []string{http.MethodGet, http.MethodPut, http.MethodDelete, http.MethodPatch}
 	for _, m := range methods {
@@ -177,7 +180,7 @@ func TestHostileReviews(t *testing.T) {
 		}
 		check(name)
 	}
-	total := len(malformed) + len(methods) + len(badPods)
-	t.Logf("hostile inputs: surface=admission-validate sent=%d crashes=0 reservation-changes=0; malformed reviews %d (400/413), wrong methods %d (405), malformed GPU pods %d (200, denied)",
-		total, len(malformed), len(methods), len(badPods))
+	total := 2*len(malformed) + len(methods) + len(badPods)
+	t.Logf("hostile inputs: surface=admission-validate+mutate sent=%d crashes=0 reservation-changes=0; malformed reviews %d (400/413), wrong methods %d (405), malformed GPU pods %d (200, denied)",
+		total, 2*len(malformed), len(methods), len(badPods))
 }

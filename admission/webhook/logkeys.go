@@ -9,4 +9,5 @@ const (
 	keyAllowed   = "allowed"
 	keyReason    = "reason"
 	keyMessage   = "message"
+	keyMutating  = "mutating"
 )

@@ -8,6 +8,7 @@ import (
 type Metrics struct {
 	admissions *prometheus.CounterVec
 	latency    *prometheus.HistogramVec
+	mutations  *prometheus.CounterVec
 }
 
 // NewMetrics registers the webhook's metrics with reg.
@@ -23,6 +24,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 1},
 		}, []string{"outcome"}),
 	}
-	reg.MustRegister(m.admissions, m.latency)
+	m.mutations = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rota_admission_mutations_total",
+		Help: "Pod creations the mutating webhook answered, by outcome (allowed, denied, error) and reason (gated: the queue gate added; already_gated, queueing_off, bound_at_creation, no_gpu: left alone).",
+	}, []string{"outcome", "reason"})
+	reg.MustRegister(m.admissions, m.latency, m.mutations)
 	return m
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 
 	"github.com/rota-sched/rota/admission/view"
 	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/placement"
 	"github.com/rota-sched/rota/pkg/podreq"
 	"github.com/rota-sched/rota/pkg/quota"
 )
@@ -37,6 +39,12 @@ const (
 	reasonNotActive      view.Reason = "not_active"
 	reasonBadObject      view.Reason = "bad_object"
 	reasonNamespace      view.Reason = "namespace_unreadable"
+	// The queue gate.
+	reasonGated         view.Reason = "gated"
+	reasonAlreadyGated  view.Reason = "already_gated"
+	reasonBoundAtCreate view.Reason = "bound_at_creation"
+	reasonQueueingOff   view.Reason = "queueing_off"
+	reasonGateRemoved   view.Reason = "queue_gate_removed"
 )
 
 // NamespaceGetter reads a namespace from the API server. The webhook uses it
@@ -58,23 +66,39 @@ type Options struct {
 	// unlabelled.
 	Namespaces NamespaceGetter
 	Metrics    *Metrics
+	// QueueControllers are the user names (AdmissionReview userInfo) that
+	// may remove the queue gate from a pod: Rota's queue controller.
+	QueueControllers []string
 	// Now is the clock for latency metrics; nil means time.Now.
 	Now func() time.Time
 }
 
-// Handler answers AdmissionReviews on POST. Build it with New.
+// Handler answers AdmissionReviews on POST. Build it with New (the
+// validating webhook) or NewMutating (the queue gate).
 type Handler struct {
-	o Options
+	o      Options
+	mutate bool
 }
 
 var _ http.Handler = (*Handler)(nil)
 
-// New returns a Handler.
+// New returns the validating webhook's Handler.
 func New(o Options) *Handler {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
 	return &Handler{o: o}
+}
+
+// NewMutating returns the mutating webhook's Handler: on CREATE it adds the
+// queue gate to every pod that asks for Rota's resources, unless queueing
+// is off for the pod's namespace or in the quota configuration, or the pod
+// is bound at creation (spec.nodeName set). A pod that has the gate already
+// is left alone. It never refuses a well-formed pod.
+func NewMutating(o Options) *Handler {
+	h := New(o)
+	h.mutate = true
+	return h
 }
 
 // result is the webhook's decision before it is encoded.
@@ -85,6 +109,8 @@ type result struct {
 	message string
 	// internal marks failures of the webhook rather than of the request.
 	internal bool
+	// patch is a JSON patch for the mutating webhook to return.
+	patch []byte
 }
 
 func allow(r view.Reason) result { return result{allowed: true, reason: r} }
@@ -117,9 +143,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := review.Request
-	res := h.decide(r.Context(), req)
+	var res result
+	if h.mutate {
+		res = h.decideMutation(r.Context(), req)
+	} else {
+		res = h.decide(r.Context(), req)
+	}
 
 	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: res.allowed}
+	if res.patch != nil {
+		pt := admissionv1.PatchTypeJSONPatch
+		resp.Patch, resp.PatchType = res.patch, &pt
+	}
 	if !res.allowed {
 		code, reason := int32(http.StatusForbidden), metav1.StatusReasonForbidden
 		if res.internal {
@@ -145,13 +180,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case !res.allowed:
 		outcome = "denied"
 	}
-	if h.o.Metrics != nil {
+	switch {
+	case h.o.Metrics == nil:
+	case h.mutate:
+		h.o.Metrics.mutations.WithLabelValues(outcome, string(res.reason)).Inc()
+	default:
 		h.o.Metrics.admissions.WithLabelValues(string(req.Operation), outcome, string(res.reason)).Inc()
 		h.o.Metrics.latency.WithLabelValues(outcome).Observe(h.o.Now().Sub(start).Seconds())
 	}
 	if res.reason != reasonNoGPU && res.reason != reasonNotPod {
 		logger.V(4).Info("Admission", keyPod, klog.KRef(req.Namespace, req.Name), keyUID, req.UID,
-			keyOperation, req.Operation, keyTeam, res.team, keyAllowed, res.allowed, keyReason, res.reason, keyMessage, res.message)
+			keyOperation, req.Operation, keyTeam, res.team, keyAllowed, res.allowed, keyReason, res.reason, keyMessage, res.message,
+			keyMutating, h.mutate)
 	}
 }
 
@@ -213,14 +253,21 @@ func (h *Handler) create(ctx context.Context, req *admissionv1.AdmissionRequest)
 	if !podreq.Wants(pod, names) {
 		return allow(reasonNoGPU)
 	}
-
 	// The request itself: well formed, in units, no larger than the
-	// cluster's largest GPU and node.
+	// cluster's largest GPU and node; the queue's annotations readable.
 	v := h.o.View
 	caps := v.Caps()
 	opts := podreq.Options{Names: names, MemoryUnitMiB: v.MemoryUnitMiB(),
 		MaxGPUMemoryMiB: caps.MaxGPUMemoryMiB, MaxGPUs: caps.MaxGPUs}
-	if vs := podreq.Validate(pod, opts); len(vs) > 0 {
+	vs := podreq.Validate(pod, opts)
+	models, err := podreq.GPUModels(pod, names)
+	if err != nil {
+		vs = append(vs, violation(err))
+	}
+	if _, _, err := podreq.MaxRuntime(pod, names); err != nil {
+		vs = append(vs, violation(err))
+	}
+	if len(vs) > 0 {
 		msgs := make([]string, len(vs))
 		for i, v := range vs {
 			msgs[i] = v.Error()
@@ -235,6 +282,14 @@ func (h *Handler) create(ctx context.Context, req *admissionv1.AdmissionRequest)
 	if err != nil {
 		return deny(reasonInvalid, err.Error())
 	}
+	// A gated pod waits in Rota's queue; one without the gate (queueing is
+	// off for it) is admitted now within quota, or refused.
+	gated := view.Gated(pod, names)
+	if gated && len(models) > 0 {
+		if msg := modelFit(pr, v, models, names); msg != "" {
+			return deny(reasonInvalid, msg)
+		}
+	}
 	gang, err := podreq.GangOf(pod, names)
 	if err != nil {
 		return deny(reasonInvalid, err.Error())
@@ -242,11 +297,10 @@ func (h *Handler) create(ctx context.Context, req *admissionv1.AdmissionRequest)
 	if err := h.learnNamespace(ctx, pod.Namespace); err != nil {
 		return result{reason: reasonNamespace, internal: true, message: err.Error()}
 	}
-
 	// Quota and gangs.
 	// The API server assigns the pod's UID before it calls validating
 	// webhooks; when it is missing the reservation matches by name only.
-	out := v.Admit(view.Request{
+	vr := view.Request{
 		Namespace: pod.Namespace,
 		Name:      pod.Name,
 		UID:       string(pod.UID),
@@ -254,9 +308,57 @@ func (h *Handler) create(ctx context.Context, req *admissionv1.AdmissionRequest)
 		Amount:    quota.Amount{GPUs: int64(pr.GPUs), MemoryMiB: contract.MiB(pr.MemoryUnits) * v.MemoryUnitMiB()},
 		Gang:      gang,
 		Priority:  pod.Spec.Priority,
+		Models:    models,
 		DryRun:    req.DryRun != nil && *req.DryRun,
-	})
+	}
+	var out view.Outcome
+	if gated {
+		out = v.Queue(vr)
+	} else {
+		out = v.Admit(vr)
+	}
 	return result{allowed: out.Allowed, reason: out.Reason, team: out.Team, message: out.Message}
+}
+
+// violation turns a field error into a Violation that names the field once.
+func violation(err error) podreq.Violation {
+	var fe *contract.FieldError
+	if errors.As(err, &fe) {
+		return podreq.Violation{Field: fe.Field, Message: strings.TrimPrefix(fe.Error(), fe.Field+": ")}
+	}
+	return podreq.Violation{Field: "metadata", Message: err.Error()}
+}
+
+// modelFit checks a queued pod against the largest node and GPU of the
+// models it accepts, when the cluster has nodes of them.
+func modelFit(pr placement.Request, v *view.View, models []string, names contract.Names) string {
+	caps, perModel := v.CapsFor(models)
+	if !perModel {
+		return ""
+	}
+	unit := v.MemoryUnitMiB()
+	which := "GPU model " + quoteList(models)
+	if len(models) > 1 {
+		which = "the GPU models it accepts (" + quoteList(models) + ")"
+	}
+	fix := fmt.Sprintf("accept more GPU models (annotation %s) or", names.GPUModelsAnnotation)
+	if caps.MaxGPUs > 0 && pr.GPUs > caps.MaxGPUs {
+		return fmt.Sprintf("the pod asks for %d GPUs but the largest node with %s has %d, so it can never run; %s split the job into a gang of smaller pods",
+			pr.GPUs, which, caps.MaxGPUs, fix)
+	}
+	if mem := contract.MiB(pr.MemoryUnits) * unit; caps.MaxGPUMemoryMiB > 0 && pr.MemoryUnits > 0 && mem > caps.MaxGPUMemoryMiB {
+		return fmt.Sprintf("the pod asks for %s of GPU memory on one GPU but the largest GPU of %s has %s, so it can never run; %s ask for at most %d units",
+			mem, which, caps.MaxGPUMemoryMiB, fix, int64(caps.MaxGPUMemoryMiB/unit))
+	}
+	return ""
+}
+
+func quoteList(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	return strings.Join(q, ", ")
 }
 
 // learnNamespace makes sure the view knows the namespace's team label.
@@ -290,6 +392,11 @@ func (h *Handler) update(req *admissionv1.AdmissionRequest) result {
 	if !podreq.Wants(pod, names) && !podreq.Wants(old, names) {
 		return allow(reasonNoGPU)
 	}
+	if view.Gated(old, names) && !view.Gated(pod, names) && !slices.Contains(h.o.QueueControllers, req.UserInfo.Username) {
+		return deny(reasonGateRemoved, fmt.Sprintf(
+			"only Rota's queue controller may remove scheduling gate %s; the pod is queued: kubectl rota why %s -n %s says where it stands and what it waits for",
+			names.QueueGate, pod.Name, pod.Namespace))
+	}
 	var msgs []string
 	for _, f := range []struct {
 		kind, key string
@@ -321,4 +428,54 @@ func show(v string, ok bool) string {
 		return "unset"
 	}
 	return fmt.Sprintf("%q", v)
+}
+
+// decideMutation is the mutating webhook: the queue gate on CREATE.
+func (h *Handler) decideMutation(ctx context.Context, req *admissionv1.AdmissionRequest) result {
+	if req.Kind.Group != "" || req.Kind.Kind != "Pod" || req.SubResource != "" {
+		return allow(reasonNotPod)
+	}
+	if req.Operation != admissionv1.Create {
+		return allow(reasonOtherOperation)
+	}
+	pod, err := decodePod(req.Object.Raw, req)
+	if err != nil {
+		return deny(reasonBadObject, err.Error())
+	}
+	names := h.o.Names
+	switch {
+	case !podreq.Wants(pod, names):
+		return allow(reasonNoGPU)
+	case view.Gated(pod, names):
+		return allow(reasonAlreadyGated)
+	case pod.Spec.NodeName != "":
+		// Bound by its creator (a static pod's mirror, or a pod that names
+		// its node): the API server refuses a scheduling gate on it. The
+		// validating webhook charges it as with queueing off.
+		return allow(reasonBoundAtCreate)
+	}
+	if err := h.learnNamespace(ctx, pod.Namespace); err != nil {
+		return result{reason: reasonNamespace, internal: true, message: err.Error()}
+	}
+	if off, _ := h.o.View.QueueingOff(pod.Namespace); off {
+		return allow(reasonQueueingOff)
+	}
+	patch, err := gatePatch(pod.Spec.SchedulingGates, names.QueueGate)
+	if err != nil {
+		return result{reason: reasonBadObject, internal: true, message: err.Error()}
+	}
+	return result{allowed: true, reason: reasonGated, patch: patch}
+}
+
+// gatePatch is the JSON patch that sets spec.schedulingGates to gates plus
+// gate. It writes the whole list ("add" of an existing member replaces
+// it), so it is right whether the pod has no list, an empty one or gates
+// of its own.
+func gatePatch(gates []corev1.PodSchedulingGate, gate string) ([]byte, error) {
+	list := append(slices.Clone(gates), corev1.PodSchedulingGate{Name: gate})
+	return json.Marshal([]struct {
+		Op    string                     `json:"op"`
+		Path  string                     `json:"path"`
+		Value []corev1.PodSchedulingGate `json:"value"`
+	}{{Op: "add", Path: "/spec/schedulingGates", Value: list}})
 }

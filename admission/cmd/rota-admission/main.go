@@ -1,6 +1,9 @@
-// Command rota-admission is Rota's validating admission webhook: it rejects
-// malformed GPU requests, enforces team quota (pending + running) with a
-// borrowable shared pool, and keeps gangs whole. See admission/server for
+// Command rota-admission is Rota's admission webhooks: the mutating one
+// gates every GPU pod at creation for Rota's queue (unless queueing is off
+// for it); the validating one rejects malformed GPU requests and queued
+// pods that can never run, lets only the queue controller remove the gate,
+// and for pods that are not queued enforces team quota (pending + running)
+// with a borrowable shared pool at creation, keeping gangs whole. See admission/server for
 // the guarantee across replicas and deploy/admission for manifests.
 package main
 
@@ -43,8 +46,11 @@ func main() {
 	fs.DurationVar(&cfg.RenewDeadline, "renew-deadline", cfg.RenewDeadline, "leader renew deadline")
 	fs.DurationVar(&cfg.RetryPeriod, "retry-period", cfg.RetryPeriod, "leader election retry period")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "how long to let requests in flight finish on shutdown")
+	queueUsers := fs.String("queue-controller-users", "", "comma-separated users that may remove the queue gate from a pod "+
+		"(Rota's queue controller); empty means "+config.DefaultQueueController("<--namespace>"))
 	_ = fs.Parse(os.Args[1:]) // ExitOnError
 	cfg.KubeQPS = float32(*qps)
+	cfg.QueueControllers = config.ParseUsers(*queueUsers)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	logger := klog.Background().WithName("rota-admission")

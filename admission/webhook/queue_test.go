@@ -1,0 +1,313 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	at "github.com/rota-sched/rota/admission/admissiontest"
+	"github.com/rota-sched/rota/admission/view"
+	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/quota"
+)
+
+const controller = "system:serviceaccount:rota-system:rota-extender"
+
+// queueHandlers returns the validating and mutating handlers over one view:
+// team a (4 GPUs, 16 GiB, 2 borrowable from the pool; maxQueuedPods 3) on
+// namespace ns, the same team on namespace off labelled with queueing off,
+// and one node of 8 "H100" and one of 2 "T4" GPUs.
+func queueHandlers(t testing.TB) (validate, mutate *Handler, v *view.View) {
+	t.Helper()
+	v = view.New(view.Options{Names: contract.Default})
+	v.SetConfig(quota.Config{Teams: map[string]quota.Team{"a": {GPUs: 4, GPUMemoryGiB: 16, Borrow: quota.Limits{GPUs: 2}, MaxQueuedPods: 3}},
+		SharedPool: quota.Limits{GPUs: 2}})
+	v.UpsertNamespace(at.Namespace("ns", "a"))
+	v.UpsertNamespace(at.QueueingOff(at.Namespace("off", "a")))
+	if err := v.UpsertNode(at.Node("n1", 8, 81920)); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.UpsertNode(at.ModelNode("t1", "T4", 2, 15360)); err != nil {
+		t.Fatal(err)
+	}
+	o := Options{Names: contract.Default, View: v, QueueControllers: []string{controller}}
+	return New(o), NewMutating(o), v
+}
+
+func answer(t *testing.T, h http.Handler, body []byte) *admissionv1.AdmissionResponse {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body)))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	var out admissionv1.AdmissionReview
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || out.Response == nil {
+		t.Fatalf("reply %s: %v", rec.Body, err)
+	}
+	return out.Response
+}
+
+// applyGatePatch checks that a patch is the one "add /spec/schedulingGates"
+// operation the webhook writes and applies it to pod.
+func applyGatePatch(t *testing.T, resp *admissionv1.AdmissionResponse, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	if resp.PatchType == nil || *resp.PatchType != admissionv1.PatchTypeJSONPatch {
+		t.Fatalf("patch type %v, want JSONPatch", resp.PatchType)
+	}
+	var ops []struct {
+		Op    string                     `json:"op"`
+		Path  string                     `json:"path"`
+		Value []corev1.PodSchedulingGate `json:"value"`
+	}
+	if err := json.Unmarshal(resp.Patch, &ops); err != nil || len(ops) != 1 || ops[0].Op != "add" || ops[0].Path != "/spec/schedulingGates" {
+		t.Fatalf("patch %s (%v), want one add of /spec/schedulingGates", resp.Patch, err)
+	}
+	out := pod.DeepCopy()
+	out.Spec.SchedulingGates = ops[0].Value
+	return out
+}
+
+func gateNames(p *corev1.Pod) []string {
+	var out []string
+	for _, g := range p.Spec.SchedulingGates {
+		out = append(out, g.Name)
+	}
+	return out
+}
+
+func TestMutateGatesGPUPods(t *testing.T) {
+	gate := contract.Default.QueueGate
+	tests := []struct {
+		name      string
+		give      *corev1.Pod
+		op        admissionv1.Operation
+		wantGates []string // nil: no patch
+	}{
+		{name: "whole GPUs", give: at.Pod("ns", "p").GPUs(2).Obj(), wantGates: []string{gate}},
+		{name: "memory share", give: at.Pod("ns", "p").Memory("20").Obj(), wantGates: []string{gate}},
+		{name: "GPU in an init container only", give: at.Pod("ns", "p").InitGPUs(1).Obj(), wantGates: []string{gate}},
+		{name: "limits only", give: at.Pod("ns", "p").Resource(contract.Default.GPU, "1", false, true).Obj(), wantGates: []string{gate}},
+		{name: "other gates kept", give: at.Pod("ns", "p").GPUs(1).SchedulingGate("other.io/wait").Obj(),
+			wantGates: []string{"other.io/wait", gate}},
+		{name: "a malformed GPU request is still gated (the validating webhook refuses it)",
+			give: at.Pod("ns", "p").GPUs(1).Memory("4").Obj(), wantGates: []string{gate}},
+		{name: "unknown namespace is gated", give: at.Pod("new-ns", "p").GPUs(1).Obj(), wantGates: []string{gate}},
+		{name: "CPU-only pod", give: at.Pod("ns", "web").Resource("cpu", "2", true, true).Obj()},
+		{name: "already gated", give: at.Pod("ns", "p").GPUs(1).Gated().Obj()},
+		{name: "namespace with queueing off", give: at.Pod("off", "p").GPUs(1).Obj()},
+		{name: "bound at creation", give: at.Pod("ns", "p").GPUs(1).Node("n1").Obj()},
+		{name: "update", give: at.Pod("ns", "p").GPUs(1).Obj(), op: admissionv1.Update},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, m, _ := queueHandlers(t)
+			op, old := tc.op, (*corev1.Pod)(nil)
+			if op == "" {
+				op = admissionv1.Create
+			}
+			if op == admissionv1.Update {
+				old = tc.give
+			}
+			resp := answer(t, m, at.Review(op, tc.give, old))
+			if !resp.Allowed {
+				t.Fatalf("mutating webhook refused: %+v", resp.Result)
+			}
+			if tc.wantGates == nil {
+				if resp.Patch != nil {
+					t.Fatalf("patch %s, want none", resp.Patch)
+				}
+				return
+			}
+			got := applyGatePatch(t, resp, tc.give)
+			if !slices.Equal(gateNames(got), tc.wantGates) {
+				t.Fatalf("gates after the patch %q, want %q", gateNames(got), tc.wantGates)
+			}
+			// Idempotent: the gated pod is left alone.
+			if again := answer(t, m, at.Review(admissionv1.Create, got, nil)); again.Patch != nil {
+				t.Fatalf("second pass patched again: %s", again.Patch)
+			}
+		})
+	}
+}
+
+func TestMutateQueueingOffInConfig(t *testing.T) {
+	_, m, v := queueHandlers(t)
+	cfg, _ := v.Config()
+	cfg.Queueing = quota.QueueingOff
+	v.SetConfig(cfg)
+	if resp := answer(t, m, at.Review(admissionv1.Create, at.Pod("ns", "p").GPUs(1).Obj(), nil)); !resp.Allowed || resp.Patch != nil {
+		t.Fatalf("queueing: off: allowed=%v patch=%s, want no patch", resp.Allowed, resp.Patch)
+	}
+}
+
+// A namespace the informer has not shown yet is read before deciding.
+type namespaces map[string]*corev1.Namespace
+
+func (n namespaces) Namespace(_ context.Context, name string) (*corev1.Namespace, error) {
+	return n[name], nil
+}
+
+func TestMutateReadsUnseenNamespace(t *testing.T) {
+	_, _, v := queueHandlers(t)
+	m := NewMutating(Options{Names: contract.Default, View: v,
+		Namespaces: namespaces{"fresh": at.QueueingOff(at.Namespace("fresh", "a"))}})
+	if resp := answer(t, m, at.Review(admissionv1.Create, at.Pod("fresh", "p").GPUs(1).Obj(), nil)); resp.Patch != nil {
+		t.Fatalf("pod of a fresh namespace with queueing off was gated: %s", resp.Patch)
+	}
+}
+
+func TestValidateQueuedPods(t *testing.T) {
+	tests := []struct {
+		name        string
+		give        *corev1.Pod
+		wantAllowed bool
+		wantMessage string
+	}{
+		{name: "over current quota, queued", give: at.Pod("ns", "p").GPUs(6).Gated().Obj(), wantAllowed: true},
+		{name: "beyond quota + borrow", give: at.Pod("ns", "p").GPUs(7).Gated().Obj(),
+			wantMessage: "team a may hold at most 6 GPUs (4 quota + 2 borrow); this pod needs 7 GPUs, so it can never run"},
+		{name: "gang beyond quota + borrow", give: at.Pod("ns", "g-0").GPUs(4).Gang("g", "2").Gated().Obj(),
+			wantMessage: "team a may hold at most 6 GPUs (4 quota + 2 borrow); this gang needs 8 GPUs (gang g: 2 pods x 4 GPUs)"},
+		{name: "larger than any GPU of its model", give: at.Pod("ns", "p").Memory("20").Gated().Annotation(contract.Default.GPUModelsAnnotation, "T4").Obj(),
+			wantMessage: `the pod asks for 20 GiB of GPU memory on one GPU but the largest GPU of GPU model "T4" has 15 GiB, so it can never run`},
+		{name: "more GPUs than a node of its models", give: at.Pod("ns", "p").GPUs(3).Gated().Annotation(contract.Default.GPUModelsAnnotation, "T4, H200").Obj(),
+			wantMessage: `the pod asks for 3 GPUs but the largest node with the GPU models it accepts ("T4", "H200") has 2`},
+		{name: "fits a node of one of its models", give: at.Pod("ns", "p").GPUs(3).Gated().Annotation(contract.Default.GPUModelsAnnotation, "T4,H100").Obj(),
+			wantAllowed: true},
+		{name: "models no node has yet: the cluster's largest node applies", give: at.Pod("ns", "p").GPUs(6).Gated().Annotation(contract.Default.GPUModelsAnnotation, "H200").Obj(),
+			wantAllowed: true},
+		{name: "malformed models annotation", give: at.Pod("ns", "p").GPUs(1).Gated().Annotation(contract.Default.GPUModelsAnnotation, "H100,,T4").Obj(),
+			wantMessage: `metadata.annotations[example.com/gpu-models]: "H100,,T4" has an empty model name at position 2`},
+		{name: "malformed max-runtime", give: at.Pod("ns", "p").GPUs(1).Gated().Annotation(contract.Default.MaxRuntimeAnnotation, "2d").Obj(),
+			wantMessage: `metadata.annotations[example.com/max-runtime]: "2d" is not a duration`},
+		{name: "malformed request", give: at.Pod("ns", "p").GPUs(1).Memory("4").Gated().Obj(), wantMessage: "not both"},
+		{name: "gate where queueing is off", give: at.Pod("off", "p").GPUs(1).Gated().Obj(),
+			wantMessage: "namespace off is labelled example.com/queueing=off"},
+		// Not gated: today's deny at creation.
+		{name: "ungated over quota is refused now", give: at.Pod("off", "p").GPUs(7).Obj(),
+			wantMessage: "team a: quota 4 GPUs, 0 in use or queued (0 running, 0 pending); this pod needs 7"},
+		{name: "ungated within quota", give: at.Pod("off", "p").GPUs(4).Obj(), wantAllowed: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			val, _, _ := queueHandlers(t)
+			resp := answer(t, val, at.Review(admissionv1.Create, tc.give, nil))
+			msg := ""
+			if resp.Result != nil {
+				msg = resp.Result.Message
+			}
+			if resp.Allowed != tc.wantAllowed || !strings.Contains(msg, tc.wantMessage) {
+				t.Fatalf("allowed=%v %q\nwant allowed=%v and a message containing %q", resp.Allowed, msg, tc.wantAllowed, tc.wantMessage)
+			}
+		})
+	}
+}
+
+func TestValidateQueueCap(t *testing.T) {
+	val, _, v := queueHandlers(t) // maxQueuedPods 3
+	for i, name := range []string{"q-0", "q-1", "q-2", "q-3"} {
+		resp := answer(t, val, at.Review(admissionv1.Create, at.Pod("ns", name).GPUs(1).Gated().Obj(), nil))
+		if want := i < 3; resp.Allowed != want {
+			t.Fatalf("%s: allowed=%v %+v, want %v", name, resp.Allowed, resp.Result, want)
+		}
+		if i == 3 && !strings.Contains(resp.Result.Message, "team a has 3 pods queued (maxQueuedPods 3); this pod would be one more") {
+			t.Fatalf("cap message %q", resp.Result.Message)
+		}
+	}
+	// Queued pods hold no quota: an ungated pod of the team still fits.
+	for _, name := range []string{"q-0", "q-1", "q-2"} {
+		v.UpsertPod(at.Pod("ns", name).GPUs(1).Gated().Obj())
+	}
+	if resp := answer(t, val, at.Review(admissionv1.Create, at.Pod("off", "now").GPUs(6).Obj(), nil)); !resp.Allowed {
+		t.Fatalf("an ungated pod after three queued: %+v", resp.Result)
+	}
+}
+
+func TestGateRemoval(t *testing.T) {
+	gated := at.Pod("ns", "p").GPUs(1).Gated().Obj()
+	ungated := at.Pod("ns", "p").GPUs(1).Obj()
+	twoGates := at.Pod("ns", "p").GPUs(1).SchedulingGate("other.io/wait").Gated().Obj()
+	otherOnly := at.Pod("ns", "p").GPUs(1).SchedulingGate("other.io/wait").Obj()
+	annotated := at.Pod("ns", "p").GPUs(1).Gated().Annotation("note", "x").Obj()
+	tests := []struct {
+		name        string
+		pod, old    *corev1.Pod
+		user        string
+		wantAllowed bool
+	}{
+		{name: "by hand", pod: ungated, old: gated, user: "alice"},
+		{name: "by an admin", pod: ungated, old: gated, user: "kubernetes-admin"},
+		{name: "by another service account", pod: ungated, old: gated, user: "system:serviceaccount:rota-system:rota-admission"},
+		{name: "by hand, keeping another gate", pod: otherOnly, old: twoGates, user: "alice"},
+		{name: "by the queue controller", pod: ungated, old: gated, user: controller, wantAllowed: true},
+		{name: "an update that keeps the gate", pod: annotated, old: gated, user: "alice", wantAllowed: true},
+		{name: "removing another gate", pod: gated, old: twoGates, user: "alice", wantAllowed: true},
+		{name: "a pod that never had the gate", pod: at.Pod("ns", "p").GPUs(1).Annotation("note", "x").Obj(), old: ungated, user: "alice", wantAllowed: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			val, _, _ := queueHandlers(t)
+			resp := answer(t, val, at.ReviewAs(admissionv1.Update, tc.pod, tc.old, tc.user))
+			if resp.Allowed != tc.wantAllowed {
+				t.Fatalf("allowed=%v %+v, want %v", resp.Allowed, resp.Result, tc.wantAllowed)
+			}
+			want := "only Rota's queue controller may remove scheduling gate example.com/queue; the pod is queued: kubectl rota why p -n ns"
+			if !tc.wantAllowed && !strings.Contains(resp.Result.Message, want) {
+				t.Errorf("message %q, want %q", resp.Result.Message, want)
+			}
+		})
+	}
+}
+
+// FuzzMutate: the mutating webhook never panics; it patches only CREATEs
+// of pods that ask for Rota's resources and lack the gate, and a patch,
+// applied, gives the pod the gate once while keeping its other gates.
+func FuzzMutate(f *testing.F) {
+	f.Add(at.Review(admissionv1.Create, at.Pod("ns", "p").GPUs(2).Obj(), nil))
+	f.Add(at.Review(admissionv1.Create, at.Pod("ns", "p").GPUs(2).SchedulingGate("a/b").Obj(), nil))
+	f.Add(at.Review(admissionv1.Create, at.Pod("ns", "p").Gated().Obj(), nil))
+	f.Add(at.Review(admissionv1.Create, at.Pod("off", "p").InitGPUs(1).Obj(), nil))
+	f.Add(at.Review(admissionv1.Update, at.Pod("ns", "p").GPUs(1).Obj(), at.Pod("ns", "p").GPUs(1).Gated().Obj()))
+	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"x","kind":{"kind":"Pod","version":"v1"},"operation":"CREATE","object":{"spec":{"schedulingGates":null}}}}`))
+	_, m, _ := queueHandlers(f)
+	gate := contract.Default.QueueGate
+	f.Fuzz(func(t *testing.T, body []byte) {
+		rec := httptest.NewRecorder()
+		m.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/mutate", bytes.NewReader(body)))
+		if rec.Code != http.StatusOK {
+			return
+		}
+		in, err := DecodeReview(body)
+		if err != nil {
+			t.Fatalf("200 for a body DecodeReview rejects: %v", err)
+		}
+		var out admissionv1.AdmissionReview
+		if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || out.Response == nil || out.Response.UID != in.Request.UID {
+			t.Fatalf("reply %s does not answer uid %q (%v)", rec.Body, in.Request.UID, err)
+		}
+		if out.Response.Patch == nil {
+			return
+		}
+		var pod corev1.Pod
+		if err := json.Unmarshal(in.Request.Object.Raw, &pod); err != nil {
+			t.Fatalf("patched a pod that does not decode: %v", err)
+		}
+		if in.Request.Operation != admissionv1.Create || view.Gated(&pod, contract.Default) {
+			t.Fatalf("patched %s of a pod with gates %v", in.Request.Operation, pod.Spec.SchedulingGates)
+		}
+		got := applyGatePatch(t, out.Response, &pod)
+		want := append(gateNames(&pod), gate)
+		if !slices.Equal(gateNames(got), want) {
+			t.Fatalf("gates after the patch %q, want %q", gateNames(got), want)
+		}
+	})
+}
