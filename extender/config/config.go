@@ -26,13 +26,26 @@ type Config struct {
 	// APITimeout bounds each API call made while binding.
 	APITimeout time.Duration `json:"apiTimeout"`
 
-	// Listen is the HTTP(S) address, host:port.
+	// Listen is the address of the verbs (filter, prioritize, bind,
+	// preempt), host:port: the only listener kube-scheduler calls.
 	Listen string `json:"listen"`
-	// TLSCertFile and TLSKeyFile turn on HTTPS; ClientCAFile additionally
-	// requires and verifies client certificates signed by that CA.
+	// OpsListen is the address of the operations endpoints, host:port:
+	// /healthz, /readyz, /metrics, /ui, /debug/pods and /debug/pprof/, in
+	// plain HTTP without client certificates (for probes and Prometheus).
+	// The default is loopback: /ui and /debug/pods show pod names.
+	OpsListen string `json:"opsListen"`
+	// TLSCertFile and TLSKeyFile turn on HTTPS on Listen; ClientCAFile
+	// additionally requires and verifies client certificates signed by that
+	// CA. All three are re-read when the files change (a cert-manager
+	// renewal, a kubelet Secret update), without a restart.
 	TLSCertFile  string `json:"tlsCertFile,omitempty"`
 	TLSKeyFile   string `json:"tlsKeyFile,omitempty"`
 	ClientCAFile string `json:"clientCAFile,omitempty"`
+	// AllowUnauthenticatedVerbs lets Listen be a non-loopback address
+	// without ClientCAFile: anyone who reaches it may then bind any pending
+	// pod with the extender's pods/binding grant. Without it, Validate
+	// refuses that configuration.
+	AllowUnauthenticatedVerbs bool `json:"allowUnauthenticatedVerbs,omitempty"`
 	// MaxBodyBytes bounds a request body (5,000 node names plus a pod fit
 	// in well under 1 MiB; preemption arguments are larger).
 	MaxBodyBytes int64 `json:"maxBodyBytes"`
@@ -83,6 +96,7 @@ func Default() Config {
 		Burst:                  2000,
 		APITimeout:             10 * time.Second,
 		Listen:                 "127.0.0.1:8888",
+		OpsListen:              "127.0.0.1:8889",
 		MaxBodyBytes:           16 << 20,
 		ReadTimeout:            30 * time.Second,
 		WriteTimeout:           30 * time.Second,
@@ -97,6 +111,21 @@ func Default() Config {
 		DebugPods:              10000,
 		DebugTTL:               30 * time.Minute,
 	}
+}
+
+// Loopback reports whether the host of addr (host:port) is a loopback
+// address or localhost, so only processes on the same host reach it. An
+// empty host ("":8888) means every interface: not loopback.
+func Loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Names returns the wire names of c.Domain.
@@ -122,6 +151,15 @@ func (c Config) Validate() error {
 	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		add("listen: %q is not host:port: %w", c.Listen, err)
+	} else if c.ClientCAFile == "" && !c.AllowUnauthenticatedVerbs && !Loopback(c.Listen) {
+		add("listen: %q is reachable from other hosts, and without client-ca-file anyone who reaches it can bind pods; "+
+			"set tls-cert-file, tls-key-file and client-ca-file (kube-scheduler's client certificate CA), "+
+			"or allow-unauthenticated-verbs to accept that", c.Listen)
+	}
+	if _, _, err := net.SplitHostPort(c.OpsListen); err != nil {
+		add("ops-listen: %q is not host:port: %w", c.OpsListen, err)
+	} else if c.OpsListen == c.Listen {
+		add("ops-listen: %q is also listen; the operations endpoints need their own port", c.OpsListen)
 	}
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		add("tls-cert-file and tls-key-file: set both or neither")

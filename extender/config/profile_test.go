@@ -86,7 +86,7 @@ func TestDeployProfileSample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := SchedulerProfile("http://127.0.0.1:8888", "/etc/kubernetes/scheduler.conf")
+	want := SchedulerProfile(sampleURL, "/etc/kubernetes/scheduler.conf", WithTLS(sampleTLS))
 	body := string(data)
 	if i := strings.Index(body, "apiVersion:"); i > 0 {
 		body = body[i:]

@@ -36,6 +36,26 @@ type SchedulerOptions struct {
 	// QPS and Burst of the scheduler's own client (0: 1000/2000).
 	QPS   int
 	Burst int
+	// TLS, when set, turns on enableHTTPS with this tlsConfig.
+	TLS *SchedulerTLS
+}
+
+// SchedulerTLS is the tlsConfig of kube-scheduler's extender entry: the
+// client certificate it presents to rota-extender (whose --client-ca-file
+// signed it) and the CA that verifies rota-extender's serving certificate.
+//
+// kube-scheduler (v1.37) builds one HTTP client per extender at start-up
+// (client-go's rest.TLSConfigFor): it reads CAFile once, so a new CA needs
+// a scheduler restart; it re-reads CertFile and KeyFile for each new
+// connection (at most once a second), so a renewed client certificate is
+// used from the next connection on, without a restart. Connections kept
+// alive keep the certificate they were opened with.
+type SchedulerTLS struct {
+	CertFile, KeyFile, CAFile string
+	// ServerName, when set, is the name the serving certificate is checked
+	// against instead of urlPrefix's host (e.g. urlPrefix names the
+	// Service's cluster IP, ServerName its DNS name).
+	ServerName string
 }
 
 // SchedulerOption sets one SchedulerOptions field.
@@ -71,6 +91,10 @@ func WithClientRate(qps, burst int) SchedulerOption {
 	return func(o *SchedulerOptions) { o.QPS, o.Burst = qps, burst }
 }
 
+// WithTLS makes the scheduler call the extender over HTTPS with a client
+// certificate (see SchedulerTLS); extenderURL should then start with https://.
+func WithTLS(t SchedulerTLS) SchedulerOption { return func(o *SchedulerOptions) { o.TLS = &t } }
+
 // SchedulerConfig renders a KubeSchedulerConfiguration (YAML) that sends
 // every pod asking for Rota's resources through the extender at extenderURL
 // (its base URL, e.g. "http://127.0.0.1:8888"; the verbs are appended):
@@ -86,7 +110,10 @@ func WithClientRate(qps, burst int) SchedulerOption {
 //     finds a victim and never calls the preempt verb (measured on
 //     kube-scheduler v1.37.2);
 //   - ignorable: false: when the extender is down, GPU pods wait instead of
-//     landing on GPUs nobody accounted for.
+//     landing on GPUs nobody accounted for;
+//   - with WithTLS, enableHTTPS: true and tlsConfig (certFile, keyFile,
+//     caFile, serverName): only a scheduler holding a client certificate
+//     of the extender's --client-ca-file may call the verbs.
 //
 // kubeconfigPath goes to clientConnection.kubeconfig; the e2e harness may
 // pass "{{.Kubeconfig}}" and use the result as its template. Leader
@@ -116,6 +143,13 @@ func SchedulerConfig(extenderURL, kubeconfigPath string, opts ...SchedulerOption
 	}
 	if !o.NoPreempt {
 		ext["preemptVerb"] = "preempt"
+	}
+	if t := o.TLS; t != nil {
+		tc := map[string]any{"certFile": t.CertFile, "keyFile": t.KeyFile, "caFile": t.CAFile}
+		if t.ServerName != "" {
+			tc["serverName"] = t.ServerName
+		}
+		ext["enableHTTPS"], ext["tlsConfig"] = true, tc
 	}
 	if !o.FilterBestOnly {
 		ext["prioritizeVerb"], ext["weight"] = "prioritize", max(o.Weight, 1)

@@ -3,6 +3,17 @@
 // the answers, plus /healthz, /readyz, /metrics, /debug/pods and the
 // status page under /ui.
 //
+// Run serves them on two listeners. The verbs (filter, prioritize, bind,
+// preempt) are on HTTP.Listen, in TLS that requires a client certificate
+// signed by TLS.ClientCAFile when one is given: bind writes pods/binding for
+// any pod, so only kube-scheduler may call it. The operations endpoints
+// (/healthz, /readyz, /metrics, /ui, /debug/pods, /debug/pprof/) are on
+// HTTP.OpsListen, in plain HTTP, for probes, Prometheus and people; neither
+// listener serves the other's routes. The serving certificate and the
+// client CA are re-read when their files change (k8s.io/apiserver's
+// dynamiccertificates: a file watch, and a check every minute), so a
+// cert-manager renewal or a kubelet Secret update needs no restart.
+//
 // Bodies are bounded (http.MaxBytesReader). A body that does not decode is
 // answered with HTTP 200 and Error set where the verb's result has an Error
 // field (filter, bind), because kube-scheduler ignores the body of any other
@@ -14,18 +25,17 @@ package server
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"os"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
@@ -62,38 +72,55 @@ type Options struct {
 
 // Server routes the extender's HTTP endpoints.
 type Server struct {
-	verbs  Verbs
-	o      Options
-	router *httprouter.Router
+	verbs Verbs
+	o     Options
+	// verbsRouter has the verbs, opsRouter the operations endpoints, all
+	// both (Handler).
+	verbsRouter, opsRouter, all *httprouter.Router
 }
+
+// VerbPaths are the routes of the verbs listener.
+var VerbPaths = []string{"/filter", "/prioritize", "/bind", "/preempt"}
 
 // New builds the routes.
 func New(verbs Verbs, o Options) *Server {
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = 16 << 20
 	}
-	s := &Server{verbs: verbs, o: o, router: httprouter.New()}
-	s.router.POST("/filter", s.filter)
-	s.router.POST("/prioritize", s.prioritize)
-	s.router.POST("/bind", s.bind)
-	s.router.POST("/preempt", s.preempt)
-	s.router.GET("/healthz", func(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	s.router.GET("/readyz", s.readyz)
-	s.router.GET("/debug/pods/:namespace/:name", s.debugPod)
-	if o.UI != nil {
-		for _, p := range ui.Paths() {
-			s.router.Handler(http.MethodGet, p, o.UI)
-		}
+	s := &Server{verbs: verbs, o: o, verbsRouter: httprouter.New(), opsRouter: httprouter.New(), all: httprouter.New()}
+	for _, r := range []*httprouter.Router{s.verbsRouter, s.all} {
+		s.routeVerbs(r)
 	}
-	if o.Metrics != nil {
-		s.router.Handler(http.MethodGet, "/metrics", promhttp.HandlerFor(o.Metrics.Registry, promhttp.HandlerOpts{}))
-	}
-	if o.Profiling {
-		s.router.GET("/debug/pprof/*profile", servePprof)
+	for _, r := range []*httprouter.Router{s.opsRouter, s.all} {
+		s.routeOps(r)
 	}
 	return s
+}
+
+func (s *Server) routeVerbs(r *httprouter.Router) {
+	r.POST("/filter", s.filter)
+	r.POST("/prioritize", s.prioritize)
+	r.POST("/bind", s.bind)
+	r.POST("/preempt", s.preempt)
+}
+
+func (s *Server) routeOps(r *httprouter.Router) {
+	r.GET("/healthz", func(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	r.GET("/readyz", s.readyz)
+	r.GET("/debug/pods/:namespace/:name", s.debugPod)
+	if s.o.UI != nil {
+		for _, p := range ui.Paths() {
+			r.Handler(http.MethodGet, p, s.o.UI)
+		}
+	}
+	if s.o.Metrics != nil {
+		r.Handler(http.MethodGet, "/metrics", promhttp.HandlerFor(s.o.Metrics.Registry, promhttp.HandlerOpts{}))
+	}
+	if s.o.Profiling {
+		r.GET("/debug/pprof/*profile", servePprof)
+	}
 }
 
 // servePprof serves net/http/pprof's handlers under /debug/pprof/.
@@ -112,8 +139,17 @@ func servePprof(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 	}
 }
 
-// Handler returns the router.
-func (s *Server) Handler() http.Handler { return s.router }
+// Handler serves every route, verbs and operations endpoints alike (for
+// tests and for a single listener, HTTP.OpsListen empty).
+func (s *Server) Handler() http.Handler { return s.all }
+
+// VerbsHandler serves only the verbs; OpsHandler only the operations
+// endpoints.
+func (s *Server) VerbsHandler() http.Handler { return s.verbsRouter }
+
+// OpsHandler serves /healthz, /readyz, /metrics, /ui, /debug/pods and, with
+// Options.Profiling, /debug/pprof/.
+func (s *Server) OpsHandler() http.Handler { return s.opsRouter }
 
 func (s *Server) ctx(r *http.Request, verb string) context.Context {
 	return klog.NewContext(r.Context(), klog.LoggerWithValues(s.o.Logger, logkey.Verb, verb))
@@ -227,76 +263,169 @@ func (s *Server) debugPod(w http.ResponseWriter, _ *http.Request, ps httprouter.
 	writeJSON(w, http.StatusOK, podDecisions{Pod: ns + "/" + name, Decisions: ds})
 }
 
-// TLS configures HTTPS; empty CertFile means plain HTTP.
+// TLS configures HTTPS on the verbs listener; empty CertFile means plain
+// HTTP.
 type TLS struct {
 	CertFile, KeyFile string
-	// ClientCAFile, when set, requires client certificates signed by it.
+	// ClientCAFile, when set, requires client certificates signed by it:
+	// a connection without one, or with one another CA signed, fails in the
+	// TLS handshake, before any request is read.
 	ClientCAFile string
 }
 
 // HTTP holds the listener settings of Run.
 type HTTP struct {
-	Listen          string
+	// Listen is the verbs' address, in TLS when TLS.CertFile is set.
+	Listen string
+	// OpsListen is the operations endpoints' address, plain HTTP. Empty
+	// serves every route on Listen (one listener, as Handler).
+	OpsListen       string
 	ReadTimeout     time.Duration
 	WriteTimeout    time.Duration
 	ShutdownTimeout time.Duration
 	TLS             TLS
+	// OpsReady, when set, receives the ops listener's address once it listens.
+	OpsReady chan<- net.Addr
+}
+
+// listener is one http.Server on its socket.
+type listener struct {
+	name string
+	srv  *http.Server
+	ln   net.Listener
+	tls  bool
 }
 
 // Run serves until ctx ends, then shuts down gracefully (in-flight calls
-// finish within ShutdownTimeout). ready, when set, is closed once listening.
+// finish within ShutdownTimeout). ready, when set, receives the verbs
+// listener's address once it listens (and h.OpsReady the ops listener's).
+// A failure to read the certificates or to listen is returned at once.
 func (s *Server) Run(ctx context.Context, h HTTP, ready chan<- net.Addr) error {
 	logger := klog.FromContext(ctx)
-	srv := &http.Server{
-		Handler:           s.router,
-		ReadHeaderTimeout: h.ReadTimeout,
-		ReadTimeout:       h.ReadTimeout,
-		WriteTimeout:      h.WriteTimeout,
-		IdleTimeout:       2 * time.Minute,
-		// In-flight calls outlive the shutdown signal; Shutdown bounds them.
-		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
-	}
-	if h.TLS.CertFile != "" {
-		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-		if h.TLS.ClientCAFile != "" {
-			pem, err := os.ReadFile(h.TLS.ClientCAFile)
-			if err != nil {
-				return fmt.Errorf("read client CA: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return fmt.Errorf("client CA file %s holds no PEM certificate", h.TLS.ClientCAFile)
-			}
-			cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	newServer := func(handler http.Handler) *http.Server {
+		return &http.Server{
+			Handler:           handler,
+			ReadHeaderTimeout: h.ReadTimeout,
+			ReadTimeout:       h.ReadTimeout,
+			WriteTimeout:      h.WriteTimeout,
+			IdleTimeout:       2 * time.Minute,
+			// Refused handshakes (no or a foreign client certificate) are
+			// logged here, in the process's log format.
+			ErrorLog: klog.NewStandardLogger("WARNING"),
+			// In-flight calls outlive the shutdown signal; Shutdown bounds them.
+			BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 		}
-		srv.TLSConfig = cfg
 	}
-	ln, err := net.Listen("tcp", h.Listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", h.Listen, err)
+	verbs := &listener{name: "verbs", srv: newServer(s.verbsRouter), tls: h.TLS.CertFile != ""}
+	if h.OpsListen == "" {
+		verbs.srv.Handler = s.all
 	}
-	logger.Info("Serving", "address", ln.Addr().String(), "tls", h.TLS.CertFile != "", "clientCerts", h.TLS.ClientCAFile != "")
+	if verbs.tls {
+		cfg, err := dynamicTLS(ctx, h.TLS)
+		if err != nil {
+			return err
+		}
+		verbs.srv.TLSConfig = cfg
+		// HTTP/1.1 only, as over plain HTTP (no ALPN "h2" is offered).
+		verbs.srv.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
+	}
+	ls := []*listener{verbs}
+	if h.OpsListen != "" {
+		ls = append(ls, &listener{name: "ops", srv: newServer(s.opsRouter)})
+	}
+	for i, l := range ls {
+		addr := h.Listen
+		if l.name == "ops" {
+			addr = h.OpsListen
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			for _, prev := range ls[:i] {
+				prev.ln.Close()
+			}
+			return fmt.Errorf("listen on %s (%s): %w", addr, l.name, err)
+		}
+		l.ln = ln
+	}
+	for _, l := range ls {
+		logger.Info("Serving", "listener", l.name, "address", l.ln.Addr().String(), "tls", l.tls,
+			"clientCerts", l.tls && h.TLS.ClientCAFile != "")
+	}
 	if ready != nil {
-		ready <- ln.Addr()
+		ready <- verbs.ln.Addr()
 	}
-	errc := make(chan error, 1)
-	go func() {
-		if h.TLS.CertFile != "" {
-			errc <- srv.ServeTLS(ln, h.TLS.CertFile, h.TLS.KeyFile)
-		} else {
-			errc <- srv.Serve(ln)
-		}
-	}()
+	if h.OpsReady != nil && len(ls) > 1 {
+		h.OpsReady <- ls[1].ln.Addr()
+	}
+	errc := make(chan error, len(ls))
+	for _, l := range ls {
+		go func() {
+			var err error
+			if l.tls {
+				// The certificate comes from TLSConfig.GetConfigForClient.
+				err = l.srv.ServeTLS(l.ln, "", "")
+			} else {
+				err = l.srv.Serve(l.ln)
+			}
+			if !errors.Is(err, http.ErrServerClosed) {
+				err = fmt.Errorf("serve %s: %w", l.name, err)
+			} else {
+				err = nil
+			}
+			errc <- err
+		}()
+	}
+	var serveErr error
 	select {
-	case err := <-errc:
-		return fmt.Errorf("serve: %w", err)
+	case serveErr = <-errc:
 	case <-ctx.Done():
 	}
-	logger.Info("Shutting down the HTTP server")
+	logger.Info("Shutting down the HTTP servers")
 	sctx, cancel := context.WithTimeout(context.Background(), h.ShutdownTimeout)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
+	var errs []error
+	for _, l := range ls {
+		if err := l.srv.Shutdown(sctx); err != nil {
+			errs = append(errs, fmt.Errorf("shutdown %s: %w", l.name, err))
+		}
 	}
-	return nil
+	if serveErr != nil {
+		return errors.Join(append([]error{serveErr}, errs...)...)
+	}
+	return errors.Join(errs...)
+}
+
+// dynamicTLS returns the verbs listener's TLS configuration: the serving
+// certificate and, with ClientCAFile, the client CA, both loaded now (an
+// unreadable or invalid file is an error) and re-read in the background
+// until ctx ends whenever the files change.
+func dynamicTLS(ctx context.Context, t TLS) (*tls.Config, error) {
+	serving, err := dynamiccertificates.NewDynamicServingContentFromFiles("rota-extender-serving", t.CertFile, t.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("serving certificate %s, %s: %w", t.CertFile, t.KeyFile, err)
+	}
+	base := &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}
+	var clientCA *dynamiccertificates.DynamicFileCAContent
+	var caProvider dynamiccertificates.CAContentProvider
+	if t.ClientCAFile != "" {
+		if clientCA, err = dynamiccertificates.NewDynamicCAContentFromFile("rota-extender-client-ca", t.ClientCAFile); err != nil {
+			return nil, fmt.Errorf("client CA %s: %w", t.ClientCAFile, err)
+		}
+		caProvider = clientCA
+		base.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	ctrl := dynamiccertificates.NewDynamicServingCertificateController(base, caProvider, serving, nil, nil)
+	serving.AddListener(ctrl)
+	if clientCA != nil {
+		clientCA.AddListener(ctrl)
+	}
+	if err := ctrl.RunOnce(); err != nil {
+		return nil, fmt.Errorf("TLS configuration: %w", err)
+	}
+	go serving.Run(ctx, 1)
+	if clientCA != nil {
+		go clientCA.Run(ctx, 1)
+	}
+	go ctrl.Run(1, ctx.Done())
+	return &tls.Config{MinVersion: tls.VersionTLS12, GetConfigForClient: ctrl.GetConfigForClient}, nil
 }

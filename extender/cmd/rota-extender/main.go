@@ -75,10 +75,12 @@ func parseFlags(args []string) (config.Config, remediation.Config, error) {
 	fs.Float64Var(&qps, "kube-api-qps", qps, "queries per second to the API server")
 	fs.IntVar(&cfg.Burst, "kube-api-burst", cfg.Burst, "burst of queries to the API server")
 	fs.DurationVar(&cfg.APITimeout, "api-timeout", cfg.APITimeout, "timeout of each API call made while binding")
-	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address to serve on, host:port")
-	fs.StringVar(&cfg.TLSCertFile, "tls-cert-file", "", "serve HTTPS with this certificate")
+	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address of filter, prioritize, bind and preempt (kube-scheduler's calls), host:port")
+	fs.StringVar(&cfg.OpsListen, "ops-listen", cfg.OpsListen, "address of /healthz, /readyz, /metrics, /ui and /debug (plain HTTP, no client certificates), host:port")
+	fs.StringVar(&cfg.TLSCertFile, "tls-cert-file", "", "serve the verbs over HTTPS with this certificate (re-read when the file changes)")
 	fs.StringVar(&cfg.TLSKeyFile, "tls-key-file", "", "key of --tls-cert-file")
-	fs.StringVar(&cfg.ClientCAFile, "client-ca-file", "", "require client certificates signed by this CA")
+	fs.StringVar(&cfg.ClientCAFile, "client-ca-file", "", "require client certificates signed by this CA for the verbs (re-read when the file changes)")
+	fs.BoolVar(&cfg.AllowUnauthenticatedVerbs, "allow-unauthenticated-verbs", false, "allow a non-loopback --listen without --client-ca-file: anyone who reaches it can bind pods")
 	fs.BoolVar(&cfg.Profiling, "profiling", cfg.Profiling, "serve Go runtime profiles under /debug/pprof/")
 	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", cfg.MaxBodyBytes, "largest request body accepted")
 	fs.DurationVar(&cfg.ReadTimeout, "read-timeout", cfg.ReadTimeout, "HTTP read timeout")
@@ -287,7 +289,7 @@ func run(ctx context.Context, cfg config.Config, rcfg remediation.Config) error 
 	wg.Go(func() { status.Run(ctx) })
 	srv := server.New(e, server.Options{MaxBodyBytes: cfg.MaxBodyBytes, Metrics: m, Logger: logger, UI: status,
 		Profiling: cfg.Profiling})
-	err = srv.Run(ctx, server.HTTP{Listen: cfg.Listen, ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout,
+	err = srv.Run(ctx, server.HTTP{Listen: cfg.Listen, OpsListen: cfg.OpsListen, ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		TLS:             server.TLS{CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile, ClientCAFile: cfg.ClientCAFile}}, nil)
 	if err != nil && !errors.Is(err, context.Canceled) {
