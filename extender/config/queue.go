@@ -25,12 +25,19 @@ type Queue struct {
 	// (per pod, and cluster-wide).
 	ConditionInterval time.Duration `json:"conditionInterval"`
 	ConditionQPS      float64       `json:"conditionQPS"`
+	// UrgentPriority: queued pods at or above this priority are admitted
+	// within quota even without room, so that kube-scheduler preempts for
+	// them (0: never).
+	UrgentPriority int32 `json:"urgentPriority"`
+	// Reclaim evicts borrowed work for a team below its guarantee.
+	Reclaim bool `json:"reclaim"`
 }
 
 // DefaultQueue is the queue controller's default configuration.
 func DefaultQueue() Queue {
 	return Queue{Enabled: true, Namespace: "rota-system", ConfigMap: "rota-quota", ConfigMapKey: "quota.yaml",
-		Interval: time.Second, HoldTTL: 5 * time.Minute, ConditionInterval: 10 * time.Second, ConditionQPS: 20}
+		Interval: time.Second, HoldTTL: 5 * time.Minute, ConditionInterval: 10 * time.Second, ConditionQPS: 20,
+		UrgentPriority: 1000000, Reclaim: true}
 }
 
 func (q Queue) validate() []error {

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -73,6 +74,18 @@ type Options struct {
 	MaxAdmissionsPerPass int
 	// MemoryUnitMiB converts gpu-memory units for quota (0: the default).
 	MemoryUnitMiB contract.MiB
+	// UrgentPriority: a queued pod at or above this priority is admitted
+	// when its quota allows even without room, so that kube-scheduler's
+	// priority preemption (and the extender's preempt verb) can make room
+	// for it. 0 turns it off.
+	UrgentPriority int32
+	// Reclaim evicts borrowed work (Eviction API) for a team below its
+	// guarantee whose queued work waits for room; MaxPreemptibleGangSize
+	// protects larger gangs; ReclaimCooldown is the least time between two
+	// reclaims for one workload (evictions take their grace period).
+	Reclaim                bool
+	MaxPreemptibleGangSize int
+	ReclaimCooldown        time.Duration
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
 }
@@ -84,11 +97,12 @@ type Controller struct {
 	now     func() time.Time
 	limiter *rate.Limiter
 
-	mu      sync.Mutex
-	written map[types.UID]condWrite // last Queued condition written per pod
-	seen    map[types.UID]bool      // pods that got their Queued event
-	status  map[string]Position     // pod key -> where it stands, from the last pass
-	teams   map[string]TeamStatus
+	mu        sync.Mutex
+	reclaimed map[string]time.Time    // workload key -> last reclaim for it
+	written   map[types.UID]condWrite // last Queued condition written per pod
+	seen      map[types.UID]bool      // pods that got their Queued event
+	status    map[string]Position     // pod key -> where it stands, from the last pass
+	teams     map[string]TeamStatus
 }
 
 type condWrite struct {
@@ -144,7 +158,10 @@ func New(o Options) (*Controller, error) {
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)
 	}
-	c := &Controller{o: o, now: o.Now, written: map[types.UID]condWrite{}, seen: map[types.UID]bool{},
+	if o.ReclaimCooldown <= 0 {
+		o.ReclaimCooldown = time.Minute
+	}
+	c := &Controller{o: o, now: o.Now, written: map[types.UID]condWrite{}, seen: map[types.UID]bool{}, reclaimed: map[string]time.Time{},
 		status: map[string]Position{}, teams: map[string]TeamStatus{}}
 	if c.now == nil {
 		c.now = time.Now
@@ -218,6 +235,8 @@ func (c *Controller) Pass(ctx context.Context) {
 	queued := map[string]*workload{}
 	partial := map[string][]*corev1.Pod{} // gang key -> gated members of a gang already partly admitted
 	admittedGangs := map[string]quota.Account{}
+	victims := map[string]*pkgqueue.Victim{} // running admitted work, by workload key
+	victimPods := map[string][]*corev1.Pod{}
 	for _, obj := range c.o.Pods.GetStore().List() {
 		pod, ok := obj.(*corev1.Pod)
 		if !ok || podreq.Terminal(pod) || pod.DeletionTimestamp != nil || !podreq.Wants(pod, c.o.Names) {
@@ -250,6 +269,9 @@ func (c *Controller) Pass(ctx context.Context) {
 			in.TeamUse[team] = tu
 			if ref != nil {
 				admittedGangs[ref.Key] = acct
+			}
+			if pod.Spec.NodeName != "" {
+				c.addVictim(victims, victimPods, pod, ref, acct, amt)
 			}
 			continue
 		}
@@ -302,6 +324,11 @@ func (c *Controller) Pass(ctx context.Context) {
 		slices.SortFunc(wl.pods, func(x, y *corev1.Pod) int { return strings.Compare(x.Name, y.Name) })
 		h, reason := c.o.Holder.HoldRoom(wl.pods, a.Model, now.Add(c.o.HoldTTL))
 		if reason != "" {
+			if c.o.UrgentPriority > 0 && w.Priority >= c.o.UrgentPriority {
+				// Admitted without room: kube-scheduler preempts for it.
+				wl.hold, wl.acct = scheduling.Hold{}, a
+				return true, ""
+			}
 			return false, reason
 		}
 		wl.hold, wl.acct = h, a
@@ -310,6 +337,9 @@ func (c *Controller) Pass(ctx context.Context) {
 	for _, adm := range res.Admitted {
 		wl := byKey[adm.Workload.Key]
 		c.admit(ctx, wl, now)
+	}
+	if c.o.Reclaim {
+		c.reclaim(ctx, in, res, byKey, victims, victimPods, now)
 	}
 	c.report(ctx, in, res, byKey, now)
 	if len(res.Admitted) > 0 || len(partial) > 0 {
@@ -598,4 +628,96 @@ func capacity(s *ledger.Snapshot) pkgqueue.Capacity {
 
 func shape(r placement.Request, amt quota.Amount) string {
 	return fmt.Sprintf("%d/%d/%d/%d/%s", amt.GPUs, amt.MemoryMiB, r.CPUMilli, r.HostMemoryMiB, strings.Join(r.Models, ","))
+}
+
+// addVictim records a running admitted pod as reclaimable work: a pod
+// alone, or its whole gang (evicting one member would break it).
+func (c *Controller) addVictim(victims map[string]*pkgqueue.Victim, pods map[string][]*corev1.Pod, pod *corev1.Pod,
+	ref *podreq.GangRef, acct quota.Account, amt quota.Amount) {
+	key := pod.Namespace + "/" + pod.Name
+	if ref != nil {
+		key = ref.Key
+	}
+	v := victims[key]
+	if v == nil {
+		v = &pkgqueue.Victim{Key: key, Team: acct.Team, Account: acct, Preemptible: podreq.Preemptible(pod, c.o.Names),
+			Protected: ref != nil && c.o.MaxPreemptibleGangSize > 0 && ref.Size > c.o.MaxPreemptibleGangSize}
+		victims[key] = v
+	}
+	v.Amount = v.Amount.Add(amt)
+	v.Preemptible = v.Preemptible && podreq.Preemptible(pod, c.o.Names)
+	if adm, err := podreq.AdmissionOf(pod, c.o.Names); err == nil && adm != nil {
+		if adm.AdmittedAt.After(v.AdmittedAt) {
+			v.AdmittedAt = adm.AdmittedAt
+		}
+	} else if pod.CreationTimestamp.After(v.AdmittedAt) {
+		v.AdmittedAt = pod.CreationTimestamp.Time
+	}
+	pods[key] = append(pods[key], pod)
+}
+
+// reclaim gives a team below its guarantee back the capacity other teams
+// borrowed: for the first workload (in team order) that waits for room and
+// stays within its guarantee, pkg/queue chooses the victims (newest admitted
+// first, preemptible only, never a victim team below its guarantee), and
+// they are evicted through the Eviction API, so controllers see a
+// disruption and disruption budgets hold. One reclaim per pass; a workload
+// is reclaimed for at most once per ReclaimCooldown.
+func (c *Controller) reclaim(ctx context.Context, in pkgqueue.Input, res pkgqueue.Result, byKey map[string]*workload,
+	victims map[string]*pkgqueue.Victim, victimPods map[string][]*corev1.Pod, now time.Time) {
+	logger := klog.FromContext(ctx)
+	vs := make([]pkgqueue.Victim, 0, len(victims))
+	for _, v := range victims {
+		vs = append(vs, *v)
+	}
+	keys := make([]string, 0, len(res.Waiting))
+	for k, st := range res.Waiting {
+		if st.Reason == pkgqueue.WaitRoom {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, func(a, b string) int { return pkgqueue.Less(&byKey[a].w, &byKey[b].w) })
+	for _, k := range keys {
+		wl := byKey[k]
+		c.mu.Lock()
+		last, recent := c.reclaimed[k]
+		c.mu.Unlock()
+		if recent && now.Sub(last) < c.o.ReclaimCooldown {
+			continue
+		}
+		for _, a := range wl.w.Accounts {
+			chosen := pkgqueue.Reclaim(in.Config, in.Admitted, &wl.w, a, vs)
+			if len(chosen) == 0 {
+				continue
+			}
+			c.mu.Lock()
+			c.reclaimed[k] = now
+			c.mu.Unlock()
+			for _, v := range chosen {
+				for _, p := range victimPods[v.Key] {
+					msg := fmt.Sprintf("evicted to return team %s's guarantee (team %s borrows above its own)", a.Team, v.Team)
+					if err := c.evict(ctx, p); err != nil {
+						logger.Error(err, "Reclaim eviction failed", logkey.Pod, klog.KObj(p))
+						continue
+					}
+					c.event(p, corev1.EventTypeWarning, "Reclaimed", msg)
+				}
+			}
+			for _, p := range wl.pods {
+				c.event(p, corev1.EventTypeNormal, "Reclaiming", fmt.Sprintf("evicting %d workloads that other teams borrowed to return team %s's guarantee", len(chosen), a.Team))
+			}
+			c.o.Metrics.Reclaims.WithLabelValues(a.Team).Inc()
+			logger.Info("Reclaimed borrowed capacity", "workload", k, "account", a.String(), "victims", len(chosen))
+			return
+		}
+	}
+}
+
+// evict asks the API server to evict a pod (policy/v1), with the pod's own
+// grace period.
+func (c *Controller) evict(ctx context.Context, pod *corev1.Pod) error {
+	return c.o.Client.PolicyV1().Evictions(pod.Namespace).Evict(ctx, &policyv1.Eviction{
+		ObjectMeta:    metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}},
+	})
 }
