@@ -6,8 +6,12 @@ import (
 	"io"
 	"log"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/rota-sched/rota/test/cluster"
 )
 
 // serve starts a TLS server whose certificate comes from r and returns its URL.
@@ -98,5 +102,52 @@ func TestGenerateHosts(t *testing.T) {
 func TestNewReloaderErrors(t *testing.T) {
 	if _, err := NewReloader("/nonexistent/tls.crt", "/nonexistent/tls.key"); err == nil {
 		t.Error("NewReloader with missing files gave no error")
+	}
+}
+
+// TestReloadKubeletSecretVolume: the files are a Secret volume that the
+// kubelet updates (symlinks into ..data, swapped with one rename, the old
+// folder removed), as after a cert-manager renewal; the next handshake
+// serves the new certificate without a restart.
+func TestReloadKubeletSecretVolume(t *testing.T) {
+	vol, err := cluster.NewSecretVolume(filepath.Join(t.TempDir(), "tls"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func() []byte {
+		b, err := Generate(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		files := map[string][]byte{"ca.crt": b.CAPEM}
+		for k, p := range map[string]string{"tls.crt": b.CertFile, "tls.key": b.KeyFile} {
+			if files[k], err = os.ReadFile(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := vol.Write(files); err != nil {
+			t.Fatal(err)
+		}
+		return b.CAPEM
+	}
+	ca1 := write()
+	r, err := NewReloader(vol.Path("tls.crt"), vol.Path("tls.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.minCheck = 0
+	url := serve(t, r)
+	if _, err := client(ca1).Get(url); err != nil {
+		t.Fatalf("GET before the update: %v", err)
+	}
+	ca2 := write()
+	if _, err := client(ca2).Get(url); err != nil {
+		t.Fatalf("GET after the kubelet's update: %v (the renewed certificate is not served)", err)
+	}
+	if _, err := client(ca1).Get(url); err == nil {
+		t.Fatal("the certificate from before the update is still served")
+	}
+	if err := r.Err(); err != nil {
+		t.Errorf("Err() = %v after a clean update", err)
 	}
 }

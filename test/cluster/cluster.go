@@ -58,6 +58,11 @@ type Options struct {
 	SchedulerConfig string
 	// Extender, when set, is added to the scheduler configuration.
 	Extender *Extender
+	// ExtenderTLS, when set, is the tlsConfig (with enableHTTPS) of every
+	// extender entry of the scheduler configuration that has none: the
+	// client certificate kube-scheduler presents to an extender that
+	// requires one.
+	ExtenderTLS *ExtenderTLS
 	// NoScheduler starts only etcd and the API server; StartScheduler starts it later.
 	NoScheduler bool
 
@@ -223,7 +228,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 
-	config, err := schedulerConfig(opts.SchedulerConfig, c.SchedulerKubeconfig, opts.Extender)
+	config, err := schedulerConfig(opts.SchedulerConfig, c.SchedulerKubeconfig, opts.Extender, opts.ExtenderTLS)
 	if err != nil {
 		return nil, err
 	}

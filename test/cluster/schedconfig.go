@@ -31,6 +31,26 @@ type Extender struct {
 	Ignorable bool
 	// HTTPTimeout bounds each call; 0 keeps the scheduler's default (5s).
 	HTTPTimeout time.Duration
+	// TLS, when set, turns on enableHTTPS with this tlsConfig (URL should
+	// then be https://).
+	TLS *ExtenderTLS
+}
+
+// ExtenderTLS is an extender entry's tlsConfig: the client certificate the
+// scheduler presents and the CA that checks the extender's serving
+// certificate.
+type ExtenderTLS struct {
+	CertFile, KeyFile, CAFile string
+	// ServerName overrides the host name the serving certificate is checked for.
+	ServerName string
+}
+
+func (t *ExtenderTLS) config() map[string]any {
+	m := map[string]any{"certFile": t.CertFile, "keyFile": t.KeyFile, "caFile": t.CAFile}
+	if t.ServerName != "" {
+		m["serverName"] = t.ServerName
+	}
+	return m
 }
 
 // ManagedResource is one extended resource an Extender manages.
@@ -59,6 +79,9 @@ func (e *Extender) config() map[string]any {
 	if e.HTTPTimeout > 0 {
 		m["httpTimeout"] = e.HTTPTimeout.String()
 	}
+	if e.TLS != nil {
+		m["enableHTTPS"], m["tlsConfig"] = true, e.TLS.config()
+	}
 	if len(e.ManagedResources) > 0 {
 		var rs []any
 		for _, r := range e.ManagedResources {
@@ -77,8 +100,9 @@ type SchedulerTemplateData struct {
 // schedulerConfig renders the KubeSchedulerConfiguration the scheduler runs
 // with: the caller's template (or an empty configuration), with the
 // kubeconfig filled in when the template leaves it out, leader election
-// forced off, and ext appended to extenders.
-func schedulerConfig(tmpl string, kubeconfig string, ext *Extender) ([]byte, error) {
+// forced off, and ext appended to extenders. With tlsAll, every extender
+// entry without a tlsConfig of its own gets enableHTTPS and tlsAll.
+func schedulerConfig(tmpl string, kubeconfig string, ext *Extender, tlsAll *ExtenderTLS) ([]byte, error) {
 	cfg := map[string]any{}
 	if tmpl != "" {
 		t, err := template.New("scheduler-config").Option("missingkey=error").Parse(tmpl)
@@ -124,6 +148,14 @@ func schedulerConfig(tmpl string, kubeconfig string, ext *Extender) ([]byte, err
 	if ext != nil {
 		exts, _ := cfg["extenders"].([]any)
 		cfg["extenders"] = append(exts, ext.config())
+	}
+	if tlsAll != nil {
+		exts, _ := cfg["extenders"].([]any)
+		for _, x := range exts {
+			if m, ok := x.(map[string]any); ok && m["tlsConfig"] == nil {
+				m["enableHTTPS"], m["tlsConfig"] = true, tlsAll.config()
+			}
+		}
 	}
 	return yaml.Marshal(cfg)
 }

@@ -9,7 +9,7 @@ import (
 )
 
 func TestSchedulerConfigDefault(t *testing.T) {
-	out, err := schedulerConfig("", "/tmp/k", nil)
+	out, err := schedulerConfig("", "/tmp/k", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ profiles:
 		URL: "http://127.0.0.1:1234/rota", FilterVerb: "filter", PrioritizeVerb: "prioritize",
 		BindVerb: "bind", NodeCacheCapable: true, HTTPTimeout: 3 * time.Second,
 		ManagedResources: []ManagedResource{{Name: "example.com/gpu", IgnoredByScheduler: false}},
-	})
+	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,51 @@ profiles:
 }
 
 func TestSchedulerConfigBadTemplate(t *testing.T) {
-	if _, err := schedulerConfig("{{.Nope}}", "/k", nil); err == nil {
+	if _, err := schedulerConfig("{{.Nope}}", "/k", nil, nil); err == nil {
 		t.Error("want an error for an unknown template field")
+	}
+}
+
+// ExtenderTLS reaches every extender entry that has no tlsConfig of its own
+// (a template's and Options.Extender's); one with its own keeps it.
+func TestSchedulerConfigExtenderTLS(t *testing.T) {
+	tmpl := `extenders:
+- urlPrefix: https://127.0.0.1:1/a
+  filterVerb: filter
+- urlPrefix: https://127.0.0.1:2/b
+  filterVerb: filter
+  enableHTTPS: true
+  tlsConfig: {certFile: /own.crt, keyFile: /own.key, caFile: /own-ca.crt}
+`
+	all := &ExtenderTLS{CertFile: "/c.crt", KeyFile: "/c.key", CAFile: "/ca.crt", ServerName: "rota-extender"}
+	out, err := schedulerConfig(tmpl, "/k", &Extender{URL: "https://127.0.0.1:3/c", FilterVerb: "filter"}, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Extenders []struct {
+			URLPrefix   string `json:"urlPrefix"`
+			EnableHTTPS bool   `json:"enableHTTPS"`
+			TLSConfig   struct {
+				CertFile   string `json:"certFile"`
+				CAFile     string `json:"caFile"`
+				ServerName string `json:"serverName"`
+			} `json:"tlsConfig"`
+		}
+	}
+	if err := yaml.Unmarshal(out, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Extenders) != 3 {
+		t.Fatalf("extenders = %+v", cfg.Extenders)
+	}
+	for i, want := range []string{"/c.crt", "/own.crt", "/c.crt"} {
+		e := cfg.Extenders[i]
+		if !e.EnableHTTPS || e.TLSConfig.CertFile != want {
+			t.Errorf("extender %s: enableHTTPS %v certFile %q, want true %q", e.URLPrefix, e.EnableHTTPS, e.TLSConfig.CertFile, want)
+		}
+	}
+	if e := cfg.Extenders[0]; e.TLSConfig.CAFile != "/ca.crt" || e.TLSConfig.ServerName != "rota-extender" {
+		t.Errorf("tlsConfig = %+v", e.TLSConfig)
 	}
 }

@@ -196,7 +196,7 @@ func settle(ctx context.Context, t *testing.T, ns string, total int, quiet time.
 // scheduler's word that it could not reach the extender (or that the
 // extender was still rebuilding), a transient state, not a reason.
 func extenderDown(msg string) bool {
-	return strings.Contains(msg, env.ExtenderURL) || strings.Contains(msg, "connection refused") ||
+	return strings.Contains(msg, env.VerbsURL) || strings.Contains(msg, "connection refused") ||
 		strings.Contains(msg, "is starting") || (strings.Contains(msg, "extender") && strings.Contains(msg, "error"))
 }
 

@@ -178,7 +178,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	if err != nil {
 		return e, err
 	}
-	ports, err := cluster.FreePorts(4)
+	ports, err := cluster.FreePorts(5)
 	if err != nil {
 		return e, err
 	}
@@ -199,7 +199,8 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 		return e, err
 	}
 	e.extender = newProcess("rota-extender", filepath.Join(rotaDir, "rota-extender"), e.Dir, append([]string{
-		"--kubeconfig=" + e.Cluster.Kubeconfig, "--listen=127.0.0.1:" + strconv.Itoa(ports[0]), "--v=4",
+		"--kubeconfig=" + e.Cluster.Kubeconfig, "--listen=127.0.0.1:" + strconv.Itoa(ports[0]),
+		"--ops-listen=127.0.0.1:" + strconv.Itoa(ports[4]), "--v=4",
 	}, opts.ExtenderArgs...))
 	if err := e.extender.Start(); err != nil {
 		return e, err
@@ -296,7 +297,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	if err := e.plugin.Start(); err != nil {
 		return e, err
 	}
-	if err := e.waitHTTP(ctx, e.extender, e.ExtenderURL+"/readyz"); err != nil {
+	if err := e.waitHTTP(ctx, e.extender, "http://127.0.0.1:"+strconv.Itoa(ports[4])+"/readyz"); err != nil {
 		return e, err
 	}
 	for _, name := range opts.SimulatedNodes {

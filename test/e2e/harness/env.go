@@ -21,6 +21,11 @@
 // own objects (namespaces, nodes, pods, the webhook registration) and the
 // kubelet stand-in use the admin client.
 //
+// rota-extender serves its verbs as the chart does, in mutual TLS (tls.go):
+// a serving certificate from a test CA, and a client CA whose certificate
+// kube-scheduler presents (enableHTTPS, tlsConfig); its health, metrics,
+// /ui and /debug are on a separate plain-HTTP ops listener (ExtenderURL).
+//
 // The e2e scenarios (test/e2e, build tag e2e) and the demo (test/demo) use
 // it. An Env is safe for concurrent use.
 package harness
@@ -116,8 +121,13 @@ type Env struct {
 	Names   contract.Names
 	// Dir is the folder with the logs of every process.
 	Dir string
-	// ExtenderURL is http://127.0.0.1:PORT; AdmissionURL https://127.0.0.1:PORT.
-	ExtenderURL, AdmissionURL string
+	// ExtenderURL is rota-extender's ops listener, http://127.0.0.1:PORT
+	// (/readyz, /metrics, /ui, /debug/pods); VerbsURL its verbs listener,
+	// https://127.0.0.1:PORT, which answers only ExtenderTLS.SchedulerCert;
+	// AdmissionURL https://127.0.0.1:PORT.
+	ExtenderURL, VerbsURL, AdmissionURL string
+	// ExtenderTLS is the verbs listener's certificates and key files.
+	ExtenderTLS *ExtenderTLS
 	Extender, Admission       *Process
 	// Kubelet is the kubelet stand-in for every simulated node.
 	Kubelet *Kubelet
@@ -205,23 +215,31 @@ func Start(ctx context.Context, o Options) (_ *Env, err error) {
 			}
 		}
 	}()
-	ports, err := cluster.FreePorts(2)
+	ports, err := cluster.FreePorts(3)
 	if err != nil {
 		return nil, err
 	}
-	e.ExtenderURL = "http://127.0.0.1:" + strconv.Itoa(ports[0])
+	e.VerbsURL = "https://127.0.0.1:" + strconv.Itoa(ports[0])
 	e.AdmissionURL = "https://127.0.0.1:" + strconv.Itoa(ports[1])
+	e.ExtenderURL = "http://127.0.0.1:" + strconv.Itoa(ports[2])
+	if e.ExtenderTLS, err = newExtenderTLS(filepath.Join(e.Dir, "extender-tls")); err != nil {
+		return nil, err
+	}
 
-	schedCfg := strings.ReplaceAll(o.SchedulerConfig, extenderURLPlaceholder, e.ExtenderURL)
+	schedCfg := strings.ReplaceAll(o.SchedulerConfig, extenderURLPlaceholder, e.VerbsURL)
 	if schedCfg == "" {
 		// The cluster renders {{.Kubeconfig}} as the scheduler's kubeconfig.
 		// Every pod reaches the extender, as with the chart's default
-		// (scheduler.gpuFreePods).
-		schedCfg = extconfig.SchedulerConfig(e.ExtenderURL, "{{.Kubeconfig}}", extconfig.WithGPUFreePods(true))
+		// (scheduler.gpuFreePods); the scheduler presents its client
+		// certificate, as the chart's does.
+		schedCfg = extconfig.SchedulerConfig(e.VerbsURL, "{{.Kubeconfig}}", extconfig.WithGPUFreePods(true),
+			extconfig.WithTLS(e.ExtenderTLS.SchedulerTLS()))
 	}
 	began := time.Now()
+	// A configuration given in Options gets the same tlsConfig (cluster
+	// adds it to every extender entry that has none).
 	e.Cluster, err = cluster.Start(ctx, cluster.Options{Dir: e.Dir, SchedulerConfig: schedCfg,
-		NoScheduler: true, NoPodSimulator: true, AuditLog: o.AuditLog})
+		NoScheduler: true, NoPodSimulator: true, AuditLog: o.AuditLog, ExtenderTLS: e.ExtenderTLS.clusterTLS()})
 	if err != nil {
 		return nil, fmt.Errorf("starting the control plane: %w", err)
 	}
@@ -238,15 +256,16 @@ func Start(ctx context.Context, o Options) (_ *Env, err error) {
 		logf("chart RBAC applied; Rota's processes run as %s", strings.Join(slices.Sorted(maps.Values(e.Users)), ", "))
 	}
 
-	e.Extender = newProcess(binDir, "rota-extender", "rota-extender", e.Dir, append([]string{
+	e.Extender = newProcess(binDir, "rota-extender", "rota-extender", e.Dir, append(append([]string{
 		"--kubeconfig=" + e.kubeconfs["rota-extender"],
 		"--listen=127.0.0.1:" + strconv.Itoa(ports[0]),
+		"--ops-listen=127.0.0.1:" + strconv.Itoa(ports[2]),
 		"--v=2",
-	}, o.ExtenderArgs...))
+	}, e.ExtenderTLS.Args()...), o.ExtenderArgs...))
 	if err := e.StartExtender(ctx); err != nil {
 		return nil, err
 	}
-	logf("rota-extender ready at %s (pid %d)", e.ExtenderURL, e.Extender.PID())
+	logf("rota-extender ready: verbs at %s (mutual TLS), ops at %s (pid %d)", e.VerbsURL, e.ExtenderURL, e.Extender.PID())
 
 	if err := e.startAdmission(ctx, ports[1]); err != nil {
 		return nil, err
