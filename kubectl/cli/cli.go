@@ -51,6 +51,7 @@ type options struct {
 	color         string
 	dryRun        bool
 	wait          time.Duration
+	team          string
 }
 
 const usage = `kubectl rota explains Rota's GPU scheduling.
@@ -60,6 +61,7 @@ Usage:
   kubectl rota why --gang NAME [-n NAMESPACE]
   kubectl rota top nodes|gpus|teams [--node NODE]
   kubectl rota ledger --node NODE
+  kubectl rota queue [--team TEAM] [--extender-url URL]
   kubectl rota release NODE [--dry-run] [--wait[=DURATION]]
 
 Commands:
@@ -69,6 +71,9 @@ Commands:
            island) or per team (quota, running, pending); cluster fragmentation
   ledger   one node's GPU allocations rebuilt from pod annotations, with any
            violation of Rota's ledger invariants
+  queue    the pods waiting in Rota's queue, by team in queue order, with
+           their position and what they wait for (the Queued condition; with
+           --extender-url the queue controller's live view)
   release  return a node that rota-extender's remediation quarantined (too
            many failures in its window) to placement, with its quarantined
            GPUs: writes the annotation <domain>/quarantine=release, which
@@ -95,6 +100,7 @@ func Run(ctx context.Context, args []string, env Env) error {
 	fs.Int64Var(&o.memoryUnitMiB, "memory-unit-mib", int64(contract.DefaultMemoryUnitMiB), "size of one gpu-memory unit in MiB (as the webhook's --memory-unit-mib)")
 	fs.StringVar(&o.gang, "gang", "", "why: explain this gang instead of a pod")
 	fs.StringVar(&o.node, "node", "", "ledger: the node; top gpus: only this node")
+	fs.StringVar(&o.team, "team", "", "queue: only this team's queue")
 	fs.StringVar(&o.color, "color", "auto", "colour: auto (a terminal and NO_COLOR unset), always or never")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "release: say what would be released; write nothing")
 	fs.DurationVar(&o.wait, "wait", 0, "release: wait up to this long (1m when given without a value) until rota-extender has cleared the quarantine")
@@ -163,6 +169,8 @@ func Run(ctx context.Context, args []string, env Env) error {
 		return runTop(ctx, f, p, env, ro, rest[0], o)
 	case "release":
 		return runRelease(ctx, cs, p, names, rest, o)
+	case "queue":
+		return runQueue(ctx, f, p, env, ro, o)
 	case "ledger":
 		in, err := f.input(ctx, need{})
 		if err != nil {
@@ -180,6 +188,9 @@ func Run(ctx context.Context, args []string, env Env) error {
 
 // checkArgs validates the command and its arguments before any API call.
 func checkArgs(cmd string, rest []string, o options) error {
+	if cmd != "queue" && o.team != "" {
+		return fmt.Errorf("%s: --team applies to queue only", cmd)
+	}
 	if cmd != "release" && (o.dryRun || o.wait != 0) {
 		return fmt.Errorf("%s: --dry-run and --wait apply to release only", cmd)
 	}
@@ -214,6 +225,10 @@ func checkArgs(cmd string, rest []string, o options) error {
 		if o.gang != "" || o.extenderURL != "" {
 			return fmt.Errorf("ledger: --gang and --extender-url do not apply")
 		}
+	case "queue":
+		if len(rest) != 0 || o.gang != "" || o.node != "" {
+			return fmt.Errorf("queue: takes no arguments; --gang and --node do not apply (use --team TEAM)")
+		}
 	case "release":
 		if len(rest) != 1 && len(rest) != 2 {
 			return fmt.Errorf("release: name one node (kubectl rota release NODE)")
@@ -225,7 +240,7 @@ func checkArgs(cmd string, rest []string, o options) error {
 			return fmt.Errorf("release: --wait=%s is negative", o.wait)
 		}
 	default:
-		return fmt.Errorf("unknown command %q: want why, top, ledger or release (see kubectl rota --help)", cmd)
+		return fmt.Errorf("unknown command %q: want why, top, ledger, queue or release (see kubectl rota --help)", cmd)
 	}
 	return nil
 }
@@ -285,3 +300,22 @@ func runTop(ctx context.Context, f *fetcher, p *printer, env Env, ro report.Opti
 
 // IsUsage reports whether err asks for the usage to be shown (exit code 2).
 func IsUsage(err error) bool { return errors.Is(err, errUsage) }
+
+// runQueue prints the queue: from the API (gated pods and their Queued
+// conditions), or with --extender-url the queue controller's live view.
+func runQueue(ctx context.Context, f *fetcher, p *printer, env Env, ro report.Options, o options) error {
+	if o.extenderURL != "" {
+		v, err := fetchQueue(ctx, env.HTTP, o.extenderURL, o.team)
+		if err != nil {
+			return err
+		}
+		return p.print(v, func(w io.Writer) error { return p.liveQueueText(w, v) })
+	}
+	in, err := f.input(ctx, need{namespaces: true})
+	if err != nil {
+		return err
+	}
+	in.Now = env.Now()
+	q := report.Build(in, ro).Queue(o.team)
+	return p.print(q, func(w io.Writer) error { return p.queueText(w, q) })
+}

@@ -166,3 +166,37 @@ func fetchExtender(ctx context.Context, hc *http.Client, base, ns, name string) 
 	out.Decisions = doc.Decisions
 	return out
 }
+
+// fetchQueue reads the queue controller's live view (GET /debug/queue).
+func fetchQueue(ctx context.Context, hc *http.Client, base, team string) (report.LiveQueue, error) {
+	var v report.LiveQueue
+	u := strings.TrimSuffix(base, "/") + "/debug/queue"
+	if team != "" {
+		u += "?team=" + url.QueryEscape(team)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return v, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return v, fmt.Errorf("read the queue from %s: %w", u, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return v, fmt.Errorf("read the queue from %s: %w", u, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return v, fmt.Errorf("read the queue from %s: %s: %s", u, resp.Status, strings.TrimSpace(string(body)))
+	}
+	if err := json.Unmarshal(body, &v); err != nil {
+		return v, fmt.Errorf("the answer of %s is not the queue's JSON: %w", u, err)
+	}
+	if !v.Leader {
+		return v, fmt.Errorf("%s is the standby replica, whose queue controller does not run: port-forward to the leader (the pod labelled <domain>/extender-leader=true)", base)
+	}
+	return v, nil
+}

@@ -59,6 +59,9 @@ func (p *printer) whyText(out io.Writer, w report.Why) error {
 	kv.row(plain, "Request:", req)
 	kv.row(plain, "Team:", orDash(w.Team)+" ("+w.TeamSource+")")
 	kv.row(p.stateColor(w.Quota.State), "Quota:", quotaLine(w.Quota))
+	if q := w.Queued; q != nil {
+		kv.row(yellow, "Queue:", orDash(q.Reason)+": "+orDash(q.Message))
+	}
 	if w.Placed != nil {
 		kv.row(plain, "Placed:", placedLine(w.Placed))
 	}
@@ -349,4 +352,44 @@ func yesNo(b bool) string {
 		return "yes"
 	}
 	return "no"
+}
+
+// queueText prints the queued pods as the API shows them.
+func (p *printer) queueText(out io.Writer, q report.Queue) error {
+	lw := &lineWriter{w: out}
+	if len(q.Pods) == 0 {
+		lw.printf("no pods are queued\n")
+		return lw.err
+	}
+	t := &table{}
+	t.row(plain, "TEAM", "POD", "PRIORITY", "WAITING", "REASON", "WHERE IT STANDS")
+	for _, qp := range q.Pods {
+		t.row(plain, orDash(qp.Team), qp.Pod, fmt.Sprint(qp.Priority), qp.Waiting, orDash(qp.Reason), orDash(qp.Message))
+	}
+	lw.table(t, p, "")
+	return lw.err
+}
+
+// liveQueueText prints the queue controller's live view.
+func (p *printer) liveQueueText(out io.Writer, v report.LiveQueue) error {
+	lw := &lineWriter{w: out}
+	tt := &table{}
+	tt.row(plain, "TEAM", "QUEUED", "ADMITTED GPUS", "ADMITTED GPU MEMORY", "DOMINANT SHARE")
+	for _, ts := range v.Teams {
+		tt.row(plain, ts.Team, fmt.Sprint(ts.Queued), fmt.Sprint(ts.GPUs), fmt.Sprintf("%d MiB", ts.MemoryMiB), fmt.Sprintf("%.3f", ts.Share))
+	}
+	lw.table(tt, p, "")
+	if len(v.Pods) == 0 {
+		lw.printf("\nno pods are queued\n")
+		return lw.err
+	}
+	lw.printf("\n")
+	pt := &table{}
+	pt.row(plain, "TEAM", "POSITION", "POD", "WAITING", "REASON", "WHERE IT STANDS")
+	for _, qp := range v.Pods {
+		pt.row(plain, qp.Team, fmt.Sprintf("%d/%d", qp.Position, qp.Of), qp.Pod,
+			(time.Duration(qp.Waiting) * time.Second).String(), qp.Reason, qp.Message)
+	}
+	lw.table(pt, p, "")
+	return lw.err
 }

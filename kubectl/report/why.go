@@ -41,6 +41,10 @@ type Why struct {
 	Extender *ExtenderLog `json:"extender,omitempty"`
 	// Fit is the placement engine's view now; nil for bound pods.
 	Fit *FitAnalysis `json:"fit,omitempty"`
+	// Queued is set while the pod waits in Rota's queue (its gate is on):
+	// the queue controller's Queued condition, position and what it waits
+	// for. Live positions: kubectl rota queue --extender-url.
+	Queued *QueuedPod `json:"queued,omitempty"`
 	// Notes are further things worth knowing.
 	Notes []string `json:"notes,omitempty"`
 }
@@ -222,6 +226,16 @@ func (c *Cluster) why(p *corev1.Pod, listMembers bool) Why {
 		w.Summary = "asks for no GPU; Rota never holds it back (with every pod sent to the extender it only ranks the nodes by the GPUs its CPU would strand)"
 	case reqErr != nil:
 		w.Summary = "its GPU request is invalid, so the extender refuses every node: " + reqErr.Error()
+	case podreq.Queued(p, c.o.Names):
+		qp := QueuedPod{Pod: w.Pod, Team: w.Team}
+		if cond := QueuedCondition(p, c.o.Names.QueuedCondition); cond != nil {
+			qp.Reason, qp.Message = cond.Reason, cond.Message
+		}
+		w.Queued = &qp
+		w.Summary = "queued (team " + w.Team + "): " + qp.Message
+		if qp.Message == "" {
+			w.Summary = "queued (team " + w.Team + "); the queue controller has not written its position yet"
+		}
 	case w.Gang != nil && (p.Spec.NodeName == "" || len(unplaced) > 0):
 		c.whyGang(&w, r, unplaced)
 	case p.Spec.NodeName != "":

@@ -1,0 +1,64 @@
+package report
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func TestQueue(t *testing.T) {
+	o := DefaultOptions()
+	n := o.Names
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	queued := func(ns, name string, prio int32, age time.Duration, msg string) corev1.Pod {
+		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("u-" + ns + name),
+			CreationTimestamp: metav1.NewTime(now.Add(-age))},
+			Spec: corev1.PodSpec{Priority: &prio, SchedulingGates: []corev1.PodSchedulingGate{{Name: n.QueueGate}},
+				Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+					Limits: corev1.ResourceList{corev1.ResourceName(n.GPU): resource.MustParse("1")}}}}},
+			Status: corev1.PodStatus{Phase: corev1.PodPending}}
+		if msg != "" {
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodConditionType(n.QueuedCondition), Status: corev1.ConditionTrue,
+				Reason: "Quota", Message: msg}}
+		}
+		return p
+	}
+	admitted := queued("ml", "running", 0, time.Hour, "")
+	admitted.Spec.SchedulingGates = nil
+	in := Input{Now: now,
+		Namespaces: []corev1.Namespace{
+			{ObjectMeta: metav1.ObjectMeta{Name: "ml", Labels: map[string]string{n.TeamLabel: "vision"}}},
+			{ObjectMeta: metav1.ObjectMeta{Name: "nlp", Labels: map[string]string{n.TeamLabel: "nlp"}}}},
+		Pods: []corev1.Pod{
+			queued("ml", "old", 0, 2*time.Hour, "position 2 of 3 in team vision; waiting for quota"),
+			queued("ml", "urgent", 100, time.Minute, "position 1 of 3 in team vision; waiting for room"),
+			queued("ml", "new", 0, time.Minute, ""),
+			queued("nlp", "a", 0, time.Minute, ""),
+			admitted,
+		}}
+	c := Build(in, o)
+	var got []string
+	for _, p := range c.Queue("").Pods {
+		got = append(got, p.Team+" "+p.Pod)
+	}
+	want := []string{"nlp nlp/a", "vision ml/urgent", "vision ml/old", "vision ml/new"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Queue() order (-want +got):\n%s", diff)
+	}
+	if q := c.Queue("vision"); len(q.Pods) != 3 || q.Pods[1].Message != "position 2 of 3 in team vision; waiting for quota" || q.Pods[1].Waiting != "2h0m0s" {
+		t.Errorf("Queue(vision) = %+v, want 3 pods with the condition's message", q)
+	}
+	w, err := c.WhyPod("ml", "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Queued == nil || !strings.Contains(w.Summary, "queued (team vision): position 2 of 3") {
+		t.Errorf("WhyPod(old) summary %q, queued %+v; want the queue position", w.Summary, w.Queued)
+	}
+}
