@@ -40,7 +40,8 @@ var env *harness.Env
 
 // quotaDoc is the quota of the shared control plane: configured teams for
 // the quota scenarios (kubectl is the kubectl-rota scenario's own, so other
-// scenarios' pods of vision cannot change what it reads); every other
+// scenarios' pods of vision cannot change what it reads; queue is the
+// queue admission scenarios'); every other
 // namespace is an unknown team, which is unlimited.
 const quotaDoc = `teams:
   vision:
@@ -53,7 +54,25 @@ const quotaDoc = `teams:
   nlp:
     gpus: 2
     borrow: {gpus: 2}
+  queue:
+    gpus: 4
+    borrow: {gpus: 2}
+    maxQueuedPods: 3
+  qorder:
+    gpus: 2
+  qfair-a:
+    models: {"Rota Queue GPU": {gpus: 0, borrow: {gpus: 8}}}
+  qfair-b:
+    models: {"Rota Queue GPU": {gpus: 0, borrow: {gpus: 8}}}
+  qreclaim-g:
+    models: {"Rota Reclaim GPU": {gpus: 4}}
+  qreclaim-b:
+    models: {"Rota Reclaim GPU": {gpus: 0, borrow: {gpus: 4}}}
 sharedPool: {gpus: 2, gpuMemoryGiB: 0}
+# The queue scenarios' own pools (per GPU model), apart from the shared one.
+modelPools:
+  "Rota Queue GPU": {gpus: 8}
+  "Rota Reclaim GPU": {gpus: 4}
 unknownTeams: unlimited
 `
 
