@@ -87,6 +87,9 @@ type Config struct {
 	// DebugTTL for how long.
 	DebugPods int           `json:"debugPods"`
 	DebugTTL  time.Duration `json:"debugTTL"`
+
+	// LeaderElection makes two replicas an active-standby pair.
+	LeaderElection LeaderElection `json:"leaderElection"`
 }
 
 // Default returns the configuration used when no flag is given.
@@ -110,6 +113,7 @@ func Default() Config {
 		CheckInterval:          30 * time.Second,
 		DebugPods:              10000,
 		DebugTTL:               30 * time.Minute,
+		LeaderElection:         DefaultLeaderElection(),
 	}
 }
 
@@ -206,5 +210,6 @@ func (c Config) Validate() error {
 	if c.DebugPods < 0 {
 		add("debug-pods: %d is negative", c.DebugPods)
 	}
+	errs = append(errs, c.LeaderElection.validate()...)
 	return errors.Join(errs...)
 }

@@ -137,10 +137,12 @@ func (g *gangs) filter(ctx context.Context, pod *corev1.Pod, req placement.Reque
 	}
 	bound, holding := 0, 0
 	var free []*corev1.Pod
+	var boundOn []string
 	for _, m := range members {
 		switch {
 		case m.Spec.NodeName != "":
 			bound++
+			boundOn = append(boundOn, m.Spec.NodeName)
 		case g.held(m):
 			holding++
 		default:
@@ -188,7 +190,7 @@ func (g *gangs) filter(ctx context.Context, pod *corev1.Pod, req placement.Reque
 		gang.Pods = append(gang.Pods, m.Namespace+"/"+m.Name)
 		refs = append(refs, podRef{Namespace: m.Namespace, Name: m.Name, UID: m.UID})
 	}
-	plan, reason := placement.PlanGang(gang, snap, names, g.e.o.Tiers)
+	plan, reason := g.plan(gang, snap, names, boundOn)
 	if reason != nil {
 		wi.noRoom = true
 		f.rejectAll(names, reason.Code, reason.Resolvable, reason.Message())
@@ -212,6 +214,61 @@ func (g *gangs) filter(ctx context.Context, pod *corev1.Pod, req placement.Reque
 		"where", plan.Where, logkey.Nodes, plan.Nodes())
 	g.e.touch(refs[1:], "gang "+key+" planned")
 	return g.slot(pod, key, names, f)
+}
+
+// plan runs placement.PlanGang for the gang's unbound members. When some
+// members are bound already (a plan of a previous leader, partly carried
+// out before it died), the narrowest group that holds every bound member
+// is tried first (their node, then each tier), so that a takeover does not
+// scatter a gang; then every candidate.
+func (g *gangs) plan(gang placement.Gang, snap *ledger.Snapshot, names, boundOn []string) (placement.GangPlan, *placement.Reason) {
+	if len(boundOn) > 0 {
+		for level := placement.TierNode; level < g.e.o.Tiers; level++ {
+			near := nearBound(snap, names, boundOn, level)
+			if near == nil {
+				continue
+			}
+			if plan, reason := placement.PlanGang(gang, snap, near, g.e.o.Tiers); reason == nil {
+				return plan, nil
+			}
+		}
+	}
+	return placement.PlanGang(gang, snap, names, g.e.o.Tiers)
+}
+
+// nearBound returns the candidates in the group of the given level
+// (placement.TierNode: the node itself) that holds every node in boundOn,
+// or nil when they are not in one group of that level.
+func nearBound(snap *ledger.Snapshot, candidates, boundOn []string, level int) []string {
+	group := func(node string) string {
+		if level == placement.TierNode {
+			return node
+		}
+		ni := snap.Node(node)
+		if ni == nil {
+			return ""
+		}
+		return ni.Node.Tier(level)
+	}
+	want := group(boundOn[0])
+	if want == "" {
+		return nil
+	}
+	for _, n := range boundOn[1:] {
+		if group(n) != want {
+			return nil
+		}
+	}
+	var out []string
+	for _, n := range candidates {
+		if group(n) == want {
+			out = append(out, n)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // held reports whether the pod holds a reservation or allocation.

@@ -68,6 +68,9 @@ type Options struct {
 	// Profiling serves Go's runtime profiles under /debug/pprof/ (off by
 	// default, like kube-scheduler's --profiling=false in hardened setups).
 	Profiling bool
+	// Serving, when set, is asked before every verb: an error refuses it
+	// (see gate; the standby of an active-standby pair, extender/app).
+	Serving func() error
 }
 
 // Server routes the extender's HTTP endpoints.
@@ -98,10 +101,10 @@ func New(verbs Verbs, o Options) *Server {
 }
 
 func (s *Server) routeVerbs(r *httprouter.Router) {
-	r.POST("/filter", s.filter)
-	r.POST("/prioritize", s.prioritize)
-	r.POST("/bind", s.bind)
-	r.POST("/preempt", s.preempt)
+	r.POST("/filter", s.gate("filter", s.filter))
+	r.POST("/prioritize", s.gate("prioritize", s.prioritize))
+	r.POST("/bind", s.gate("bind", s.bind))
+	r.POST("/preempt", s.gate("preempt", s.preempt))
 }
 
 func (s *Server) routeOps(r *httprouter.Router) {

@@ -12,34 +12,15 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
-	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
-	"github.com/rota-sched/rota/extender/binder"
+	"github.com/rota-sched/rota/extender/app"
 	"github.com/rota-sched/rota/extender/config"
-	"github.com/rota-sched/rota/extender/metrics"
 	"github.com/rota-sched/rota/extender/remediation"
-	"github.com/rota-sched/rota/extender/scheduling"
-	"github.com/rota-sched/rota/extender/server"
-	"github.com/rota-sched/rota/extender/state"
-	"github.com/rota-sched/rota/extender/ui"
-	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/placement"
 	pkgremediation "github.com/rota-sched/rota/pkg/remediation"
-	"github.com/rota-sched/rota/pkg/topology"
 )
 
 func main() {
@@ -54,7 +35,10 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	logger := klog.Background().WithName("rota-extender")
 	ctx = klog.NewContext(ctx, logger)
-	err = run(ctx, cfg, rcfg)
+	a, err := app.New(ctx, cfg, rcfg)
+	if err == nil {
+		err = a.Run(ctx)
+	}
 	stop()
 	if err != nil {
 		logger.Error(err, "rota-extender failed")
@@ -112,6 +96,20 @@ func parseFlags(args []string) (config.Config, remediation.Config, error) {
 	fs.IntVar(&rcfg.QuarantineThreshold, "quarantine-threshold", rcfg.QuarantineThreshold, "failures within --quarantine-window that quarantine a GPU or node (0: never)")
 	fs.DurationVar(&rcfg.QuarantineWindow, "quarantine-window", rcfg.QuarantineWindow, "window of --quarantine-threshold")
 	fs.DurationVar(&rcfg.RecoveryQuiet, "recovery-quiet", rcfg.RecoveryQuiet, "how long a recovered GPU or node stays healthy before it takes new work")
+	// Leader election: two replicas, one serving (see extender/app).
+	le := &cfg.LeaderElection
+	le.PodName, le.PodNamespace = os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE")
+	if le.PodNamespace != "" {
+		le.Namespace = le.PodNamespace
+	}
+	fs.BoolVar(&le.Enabled, "leader-elect", le.Enabled, "elect a leader on a Lease: only the leader serves the verbs and writes; the other replicas stand by with a warm ledger")
+	fs.DurationVar(&le.LeaseDuration, "leader-elect-lease-duration", le.LeaseDuration, "how long the lease lasts after its last renewal (whole seconds); a killed leader is replaced after about this long")
+	fs.DurationVar(&le.RenewDeadline, "leader-elect-renew-deadline", le.RenewDeadline, "the leader stops serving when it has not renewed for this long (below the lease duration)")
+	fs.DurationVar(&le.RetryPeriod, "leader-elect-retry-period", le.RetryPeriod, "how often the leader renews and a standby tries to acquire")
+	fs.StringVar(&le.Namespace, "leader-elect-namespace", le.Namespace, "namespace of the Lease; $POD_NAMESPACE when set")
+	fs.StringVar(&le.Name, "leader-elect-name", le.Name, "name of the Lease")
+	fs.StringVar(&le.PodName, "pod-name", le.PodName, "this replica's Pod, which carries <domain>/extender-leader while it leads ($POD_NAME when set; empty: no label)")
+	fs.StringVar(&le.PodNamespace, "pod-namespace", le.PodNamespace, "namespace of --pod-name; $POD_NAMESPACE when set")
 	if err := fs.Parse(args); err != nil {
 		return cfg, rcfg, err
 	}
@@ -127,175 +125,4 @@ func parseFlags(args []string) (config.Config, remediation.Config, error) {
 		return cfg, rcfg, fmt.Errorf("invalid flags:\n%w", err)
 	}
 	return cfg, rcfg, nil
-}
-
-// run wires the parts and serves until ctx ends.
-func run(ctx context.Context, cfg config.Config, rcfg remediation.Config) error {
-	logger := klog.FromContext(ctx)
-	names, err := cfg.Names()
-	if err != nil {
-		return err
-	}
-	tiers := cfg.Tiers(names)
-	workload, err := config.LoadWorkload(cfg.WorkloadFile)
-	if err != nil {
-		return err
-	}
-	policy, err := placement.NewPolicy(cfg.Policy, workload)
-	if err != nil {
-		return err
-	}
-	rest, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
-	if err != nil {
-		return fmt.Errorf("kubeconfig: %w", err)
-	}
-	rest.QPS, rest.Burst = cfg.QPS, cfg.Burst
-	rest.UserAgent = "rota-extender"
-	client, err := kubernetes.NewForConfig(rest)
-	if err != nil {
-		return fmt.Errorf("client: %w", err)
-	}
-	dyn, err := dynamic.NewForConfig(rest)
-	if err != nil {
-		return fmt.Errorf("dynamic client: %w", err)
-	}
-	logger.V(2).Info("Configuration", "config", cfg, "tiers", tiers.Tiers)
-
-	// Informers: nodes, and pods that can still run (a pod that finishes
-	// leaves the watch as a delete, which releases its GPUs).
-	nodeFactory := informers.NewSharedInformerFactory(client, 0)
-	podFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = "status.phase!=" + string(corev1.PodSucceeded) + ",status.phase!=" + string(corev1.PodFailed)
-	}))
-	led := ledger.New()
-	var podFailures func(node string)
-	var ctl atomic.Pointer[remediation.Controller]
-	var ext *scheduling.Extender
-	var extMu sync.Mutex
-	extender := func() *scheduling.Extender { extMu.Lock(); defer extMu.Unlock(); return ext }
-	cache, err := state.New(ctx, state.Options{
-		Names: names, Tiers: tiers, Ledger: led,
-		Nodes: nodeFactory.Core().V1().Nodes().Informer(), Pods: podFactory.Core().V1().Pods().Informer(),
-		OnRelease: func(as []ledger.Allocation) {
-			if e := extender(); e != nil {
-				e.Released(as)
-			}
-		},
-		OnPodFailed: func(node string) {
-			if f := podFailures; f != nil {
-				f(node)
-			}
-			if c := ctl.Load(); c != nil {
-				c.PodFailed(ctx, node)
-			}
-		},
-		Adjust: func(n *topology.Node) *topology.Node {
-			if c := ctl.Load(); c != nil {
-				return c.Adjust(n)
-			}
-			return n
-		},
-	})
-	if err != nil {
-		return err
-	}
-	m := metrics.New(metrics.Source{
-		Snapshot: led.Snapshot,
-		Workload: workload,
-		Problems: func() map[string]int64 {
-			s := cache.Stats()
-			return map[string]int64{"invalid_topology": s.InvalidTopology, "invalid_assignment": s.InvalidAssignment,
-				"restore_conflict": s.RestoreConflicts, "unaccounted": s.Unaccounted}
-		},
-		GangsWaiting: func() int {
-			if e := extender(); e != nil {
-				return e.GangsWaiting()
-			}
-			return 0
-		},
-		Pending: func() (int, time.Duration) { return cache.Pending(time.Now()) },
-	})
-	podFailures = func(node string) { m.PodFailures.WithLabelValues(node).Inc() }
-	b := binder.New(client, names, cfg.APITimeout)
-	b.OnConflict = m.BindConflicts.Inc
-	podGroups, err := scheduling.NewDynamicPodGroups(client.Discovery(), dyn, cfg.GangTTL/4)
-	if err != nil {
-		logger.Error(err, "PodGroup discovery failed; pod-group gangs need the gang-size annotation")
-	}
-	var pg scheduling.PodGroups
-	if podGroups != nil {
-		pg = podGroups
-	} else {
-		logger.Info("PodGroup CRD not served; pod-group gangs need annotation " + names.GangSizeAnnotation)
-	}
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "rota-extender"})
-
-	e, err := scheduling.New(scheduling.Options{
-		Names: names, Tiers: len(tiers.Tiers), Policy: policy, Cache: cache, Ledger: led, Binder: b,
-		Recorder: recorder, Metrics: m, PodGroups: pg,
-		ReservationTTL: cfg.ReservationTTL, GangTTL: cfg.GangTTL, MaxPreemptibleGangSize: cfg.MaxPreemptibleGangSize,
-		FilterBestOnly: cfg.FilterBestOnly, DebugPods: cfg.DebugPods, DebugTTL: cfg.DebugTTL,
-	})
-	if err != nil {
-		return err
-	}
-	extMu.Lock()
-	ext = e
-	extMu.Unlock()
-
-	// Remediation has informers of its own for full Nodes and node Leases
-	// (state's are trimmed to the topology) and shares state's pod informer.
-	var remFactories []informers.SharedInformerFactory
-	if rcfg.Mode != pkgremediation.Off {
-		rnf := informers.NewSharedInformerFactory(client, 0)
-		lf := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(corev1.NamespaceNodeLease))
-		c, err := remediation.New(remediation.Options{
-			Config: rcfg, Names: names, Client: client, Recorder: recorder,
-			Nodes: rnf.Core().V1().Nodes().Informer(), Leases: lf.Coordination().V1().Leases().Informer(),
-			Pods: podFactory.Core().V1().Pods().Informer(), Metrics: remediation.NewMetrics(m.Registry),
-			Reapply: cache.Reapply,
-		})
-		if err != nil {
-			return err
-		}
-		ctl.Store(c)
-		remFactories = append(remFactories, rnf, lf)
-	}
-
-	nodeFactory.Start(ctx.Done())
-	podFactory.Start(ctx.Done())
-	defer nodeFactory.Shutdown()
-	defer podFactory.Shutdown()
-	for _, f := range remFactories {
-		f.Start(ctx.Done())
-		defer f.Shutdown()
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if cache.WaitReady(ctx) {
-			snap := led.Snapshot()
-			logger.Info("Ledger rebuilt; ready", "nodes", snap.Len(), "allocations", len(led.Allocations()), "stats", cache.Stats())
-		}
-	})
-	wg.Go(func() { e.Run(ctx, cfg.ExpireInterval, cfg.CheckInterval) })
-	if c := ctl.Load(); c != nil {
-		wg.Go(func() { c.Run(ctx) })
-	}
-	status := ui.New(ui.Options{Names: names, Snapshot: led.Snapshot, Pods: podFactory.Core().V1().Pods().Lister(),
-		Decisions: e.Decisions})
-	wg.Go(func() { status.Run(ctx) })
-	srv := server.New(e, server.Options{MaxBodyBytes: cfg.MaxBodyBytes, Metrics: m, Logger: logger, UI: status,
-		Profiling: cfg.Profiling})
-	err = srv.Run(ctx, server.HTTP{Listen: cfg.Listen, OpsListen: cfg.OpsListen, ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout,
-		ShutdownTimeout: cfg.ShutdownTimeout,
-		TLS:             server.TLS{CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile, ClientCAFile: cfg.ClientCAFile}}, nil)
-	if err != nil && !errors.Is(err, context.Canceled) {
-		return err
-	}
-	wg.Wait()
-	logger.Info("Stopped")
-	return nil
 }
