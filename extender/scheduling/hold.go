@@ -5,6 +5,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/placement"
@@ -116,12 +117,20 @@ func (e *Extender) holdOne(req placement.Request, snap *ledger.Snapshot, candida
 // (the checks bind repeats, checkNode), so that room is never held where the
 // pod cannot go. Members of a gang share these (they ask the same).
 func (e *Extender) eligible(pod *corev1.Pod, snap *ledger.Snapshot) []string {
+	aff := nodeaffinity.GetRequiredNodeAffinity(pod)
 	out := make([]string, 0, snap.Len())
 	for _, n := range snap.Names() {
 		node, ok := e.cache.Node(n)
-		if ok && checkNode(pod, node, nil) == nil {
-			out = append(out, n)
+		if !ok {
+			continue
 		}
+		if match, err := aff.Match(node); err != nil || !match {
+			continue
+		}
+		if len(node.Spec.Taints) > 0 && checkNode(pod, node, nil) != nil {
+			continue
+		}
+		out = append(out, n)
 	}
 	return out
 }

@@ -167,9 +167,9 @@ func Plan(in Input, fit Fitter) Result {
 	for t, u := range in.TeamUse {
 		use[t] = u
 	}
-	res := Result{Waiting: map[string]Status{}}
+	res := Result{Waiting: make(map[string]Status, len(in.Queued))}
 	admitted := map[string]bool{}
-	why := map[string]Status{}
+	why := make(map[string]Status, len(in.Queued))
 	failedShape := map[string]string{} // shape+account -> reason, for this pass
 	open := map[string]bool{}
 	for _, t := range names {

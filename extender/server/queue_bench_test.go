@@ -1,0 +1,59 @@
+package server
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	pkgqueue "github.com/rota-sched/rota/pkg/queue"
+	"github.com/rota-sched/rota/pkg/quota"
+)
+
+// BenchmarkQueueAdmission5kNodes10kQueued is one admission decision of the
+// queue controller: pkg/queue orders 10,000 queued pods of 20 teams, picks
+// the team with the lowest dominant share and holds room for its head on a
+// 5,000-node cluster with 35,000 pods placed (the extender's HoldRoom over
+// the ledger); the hold is released after each decision, so every one
+// starts from the same state.
+func BenchmarkQueueAdmission5kNodes10kQueued(b *testing.B) {
+	bc := loadBigCluster(b, 5000, 35000, 35000)
+	defer bc.stop()
+	cfg := quota.Config{Teams: map[string]quota.Team{}}
+	var queued []pkgqueue.Workload
+	pods := map[string]*corev1.Pod{}
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	for team := range 20 {
+		name := fmt.Sprintf("team-%02d", team)
+		cfg.Teams[name] = quota.Team{GPUs: 10000, GPUMemoryGiB: 100000, Weight: float64(1 + team%3)}
+	}
+	for i := range 10000 {
+		team := fmt.Sprintf("team-%02d", i%20)
+		gib := int64(10 + 10*(i%4))
+		p := pod(fmt.Sprintf("q-%05d", i)).mem(gib).obj()
+		p.UID = types.UID(fmt.Sprintf("uid-q-%05d", i))
+		key := "default/" + p.Name
+		pods[key] = p
+		queued = append(queued, pkgqueue.Workload{Key: key, Team: team, Accounts: []quota.Account{{Team: team}},
+			Priority: int32(i % 3), Created: t0.Add(time.Duration(i) * time.Second), Members: 1, Present: 1,
+			PerMember: quota.Amount{MemoryMiB: contractMiB(1024 * gib)}, Shape: fmt.Sprint(gib)})
+	}
+	in := pkgqueue.Input{Config: cfg, Queued: queued, Capacity: pkgqueue.Capacity{GPUs: 40000, MemoryMiB: 40000 * 80 * 1024},
+		MaxAdmissions: 1}
+	b.ReportAllocs()
+	for b.Loop() {
+		res := pkgqueue.Plan(in, pkgqueue.FitterFunc(func(w *pkgqueue.Workload, a quota.Account) (bool, string) {
+			h, reason := bc.ext.HoldRoom([]*corev1.Pod{pods[w.Key]}, a.Model, t0.Add(time.Hour))
+			if reason != "" {
+				return false, reason
+			}
+			bc.ext.ReleaseHold(h)
+			return true, ""
+		}))
+		if len(res.Admitted) != 1 {
+			b.Fatalf("admitted %d, want 1: %+v", len(res.Admitted), res.Waiting[queued[0].Key])
+		}
+	}
+}
