@@ -52,6 +52,14 @@ func TestSampleQuotaConfig(t *testing.T) {
 	if v, ok := c.Teams["vision"]; !ok || v.GPUs != 64 || v.GPUMemoryGiB != 512 || v.Borrow.GPUs != 16 {
 		t.Errorf("sample team vision = %+v", v)
 	}
+	r, inf := c.Teams["research"], c.Teams["inference"]
+	if !c.QueueingEnabled() || r.EffectiveWeight() != 2 || r.QueueCap() != 200 || c.Teams["nlp"].QueueCap() != quota.DefaultMaxQueuedPods {
+		t.Errorf("sample queueing %q, research %+v", c.Queueing, r)
+	}
+	h100 := quota.Account{Team: "inference", Model: "NVIDIA H100 80GB HBM3"}
+	if len(inf.Models) != 2 || c.ReachableAccount(h100).GPUs != 24 {
+		t.Errorf("sample team inference = %+v, reach of %v %+v (want 16 + 8 from its model pool)", inf, h100, c.ReachableAccount(h100))
+	}
 }
 
 func TestParseQuota(t *testing.T) {
