@@ -18,9 +18,14 @@ import (
 // its quota, with a message that says so, and counts pending pods: the
 // pods here never find a node (their node selector matches none), yet they
 // use up the quota. Many pods admitted at the same moment still respect it.
+// Its namespaces have queueing off (the namespace label), so the deny at
+// creation applies whether or not the queue gate is installed.
 func TestTeamQuota(t *testing.T) {
 	const name = "quota"
 	ctx, ns := setup(t, name, "vision", 2*time.Minute) // vision: 4 GPUs, 40 GiB, no borrowing
+	if err := env.SetNamespaceQueueing(ctx, ns, false); err != nil {
+		t.Fatal(err)
+	}
 	q, err := config.ParseQuota([]byte(quotaDoc))
 	if err != nil {
 		t.Fatal(err)
@@ -75,6 +80,9 @@ func TestTeamQuota(t *testing.T) {
 	// Team nlp may hold 2 GPUs plus 2 borrowed: 12 pods created at once, 4 admitted.
 	nlp := "e2e-quota-nlp"
 	if err := env.CreateNamespace(ctx, nlp, "nlp"); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.SetNamespaceQueueing(ctx, nlp, false); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

@@ -2,7 +2,9 @@
 // test/cluster: kube-scheduler configured to call the rota-extender binary
 // (filter, prioritize, bind, preempt; nodeCacheCapable; example.com/gpu and
 // example.com/gpu-memory managed and ignoredByScheduler), rota-admission as
-// a ValidatingWebhookConfiguration the API server calls over HTTPS, and
+// the chart's ValidatingWebhookConfiguration (and with Options.Queueing its
+// MutatingWebhookConfiguration, the queue gate) the API server calls over
+// HTTPS, and
 // simulated GPU nodes: up to MaxPluginNodes of them run a real
 // rota-device-plugin process (fake GPU backend) behind a kubeletstub, the
 // others publish their topology annotation directly. A kubelet stand-in
@@ -46,7 +48,6 @@ import (
 	"sync"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -99,9 +100,14 @@ type Options struct {
 	// AuditLog turns on the API server's audit log of service-account
 	// requests (test/cluster Options.AuditLog): Cluster.AuditLogFiles.
 	AuditLog bool
-	// Manifests is the file the chart's RBAC is read from (default:
-	// ManifestsFile at the repository root).
+	// Manifests is the file the chart's RBAC and webhook configurations
+	// are read from (default: ManifestsFile at the repository root).
 	Manifests string
+	// Queueing also installs the chart's mutating webhook, which gates
+	// every new GPU pod for Rota's queue (Env.SetQueueing turns it on and
+	// off later). Off, GPU pods are created ungated and rota-admission
+	// refuses those over quota at creation.
+	Queueing bool
 }
 
 // Process is one of Rota's binaries running as a child in its own process
@@ -314,13 +320,9 @@ func (e *Env) setupIdentities(ctx context.Context) error {
 		}
 		return nil
 	}
-	path := e.opts.Manifests
-	if path == "" {
-		root, err := repoRoot()
-		if err != nil {
-			return err
-		}
-		path = filepath.Join(root, ManifestsFile)
+	path, err := e.manifestsPath()
+	if err != nil {
+		return err
 	}
 	rbac, err := LoadChartRBAC(path)
 	if err != nil {
@@ -340,6 +342,18 @@ func (e *Env) setupIdentities(ctx context.Context) error {
 	}
 	e.RBAC = rbac
 	return nil
+}
+
+// manifestsPath is Options.Manifests or ManifestsFile at the repository root.
+func (e *Env) manifestsPath() (string, error) {
+	if e.opts.Manifests != "" {
+		return e.opts.Manifests, nil
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, ManifestsFile), nil
 }
 
 // StartExtender starts rota-extender (again) and waits for its /readyz.
@@ -381,6 +395,7 @@ func (e *Env) startAdmission(ctx context.Context, port int) error {
 		"--config-map-key=" + QuotaKey,
 		"--leader-elect=false",
 		"--kube-qps=500", "--kube-burst=1000",
+		"--queue-controller-users=" + e.queueControllerUser(),
 		"--v=2",
 	}, e.opts.AdmissionArgs...))
 	if err := e.Admission.Start(); err != nil {
@@ -396,39 +411,37 @@ func (e *Env) startAdmission(ctx context.Context, port int) error {
 	return e.registerWebhook(ctx)
 }
 
-// registerWebhook creates the ValidatingWebhookConfiguration for pods
-// (CREATE and UPDATE) in every namespace but kube-system and rota-system.
+// registerWebhook creates the chart's ValidatingWebhookConfiguration (from
+// the manifests, pointed at the local rota-admission: its rules,
+// namespaceSelector and matchConditions are the chart's), and with
+// Options.Queueing its MutatingWebhookConfiguration.
 func (e *Env) registerWebhook(ctx context.Context) error {
-	url := e.AdmissionURL + "/validate"
-	fail := admissionregistrationv1.Fail
-	none := admissionregistrationv1.SideEffectClassNone
-	timeout := int32(10)
-	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: WebhookName},
-		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name:                    "pods.rota." + e.Names.Domain,
-			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: e.admCA},
-			FailurePolicy:           &fail,
-			SideEffects:             &none,
-			AdmissionReviewVersions: []string{"v1"},
-			TimeoutSeconds:          &timeout,
-			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-				Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"},
-					Resources: []string{"pods"}},
-			}},
-			NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-				Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn,
-				Values: []string{metav1.NamespaceSystem, SystemNamespace},
-			}}},
-		}},
+	w, err := e.chartWebhooks()
+	if err != nil {
+		return err
 	}
-	if _, err := e.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
+	if _, err := e.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, w.Validating, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("registering the webhook: %w", err)
 	}
 	// The API server picks the configuration up asynchronously; a denied
 	// dry-run proves the webhook is called.
-	return e.waitWebhookCalled(ctx)
+	if err := e.waitWebhookCalled(ctx); err != nil {
+		return err
+	}
+	if e.opts.Queueing {
+		_, err = e.SetQueueing(ctx, true)
+	}
+	return err
+}
+
+// queueControllerUser is the user rota-extender (the queue controller)
+// authenticates as: its ServiceAccount, or the admin test/cluster's admin
+// certificate names.
+func (e *Env) queueControllerUser() string {
+	if e.opts.AdminCredentials {
+		return "rota-admin"
+	}
+	return cluster.ServiceAccountUser(SystemNamespace, ExtenderServiceAccount)
 }
 
 // waitWebhookCalled creates (dry-run) a pod with an invalid GPU request
