@@ -24,7 +24,10 @@ import (
 // webhook refuses only what can never run and lets only the queue
 // controller's identity remove the gate. Team queue (quotaDoc): 4 GPUs,
 // borrow 2 from a shared pool of 2, maxQueuedPods 3. Each scenario turns
-// the queue gate on for itself (queueing, queue_test.go).
+// the queue gate on for itself (queueing, queue_test.go). rota-extender's
+// queue controller runs meanwhile and admits queued pods when the team's
+// quota has room; where a pod must stay queued, pods of the same team in a
+// namespace with queueing off (admitted at creation) hold the quota.
 
 // queueModel is a GPU model only these scenarios' nodes have.
 const queueModel = "Rota Queue Test GPU 24GB"
@@ -37,6 +40,38 @@ func queueNodes(ctx context.Context, t *testing.T, name string) {
 }
 
 func mustQ(s string) resource.Quantity { return resource.MustParse(s) }
+
+// offNamespace creates the scenario's second namespace, of team queue with
+// queueing off, and deletes its pods at the end.
+func offNamespace(ctx context.Context, t *testing.T, name string) string {
+	t.Helper()
+	off := "e2e-" + name + "-off"
+	if err := env.CreateNamespace(ctx, off, "queue"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = env.DeletePods(dctx, off)
+	})
+	if err := env.SetNamespaceQueueing(ctx, off, false); err != nil {
+		t.Fatal(err)
+	}
+	return off
+}
+
+// holdQuota takes gpus of team queue's quota with ungated pods admitted at
+// creation in the queueing-off namespace off (one pod per at most 4 GPUs).
+func holdQuota(ctx context.Context, t *testing.T, off, name string, gpus int) {
+	t.Helper()
+	for i := 0; gpus > 0; i++ {
+		n := min(gpus, 4)
+		if p := create(ctx, t, pod(off, fmt.Sprintf("hold-%d", i), name).GPUs(n).Obj()); gated(p) {
+			t.Fatalf("pod of a namespace with queueing off created gated")
+		}
+		gpus -= n
+	}
+}
 
 func gated(p *corev1.Pod) bool { return harness.HasQueueGate(p, env.Names.QueueGate) }
 
@@ -55,9 +90,9 @@ func mustDeny(t *testing.T, what string, err error, want ...string) {
 }
 
 // TestQueueGatesGPUPods: a GPU pod is created with the queue gate (the API
-// shows it in spec.schedulingGates) and stays unscheduled; a GPU pod over
-// its team's current quota is queued, not refused; a CPU-only pod and a
-// pod that asks for GPUs in an init container only are told apart.
+// shows it in spec.schedulingGates of the created pod); two that together
+// exceed the team's quota + borrow are both queued, not refused; a pod that
+// asks for a GPU in an init container only is gated, a CPU-only pod is not.
 func TestQueueGatesGPUPods(t *testing.T) {
 	const name = "queuegate"
 	ctx, ns := setup(t, name, "queue", 2*time.Minute)
@@ -83,13 +118,6 @@ func TestQueueGatesGPUPods(t *testing.T) {
 	if len(web.Spec.SchedulingGates) != 0 {
 		t.Errorf("CPU-only pod created with gates %v, want none", web.Spec.SchedulingGates)
 	}
-	// Gated pods are never scheduled.
-	time.Sleep(2 * time.Second)
-	for _, n := range []string{"train-0", "train-1", "prep"} {
-		if p := getPod(ctx, t, ns, n); p.Spec.NodeName != "" || !gated(p) {
-			t.Errorf("queued pod %s: node %q, gates %v", n, p.Spec.NodeName, p.Spec.SchedulingGates)
-		}
-	}
 	note(name, "GPU pods created gated (over the team's current quota too), CPU-only pod not")
 }
 
@@ -104,14 +132,17 @@ func removeGate(ctx context.Context, client kubernetes.Interface, ns, name strin
 // TestQueueGateRemoval: an admin removing the gate by hand is refused with
 // the message; an update that keeps the gate is allowed; rota-extender's
 // identity (the queue controller's) removes it, and the pod then counts as
-// the team's admitted use: a pod of the same team in a namespace with
-// queueing off is refused with the numbers.
+// the team's admitted use: the next pod of the team in a namespace with
+// queueing off is refused with the numbers. The team's quota is held by a
+// pod of that namespace, so the queue controller leaves the pod queued.
 func TestQueueGateRemoval(t *testing.T) {
 	const name = "queueungate"
 	ctx, ns := setup(t, name, "queue", 2*time.Minute)
 	queueing(ctx, t)
 	queueNodes(ctx, t, name)
-	p := create(ctx, t, pod(ns, "job", name).GPUs(4).Obj())
+	off := offNamespace(ctx, t, name)
+	holdQuota(ctx, t, off, name, 4)
+	p := create(ctx, t, pod(ns, "job", name).GPUs(4).Obj()) // 4 + 4 > 4 quota + 2 borrow: waits
 	if !gated(p) {
 		t.Fatalf("created with gates %v", p.Spec.SchedulingGates)
 	}
@@ -127,6 +158,9 @@ func TestQueueGateRemoval(t *testing.T) {
 	if _, err := env.Client.CoreV1().Pods(ns).Patch(ctx, "job", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatalf("an update that keeps the gate: %v", err)
 	}
+	if p := getPod(ctx, t, ns, "job"); !gated(p) {
+		t.Fatalf("job was admitted while its team's quota is held: gates %v", p.Spec.SchedulingGates)
+	}
 	ext, err := env.ClientAs("rota-extender")
 	if err != nil {
 		t.Fatal(err)
@@ -138,23 +172,11 @@ func TestQueueGateRemoval(t *testing.T) {
 		t.Fatalf("gates after the extender's removal: %v", p.Spec.SchedulingGates)
 	}
 
-	// The admitted pod holds 4 of the team's 4 + 2 GPUs now.
-	off := "e2e-" + name + "-off"
-	if err := env.CreateNamespace(ctx, off, "queue"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = env.DeletePods(dctx, off)
-	})
-	if err := env.SetNamespaceQueueing(ctx, off, false); err != nil {
-		t.Fatal(err)
-	}
+	// The team holds 4 + 4 GPUs now: the webhook counts the ungated pod.
 	var last error
 	for range 50 {
-		_, last = env.CreatePod(ctx, pod(off, "now", name).GPUs(4).Obj())
-		if harness.IsWebhookDenial(last) && strings.Contains(last.Error(), "4 in use or queued") {
+		_, last = env.CreatePod(ctx, pod(off, "now", name).GPUs(1).Obj())
+		if harness.IsWebhookDenial(last) && strings.Contains(last.Error(), "8 in use or queued") {
 			break
 		}
 		if last == nil {
@@ -162,8 +184,8 @@ func TestQueueGateRemoval(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	mustDeny(t, "a 4-GPU pod of the team with queueing off after the ungated 4", last,
-		"team queue: quota 4 GPUs, 4 in use or queued", "this pod needs 4")
+	mustDeny(t, "a 1-GPU pod of the team with queueing off after the ungated 4", last,
+		"team queue: quota 4 GPUs, 8 in use or queued", "this pod needs 1")
 	note(name, "hand removal refused; the extender's identity ungates; the ungated pod counts as use")
 }
 
@@ -215,11 +237,15 @@ func TestQueueingOffNamespace(t *testing.T) {
 }
 
 // TestQueueCap: with maxQueuedPods 3 the fourth queued pod is refused with
-// the count; deleting a queued pod makes room again.
+// the count; deleting a queued pod makes room again. The team's quota and
+// borrowing are held by pods of a namespace with queueing off, so the
+// queued pods stay queued.
 func TestQueueCap(t *testing.T) {
 	const name = "queuecap"
 	ctx, ns := setup(t, name, "queue", 2*time.Minute)
 	queueing(ctx, t)
+	queueNodes(ctx, t, name)
+	holdQuota(ctx, t, offNamespace(ctx, t, name), name, 6)
 	for i := range 3 {
 		create(ctx, t, pod(ns, fmt.Sprintf("q-%d", i), name).GPUs(1).Obj())
 	}
