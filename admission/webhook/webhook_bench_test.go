@@ -50,9 +50,25 @@ func BenchmarkAdmit(b *testing.B) {
 		// 1,000 distinct pod names, reused: each create of a name replaces
 		// the earlier reservation, so the view stays the same size.
 		bodies := make([][]byte, 1000)
+		gatedBodies := make([][]byte, 1000)
 		for i := range bodies {
 			bodies[i] = at.Review(admissionv1.Create, at.Pod(fmt.Sprintf("ns-%d", i%100), fmt.Sprintf("new-%d", i)).GPUs(1).Obj(), nil)
+			gatedBodies[i] = at.Review(admissionv1.Create, at.Pod(fmt.Sprintf("ns-%d", i%100), fmt.Sprintf("queued-%d", i)).GPUs(1).Gated().Obj(), nil)
 		}
+		// A queued pod: the checks of what can never run and the queued-pod
+		// cap, no quota decision.
+		b.Run(fmt.Sprintf("queued/pods=%d", pods), func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/validate", bytes.NewReader(gatedBodies[i%len(gatedBodies)])))
+				if rec.Code != http.StatusOK || !bytes.Contains(rec.Body.Bytes(), []byte(`"allowed":true`)) {
+					b.Fatalf("not queued: %d %s", rec.Code, rec.Body)
+				}
+				i++
+			}
+		})
 		b.Run(fmt.Sprintf("pods=%d", pods), func(b *testing.B) {
 			b.ReportAllocs()
 			lat := make([]time.Duration, 0, 1<<16)
