@@ -43,6 +43,7 @@ type options struct {
 	load        float64
 	maxDuration time.Duration
 	jobs        int
+	queue       string
 	runtimes    string
 	copies      int
 }
@@ -75,6 +76,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.maxDuration, "max-duration", 7*24*time.Hour, "time mode, trace: cap on a pod's duration")
 	fs.IntVar(&o.copies, "copies", 3, "time mode, trace: submit the pod list this many times over")
 	fs.IntVar(&o.jobs, "jobs", 2000, "time mode, gang: jobs to generate")
+	fs.StringVar(&o.queue, "queue", "fifo,drf", "time mode: queue disciplines, comma-separated: fifo (quota in arrival order, then priority and arrival) and drf (Rota's queue controller, pkg/queue)")
 	fs.StringVar(&o.runtimes, "runtimes", "testdata/philly/philly_runtime.csv", "time mode, gang: job runtime sample (CSV column runtime, seconds)")
 	if err := fs.Parse(args); err != nil {
 		return o, err

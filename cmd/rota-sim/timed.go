@@ -94,12 +94,25 @@ func runTimed(o options, seeds []uint64, stdout io.Writer) error {
 	}
 	w := sim.WorkloadOf(workload, sim.WorkloadOptions{})
 	start := time.Now()
-	results := make([]sim.TimedResult, len(policies))
-	errs := make([]error, len(policies))
+	type run struct {
+		policy string
+		queue  sim.QueueMode
+	}
+	var runs []run
+	for _, name := range policies {
+		for q := range strings.SplitSeq(o.queue, ",") {
+			runs = append(runs, run{strings.TrimSpace(name), sim.QueueMode(strings.TrimSpace(q))})
+		}
+	}
+	results := make([]sim.TimedResult, len(runs))
+	errs := make([]error, len(runs))
 	sem := make(chan struct{}, o.workers)
 	var wg sync.WaitGroup
-	for i, name := range policies {
-		pol, err := sim.NewPolicy(strings.TrimSpace(name), w, seeds[0], nodes)
+	for i, r := range runs {
+		if r.queue != sim.QueueFIFO && r.queue != sim.QueueDRF {
+			return fmt.Errorf("--queue %q: want fifo, drf or both, comma-separated", r.queue)
+		}
+		pol, err := sim.NewPolicy(r.policy, w, seeds[0], nodes)
 		if err != nil {
 			return err
 		}
@@ -108,9 +121,9 @@ func runTimed(o options, seeds []uint64, stdout io.Writer) error {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			results[i], errs[i] = sim.RunTimed(sim.TimedConfig{Nodes: nodes, Jobs: jobs, Policy: pol, Quota: q, Check: o.check})
+			results[i], errs[i] = sim.RunTimed(sim.TimedConfig{Nodes: nodes, Jobs: jobs, Policy: pol, Quota: q, Check: o.check, Queue: r.queue})
 			if errs[i] != nil {
-				errs[i] = fmt.Errorf("%s: %w", name, errs[i])
+				errs[i] = fmt.Errorf("%s, %s queue: %w", r.policy, r.queue, errs[i])
 			}
 		}()
 	}
@@ -122,7 +135,7 @@ func runTimed(o options, seeds []uint64, stdout io.Writer) error {
 	if err := sim.WriteTimedTable(stdout, results); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "\n%d runs in %s with %d workers\n", len(policies), time.Since(start).Round(time.Millisecond), o.workers)
+	fmt.Fprintf(stdout, "\n%d runs in %s with %d workers\n", len(runs), time.Since(start).Round(time.Millisecond), o.workers)
 	if o.out == "" {
 		return nil
 	}

@@ -71,7 +71,21 @@ type TimedConfig struct {
 	Samples int
 	// Check runs ledger.Check after every placement (tests).
 	Check bool
+	// Queue is how waiting jobs are ordered and admitted: QueueFIFO (the
+	// default: quota checked in arrival order, then priority-then-arrival
+	// placement with backfill) or QueueDRF (Rota's queue controller,
+	// pkg/queue: per team priority then age, across teams the lowest
+	// weighted dominant share, quota and room decided together).
+	Queue QueueMode
 }
+
+// QueueMode names a queue discipline of the time-aware replay.
+type QueueMode string
+
+const (
+	QueueFIFO QueueMode = "fifo"
+	QueueDRF  QueueMode = "drf"
+)
 
 // UtilPoint is the cluster at one sample time.
 type UtilPoint struct {
@@ -102,6 +116,8 @@ type TeamStats struct {
 	// Held counts jobs that waited for quota; HoldMax the longest wait.
 	Held    int
 	HoldMax float64
+	// WaitP50 and WaitP99 are the team's queue waits (seconds).
+	WaitP50, WaitP99 float64
 }
 
 // TimedResult is the outcome of RunTimed.
@@ -132,6 +148,12 @@ type TimedResult struct {
 	// SmallMaxWait is the longest wait of a one-GPU job (OneGPU), seconds.
 	SmallMaxWait float64
 	Teams        []TeamStats
+	// Queue is the queue discipline; Jain the time-averaged Jain's
+	// fairness index of the teams' weighted GPU shares, over the samples
+	// where at least two teams ran or waited (1: equal shares; 1/n: one
+	// team holds everything); 0 without teams.
+	Queue QueueMode
+	Jain  float64
 }
 
 // ErrPartialGang reports a gang that was found partly placed.
@@ -195,6 +217,9 @@ type timed struct {
 	teamBorr map[string]float64
 	teamHeld map[string]int
 	teamHold map[string]float64
+
+	jainSum float64
+	jainN   int
 }
 
 // RunTimed replays cfg in simulated time. It stops when every job has left,
@@ -260,6 +285,12 @@ func RunTimed(cfg TimedConfig) (TimedResult, error) {
 			t.held = append(t.held, arrivals[ai])
 			ai++
 		}
+		if cfg.Queue == QueueDRF {
+			if err := t.queuePass(); err != nil {
+				return t.res, err
+			}
+			continue
+		}
 		t.admit()
 		if err := t.schedule(freed); err != nil {
 			return t.res, err
@@ -267,6 +298,10 @@ func RunTimed(cfg TimedConfig) (TimedResult, error) {
 	}
 	t.advance(t.now)
 	t.finish(jobs)
+	t.res.Queue = cmp.Or(cfg.Queue, QueueFIFO)
+	if t.jainN > 0 {
+		t.res.Jain = t.jainSum / float64(t.jainN)
+	}
 	if t.res.GangPartial > 0 {
 		return t.res, fmt.Errorf("%d gangs: %w", t.res.GangPartial, ErrPartialGang)
 	}
@@ -279,6 +314,10 @@ func (t *timed) advance(to float64) {
 		t.res.Util = append(t.res.Util, UtilPoint{T: t.sampleAt[t.sampled],
 			Alloc:      100 * float64(t.allocMilli) / float64(t.capMilli),
 			QueuedGPUs: float64(t.queuedMilli) / MilliPerGPU})
+		if j, ok := t.jain(); ok {
+			t.jainSum += j
+			t.jainN++
+		}
 		t.sampled++
 	}
 	dt := to - t.now
@@ -428,7 +467,7 @@ func (t *timed) place(js *jobState) (bool, error) {
 	t.res.Placed++
 	if need := j.quotaNeed(); j.Team != "" {
 		u := t.usage[j.Team]
-		if t.cfg.Quota != nil && !need.IsZero() {
+		if t.cfg.Quota != nil && !need.IsZero() && t.cfg.Queue != QueueDRF {
 			u.Pending = u.Pending.Sub(need)
 		}
 		u.Running = u.Running.Add(need)
@@ -505,10 +544,16 @@ func (t *timed) finish(jobs []*jobState) {
 		}
 	}
 	slices.Sort(teams)
+	byTeam := map[string][]*jobState{}
+	for _, js := range jobs {
+		byTeam[js.job.Team] = append(byTeam[js.job.Team], js)
+	}
 	for _, name := range teams {
 		tm, _ := t.cfg.Quota.Team(name)
+		ws := waitStats(name, byTeam[name], wait)
 		ts := TeamStats{Team: name, GuaranteeGPUs: guaranteeGPUs(tm), PeakGPUs: t.teamPeak[name],
-			PeakBorrowedGPUs: max(t.teamBorr[name], 0), Held: t.teamHeld[name], HoldMax: t.teamHold[name]}
+			PeakBorrowedGPUs: max(t.teamBorr[name], 0), Held: t.teamHeld[name], HoldMax: t.teamHold[name],
+			WaitP50: ws.P50, WaitP99: ws.P99}
 		if r.Window > 0 {
 			ts.MeanGPUs = t.teamSum[name] / r.Window
 		}

@@ -29,6 +29,7 @@ func WriteTimedTable(w io.Writer, rs []TimedResult) error {
 	row("GPU-hours idle while work waited", func(r TimedResult) string { return fmt.Sprintf("%.0f", r.LostGPUHours) })
 	row("longest wait of a 1-GPU job", func(r TimedResult) string { return hours(r.SmallMaxWait) })
 	row("gangs partly placed", func(r TimedResult) string { return fmt.Sprint(r.GangPartial) })
+	row("Jain's fairness of team GPU shares (time mean)", func(r TimedResult) string { return fmt.Sprintf("%.3f", r.Jain) })
 	row("last job left at", func(r TimedResult) string { return hours(r.End) })
 	if len(rs) == 0 {
 		_, err := io.WriteString(w, b.String())
@@ -46,13 +47,14 @@ func WriteTimedTable(w io.Writer, rs []TimedResult) error {
 		b.WriteString("\n")
 	}
 	if len(rs[0].Teams) > 0 {
-		tableHead(&b, "Quota use by team (GPUs: guarantee; mean / peak running; peak borrowed; jobs held for quota, longest hold)", "team", rs)
+		tableHead(&b, "Quota use by team (GPUs: guarantee; mean / peak running; peak borrowed; jobs held for quota, longest hold; wait p50 / p99)", "team", rs)
 		for k, ts := range rs[0].Teams {
 			fmt.Fprintf(&b, "| %s (%.0f) |", ts.Team, ts.GuaranteeGPUs)
 			for _, r := range rs {
 				if k < len(r.Teams) {
 					s := r.Teams[k]
-					fmt.Fprintf(&b, " %.0f / %.0f; %.0f; %d, %s |", s.MeanGPUs, s.PeakGPUs, s.PeakBorrowedGPUs, s.Held, hours(s.HoldMax))
+					fmt.Fprintf(&b, " %.0f / %.0f; %.0f; %d, %s; %s / %s |", s.MeanGPUs, s.PeakGPUs, s.PeakBorrowedGPUs, s.Held, hours(s.HoldMax),
+						hours(s.WaitP50), hours(s.WaitP99))
 				}
 			}
 			b.WriteString("\n")
@@ -84,7 +86,11 @@ func tableHead(b *strings.Builder, title, first string, rs []TimedResult) {
 	}
 	fmt.Fprintf(b, "| %s |", first)
 	for _, r := range rs {
-		fmt.Fprintf(b, " %s |", r.Policy)
+		if r.Queue == QueueDRF {
+			fmt.Fprintf(b, " %s, Rota queue |", r.Policy)
+		} else {
+			fmt.Fprintf(b, " %s |", r.Policy)
+		}
 	}
 	b.WriteString("\n|---|")
 	b.WriteString(strings.Repeat("---:|", len(rs)))

@@ -2,6 +2,8 @@ package sim
 
 import (
 	"errors"
+	"fmt"
+	"github.com/rota-sched/rota/pkg/quota"
 	"math"
 	"os"
 	"reflect"
@@ -60,42 +62,99 @@ func TestRunTimedQueue(t *testing.T) {
 		},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg := timedPolicy(t, "fragmentation-aware", tc.giveJobs, nodes)
-			r, err := RunTimed(cfg)
-			if err != nil {
-				t.Fatalf("RunTimed: %v", err)
+		for _, mode := range []QueueMode{QueueFIFO, QueueDRF} {
+			t.Run(tc.name+"/"+string(mode), func(t *testing.T) {
+				cfg := timedPolicy(t, "fragmentation-aware", tc.giveJobs, nodes)
+				cfg.Queue = mode
+				r, err := RunTimed(cfg)
+				if err != nil {
+					t.Fatalf("RunTimed: %v", err)
+				}
+				if r.GangPartial != 0 {
+					t.Errorf("GangPartial = %d", r.GangPartial)
+				}
+				// Recover each start from its wait: every job is its own kind.
+				for i := range tc.giveJobs {
+					tc.giveJobs[i].Kind = tc.giveJobs[i].Name
+				}
+				cfg.Jobs = tc.giveJobs
+				r, err = RunTimed(cfg)
+				if err != nil {
+					t.Fatalf("RunTimed: %v", err)
+				}
+				arrive := map[string]float64{}
+				for _, j := range tc.giveJobs {
+					arrive[j.Name] = j.Arrive
+				}
+				got := map[string]float64{}
+				for _, k := range r.Kinds {
+					got[k.Group] = arrive[k.Group] + k.Max
+				}
+				if !reflect.DeepEqual(tc.wantStart, got) {
+					t.Errorf("starts = %v, want %v", got, tc.wantStart)
+				}
+				if r.Placed != len(tc.giveJobs) || r.Unplaced != 0 {
+					t.Errorf("placed %d, unplaced %d; want all %d placed", r.Placed, r.Unplaced, len(tc.giveJobs))
+				}
+				if math.Abs(r.LostGPUHours-tc.wantLost) > 1e-9 {
+					t.Errorf("LostGPUHours = %v, want %v", r.LostGPUHours, tc.wantLost)
+				}
+			})
+		}
+	}
+}
+
+// TestRunTimedQueueDRF: two teams of equal weight submit more than the
+// cluster holds, team a first. Arrival order (FIFO) runs a's jobs first;
+// Rota's queue (DRF) shares the GPUs, so Jain's index is near 1 and b's
+// jobs do not wait for all of a's.
+func TestRunTimedQueueDRF(t *testing.T) {
+	nodes := []Node{{Name: "n0", GPUs: 8, CPUMilli: 64000}, {Name: "n1", GPUs: 8, CPUMilli: 64000}}
+	one := Pod{GPUs: 1, GPUMilli: MilliPerGPU, CPUMilli: 1000}
+	var jobs []Job
+	for i := range 64 {
+		jobs = append(jobs, Job{Name: fmt.Sprintf("a%02d", i), Team: "a", Kind: "a", Member: one, Size: 1, Arrive: float64(i) / 10, Duration: 200})
+	}
+	for i := range 64 {
+		jobs = append(jobs, Job{Name: fmt.Sprintf("b%02d", i), Team: "b", Kind: "b", Member: one, Size: 1, Arrive: 10 + float64(i)/10, Duration: 200})
+	}
+	// A late job of no team stretches the sampled window past both backlogs.
+	jobs = append(jobs, Job{Name: "tail", Kind: "tail", Member: one, Size: 1, Arrive: 900, Duration: 10})
+	// Each team is guaranteed half and may borrow the other half.
+	q := &quota.Config{Teams: map[string]quota.Team{"a": {GPUs: 8, Borrow: quota.Limits{GPUs: 8}}, "b": {GPUs: 8, Borrow: quota.Limits{GPUs: 8}}},
+		SharedPool: quota.Limits{GPUs: 8}}
+	run := func(mode QueueMode) TimedResult {
+		cfg := timedPolicy(t, "binpack", jobs, nodes)
+		cfg.Quota, cfg.Queue, cfg.Samples = q, mode, 200
+		r, err := RunTimed(cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		if r.Placed != len(jobs) || r.GangPartial != 0 {
+			t.Fatalf("%s: placed %d of %d", mode, r.Placed, len(jobs))
+		}
+		return r
+	}
+	fifo, drf := run(QueueFIFO), run(QueueDRF)
+	// Both start at 0.5 for the 200 s a's first jobs hold every GPU (the
+	// replay does not reclaim); from the first departures DRF splits the
+	// cluster, FIFO serves a's backlog first.
+	if drf.Jain < 0.85 || drf.Jain < fifo.Jain+0.2 {
+		t.Errorf("Jain's index: DRF %.3f, FIFO %.3f; want DRF >= 0.85 and 0.2 above FIFO", drf.Jain, fifo.Jain)
+	}
+	p50 := func(r TimedResult, kind string) float64 {
+		for _, k := range r.Kinds {
+			if k.Group == kind {
+				return k.P50
 			}
-			if r.GangPartial != 0 {
-				t.Errorf("GangPartial = %d", r.GangPartial)
-			}
-			// Recover each start from its wait: every job is its own kind.
-			for i := range tc.giveJobs {
-				tc.giveJobs[i].Kind = tc.giveJobs[i].Name
-			}
-			cfg.Jobs = tc.giveJobs
-			r, err = RunTimed(cfg)
-			if err != nil {
-				t.Fatalf("RunTimed: %v", err)
-			}
-			arrive := map[string]float64{}
-			for _, j := range tc.giveJobs {
-				arrive[j.Name] = j.Arrive
-			}
-			got := map[string]float64{}
-			for _, k := range r.Kinds {
-				got[k.Group] = arrive[k.Group] + k.Max
-			}
-			if !reflect.DeepEqual(tc.wantStart, got) {
-				t.Errorf("starts = %v, want %v", got, tc.wantStart)
-			}
-			if r.Placed != len(tc.giveJobs) || r.Unplaced != 0 {
-				t.Errorf("placed %d, unplaced %d; want all %d placed", r.Placed, r.Unplaced, len(tc.giveJobs))
-			}
-			if math.Abs(r.LostGPUHours-tc.wantLost) > 1e-9 {
-				t.Errorf("LostGPUHours = %v, want %v", r.LostGPUHours, tc.wantLost)
-			}
-		})
+		}
+		return -1
+	}
+	if p50(drf, "b") >= p50(fifo, "b") {
+		t.Errorf("team b's p50 wait: DRF %.0f s, FIFO %.0f s; want DRF lower", p50(drf, "b"), p50(fifo, "b"))
+	}
+	if math.Abs(drf.UtilMean-fifo.UtilMean) > 2 {
+		t.Errorf("utilization DRF %.1f %% vs FIFO %.1f %%: want within 2 points", drf.UtilMean, fifo.UtilMean)
 	}
 }
 
@@ -138,7 +197,7 @@ func TestRunTimedGangs(t *testing.T) {
 			if r.GangPartial != 0 {
 				t.Errorf("GangPartial = %d, want 0", r.GangPartial)
 			}
-			if r.Placed != len(jobs) {
+			if r.Placed != len(jobs) || r.GangPartial != 0 {
 				t.Errorf("placed %d of %d jobs", r.Placed, len(jobs))
 			}
 			for _, ts := range r.Teams {

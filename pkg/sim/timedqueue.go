@@ -1,0 +1,142 @@
+package sim
+
+import (
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/rota-sched/rota/pkg/queue"
+	"github.com/rota-sched/rota/pkg/quota"
+)
+
+// queuePass is one pass of Rota's queue (pkg/queue.Plan) over every
+// waiting job: the controller's order and fair share, with the replay's
+// placement (place) as the Fitter. Quota counts running jobs only: a job
+// starts in the same step it is admitted. Jobs without a team, and all jobs
+// when the replay has no quota, are charged to unlimited accounts.
+func (t *timed) queuePass() error {
+	if len(t.held) == 0 {
+		return nil
+	}
+	cfg := quota.Config{Teams: map[string]quota.Team{}}
+	if t.cfg.Quota != nil {
+		cfg = *t.cfg.Quota
+		cfg.Teams = make(map[string]quota.Team, len(t.cfg.Quota.Teams)+1)
+		for k, v := range t.cfg.Quota.Teams {
+			cfg.Teams[k] = v
+		}
+	}
+	in := queue.Input{Config: cfg, Admitted: map[quota.Account]quota.Usage{}, TeamUse: map[string]queue.Use{},
+		Capacity: queue.Capacity{GPUs: t.capMilli / MilliPerGPU}}
+	byKey := make(map[string]*jobState, len(t.held))
+	for _, js := range t.held {
+		team := js.job.Team
+		if _, ok := cfg.Teams[team]; !ok {
+			cfg.Teams[team] = quota.Team{GPUs: math.MaxInt32, GPUMemoryGiB: math.MaxInt32}
+		}
+		key := strconv.Itoa(js.idx)
+		byKey[key] = js
+		in.Queued = append(in.Queued, queue.Workload{Key: key, Team: team, Accounts: []quota.Account{{Team: team}},
+			Priority: js.job.Priority, Members: 1, Present: 1, PerMember: js.job.quotaNeed(),
+			Created: t0.Add(durationOf(js.job.Arrive)), Shape: js.key + "/" + strconv.Itoa(js.job.Size)})
+	}
+	for team, u := range t.usage {
+		in.Admitted[quota.Account{Team: team}] = u
+	}
+	for team, m := range t.teamMilli {
+		in.TeamUse[team] = queue.Use{GPUs: m / MilliPerGPU}
+	}
+	in.Config = cfg
+	var perr error
+	res := queue.Plan(in, queue.FitterFunc(func(w *queue.Workload, _ quota.Account) (bool, string) {
+		if perr != nil {
+			return false, "stopped"
+		}
+		ok, err := t.place(byKey[w.Key])
+		if err != nil {
+			perr = err
+			return false, err.Error()
+		}
+		if !ok {
+			return false, "no room"
+		}
+		return true, ""
+	}))
+	if perr != nil {
+		return perr
+	}
+	// Admitted work waiting for room (quota allows it): what LostGPUHours
+	// weighs idle GPUs against, as the FIFO mode's admitted queue.
+	t.queuedMilli = 0
+	for key, st := range res.Waiting {
+		if st.Reason == queue.WaitRoom || st.Reason == queue.WaitTurn {
+			t.queuedMilli += byKey[key].job.gpuMilli()
+		}
+	}
+	if len(res.Admitted) == 0 {
+		return nil
+	}
+	started := make(map[*jobState]bool, len(res.Admitted))
+	for _, a := range res.Admitted {
+		js := byKey[a.Workload.Key]
+		js.admitted = js.start
+		started[js] = true
+	}
+	keep := t.held[:0]
+	for _, js := range t.held {
+		if !started[js] {
+			keep = append(keep, js)
+		}
+	}
+	clear(t.held[len(keep):])
+	t.held = keep
+	return nil
+}
+
+// jain is Jain's fairness index of the teams' weighted GPU shares now, over
+// the teams that run or wait; ok is false with fewer than two such teams.
+func (t *timed) jain() (float64, bool) {
+	active := map[string]bool{}
+	for team, m := range t.teamMilli {
+		if m > 0 && team != "" {
+			active[team] = true
+		}
+	}
+	for _, js := range t.held {
+		if js.job.Team != "" {
+			active[js.job.Team] = true
+		}
+	}
+	for _, js := range t.queue {
+		if js.job.Team != "" {
+			active[js.job.Team] = true
+		}
+	}
+	if len(active) < 2 {
+		return 0, false
+	}
+	var sum, sq float64
+	for team := range active {
+		w := 1.0
+		if t.cfg.Quota != nil {
+			if tm, ok := t.cfg.Quota.Team(team); ok {
+				w = tm.EffectiveWeight()
+			}
+		}
+		x := float64(t.teamMilli[team]) / MilliPerGPU / w
+		sum += x
+		sq += x * x
+	}
+	if sq == 0 {
+		return 1, true
+	}
+	return sum * sum / (float64(len(active)) * sq), true
+}
+
+// t0 is the replay's time zero for queue ages.
+var t0 = time.Unix(0, 0).UTC()
+
+// durationOf converts simulated seconds to a duration for queue ages.
+func durationOf(sec float64) time.Duration { return time.Duration(sec * float64(time.Second)) }
+
+
