@@ -138,5 +138,3 @@ var t0 = time.Unix(0, 0).UTC()
 
 // durationOf converts simulated seconds to a duration for queue ages.
 func durationOf(sec float64) time.Duration { return time.Duration(sec * float64(time.Second)) }
-
-
