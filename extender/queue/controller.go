@@ -478,10 +478,16 @@ func (c *Controller) report(ctx context.Context, in pkgqueue.Input, res pkgqueue
 			c.condition(ctx, pod, string(st.Reason), msg, now)
 		}
 	}
+	oldest := map[string]float64{}
+	for key := range res.Waiting {
+		wl := byKey[key]
+		oldest[wl.w.Team] = max(oldest[wl.w.Team], now.Sub(wl.w.Created).Seconds())
+	}
 	for t, ts := range teams {
 		ts.Share = shareOf(in, t)
 		teams[t] = ts
 		c.o.Metrics.Length.WithLabelValues(t).Set(float64(ts.Queued))
+		c.o.Metrics.OldestWait.WithLabelValues(t).Set(oldest[t])
 	}
 	queuedUIDs := map[types.UID]bool{}
 	for _, wl := range byKey {

@@ -5,6 +5,7 @@ import "github.com/prometheus/client_golang/prometheus"
 // Metrics are the queue controller's Prometheus metrics.
 type Metrics struct {
 	Length          *prometheus.GaugeVec
+	OldestWait      *prometheus.GaugeVec
 	Admissions      *prometheus.CounterVec
 	Wait            *prometheus.HistogramVec
 	Reclaims        *prometheus.CounterVec
@@ -16,6 +17,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Length: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rota_queue_length",
 			Help: "Pods queued (gated) per team."}, []string{"team"}),
+		OldestWait: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rota_queue_oldest_wait_seconds",
+			Help: "How long the team's oldest queued workload has waited (0 with none)."}, []string{"team"}),
 		Admissions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rota_queue_admissions_total",
 			Help: "Pods the queue controller admitted, per team."}, []string{"team"}),
 		Wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "rota_queue_wait_seconds",
@@ -27,7 +30,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Queued condition writes (bounded per pod and cluster-wide)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Length, m.Admissions, m.Wait, m.Reclaims, m.ConditionWrites)
+		reg.MustRegister(m.Length, m.OldestWait, m.Admissions, m.Wait, m.Reclaims, m.ConditionWrites)
 	}
 	return m
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/rota-sched/rota/admission/server"
 	dpmetrics "github.com/rota-sched/rota/deviceplugin/metrics"
 	extmetrics "github.com/rota-sched/rota/extender/metrics"
+	"github.com/rota-sched/rota/extender/queue"
 	"github.com/rota-sched/rota/pkg/ledger"
 )
 
@@ -81,5 +82,6 @@ func registries(t *testing.T) []*prometheus.Registry {
 	if _, err := server.NewApp(cfg, fake.NewSimpleClientset(), adm); err != nil {
 		t.Fatal(err)
 	}
+	queue.NewMetrics(ext.Registry) // the queue controller registers on the extender's registry
 	return []*prometheus.Registry{ext.Registry, adm, dpmetrics.New().Registry()}
 }
