@@ -294,10 +294,11 @@ func checkQuota(pods []corev1.Pod, namespaces []corev1.Namespace, o Options) []V
 	for i := range namespaces {
 		nsLabels[namespaces[i].Name] = namespaces[i].Labels
 	}
-	usage := map[string]quota.Usage{}
+	usage := map[quota.Account]quota.Usage{}
 	for i := range pods {
 		p := &pods[i]
-		if podreq.Terminal(p) || !podreq.Wants(p, o.Names) {
+		// Queued (gated) pods hold no quota: only admitted work counts.
+		if podreq.Terminal(p) || !podreq.Wants(p, o.Names) || podreq.Queued(p, o.Names) {
 			continue
 		}
 		team := podreq.Team(p, nsLabels[p.Namespace], o.Names, cfg.AllowPodTeamOverride)
@@ -308,33 +309,50 @@ func checkQuota(pods []corev1.Pod, namespaces []corev1.Namespace, o Options) []V
 		if err != nil {
 			continue
 		}
+		// The account: the queue's admission record, else the team's first.
+		acct := quota.Account{Team: team}
+		if adm, err := podreq.AdmissionOf(p, o.Names); err == nil && adm != nil {
+			acct = quota.Account{Team: adm.Team, Model: adm.Model}
+		} else if as := cfg.Accounts(team, nil); len(as) > 0 {
+			acct = as[0]
+		}
 		amt := quota.Amount{GPUs: int64(req.GPUs), MemoryMiB: contract.MiB(req.MemoryUnits) * o.MemoryUnitMiB}
-		u := usage[team]
+		u := usage[acct]
 		if p.Spec.NodeName != "" {
 			u.Running = u.Running.Add(amt)
 		} else {
 			u.Pending = u.Pending.Add(amt)
 		}
-		usage[team] = u
+		usage[acct] = u
 	}
-	teams := make([]string, 0, len(usage))
-	for t := range usage {
-		teams = append(teams, t)
+	accts := make([]quota.Account, 0, len(usage))
+	pools := map[string]bool{"": true}
+	for a := range usage {
+		accts = append(accts, a)
+		if _, _, pool, ok := cfg.AccountLimits(a); ok {
+			pools[pool] = true
+		}
 	}
-	sort.Strings(teams)
+	sort.Slice(accts, func(i, j int) bool { return accts[i].String() < accts[j].String() })
 	var out []Violation
-	for _, name := range teams {
-		u := usage[name]
-		limit := cfg.Reachable(name)
+	for _, a := range accts {
+		u := usage[a]
+		limit := cfg.ReachableAccount(a)
 		if !u.Total().Fits(limit) {
-			out = append(out, Violation{Kind: QuotaExceeded, Object: "team " + name,
-				Message: fmt.Sprintf("uses %s (running %s, pending %s), more than its guarantee plus borrow limit %s",
+			out = append(out, Violation{Kind: QuotaExceeded, Object: "team " + a.String(),
+				Message: fmt.Sprintf("admitted %s (running %s, pending %s), more than its guarantee plus borrow limit %s",
 					u.Total(), u.Running, u.Pending, limit)})
 		}
 	}
-	if used := cfg.PoolUsed(usage); !used.Fits(cfg.SharedPool.Amount()) {
-		out = append(out, Violation{Kind: PoolExceeded, Object: "shared pool",
-			Message: fmt.Sprintf("teams borrow %s in all, more than the pool's %s", used, cfg.SharedPool.Amount())})
+	for pool := range pools {
+		if used, size := cfg.AccountPoolUsed(pool, usage), cfg.PoolSize(pool); !used.Fits(size) {
+			name := "shared pool"
+			if pool != "" {
+				name = "pool of " + pool
+			}
+			out = append(out, Violation{Kind: PoolExceeded, Object: name,
+				Message: fmt.Sprintf("teams borrow %s in all, more than the pool's %s", used, size)})
+		}
 	}
 	return out
 }

@@ -97,6 +97,10 @@ func (b *podB) assign(a contract.Assignment) *podB {
 	return b
 }
 func (b *podB) obj() *corev1.Pod { return b.p.DeepCopy() }
+func (b *podB) queued() *podB {
+	b.p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: names.QueueGate}}
+	return b
+}
 
 func team(name, t string) *corev1.Namespace {
 	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{names.TeamLabel: t}}}
@@ -256,6 +260,14 @@ func TestCheck(t *testing.T) {
 			giveOpts: Options{Quota: quotaCfg},
 			want:     []Kind{QuotaExceeded, PoolExceeded},
 			wantText: "team vision",
+		},
+		{
+			name: "queued pods hold no quota",
+			give: []runtime.Object{gpuNode("n1", 8, 80*gib), team("cv", "vision"),
+				pod("cv", "w").gpus(4).whole("n1", 0, 1, 2, 3).on("n1").obj(),
+				pod("cv", "q").gpus(8).queued().obj(),
+			},
+			giveOpts: Options{Quota: quotaCfg},
 		},
 		{
 			name: "teams together over the shared pool",
