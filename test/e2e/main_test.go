@@ -64,6 +64,8 @@ const quotaDoc = `teams:
     models: {"Rota Queue GPU": {gpus: 0, borrow: {gpus: 8}}}
   qfair-b:
     models: {"Rota Queue GPU": {gpus: 0, borrow: {gpus: 8}}}
+  qkill:
+    gpus: 16
   qreclaim-g:
     models: {"Rota Reclaim GPU": {gpus: 4}}
   qreclaim-b:

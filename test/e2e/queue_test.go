@@ -13,7 +13,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/rota-sched/rota/admission/config"
 	"github.com/rota-sched/rota/pkg/podreq"
+	"github.com/rota-sched/rota/pkg/quota"
 	"github.com/rota-sched/rota/test/e2e/harness"
 )
 
@@ -305,4 +307,82 @@ func TestQueueReclaim(t *testing.T) {
 	note(name, "guarantee returned: creation to running %s", took.Round(100*time.Millisecond))
 	t.Logf("reclaim: queued pod created to running in %s", took)
 	checkInvariants(ctx, t, nil)
+}
+
+// TestQueueKill: the extender (and its queue controller) is killed with
+// SIGKILL while 100 pods are queued and 200 more are created concurrently,
+// and again while the queue drains. Admitted use never exceeds the team's
+// quota (the invariant checker, after every round), no gang is partly
+// admitted or bound, no queued pod is lost, and every pod runs.
+func TestQueueKill(t *testing.T) {
+	const name = "qkill"
+	ctx, ns := setup(t, name, "qkill", 6*time.Minute) // qkill: 16 GPUs, no borrowing
+	queueing(ctx, t)
+	nodes(ctx, t, name, "qkill", 4, harness.GPUNodeSpec{Model: h100.Model, MemoryMiB: h100.MemoryMiB, Count: 8})
+	q := quotaConfig(t)
+	var pods []*corev1.Pod
+	for i := range 292 {
+		pods = append(pods, pod(ns, fmt.Sprintf("p%03d", i), name).GPUs(1).Obj())
+	}
+	for g := range 2 { // two 4-member gangs among them
+		for m := range 4 {
+			pods = append(pods, pod(ns, fmt.Sprintf("g%d-%d", g, m), name).GPUs(1).Gang(fmt.Sprintf("g%d", g), 4).Obj())
+		}
+	}
+	if n, errs := createAll(ctx, 8, pods[:100], nil); n != 100 {
+		t.Fatalf("created %d of the first 100 pods: %v", n, errs)
+	}
+	waitPods(ctx, t, ns, "16 running", func(p []corev1.Pod) bool { return harness.Running(p) == 16 })
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if n, errs := createAll(ctx, 8, pods[100:], nil); n != len(pods)-100 {
+			t.Errorf("created %d of %d pods: %v", n, len(pods)-100, errs)
+		}
+	}()
+	kill := func(why string) {
+		if err := env.KillExtender(); err != nil {
+			t.Fatalf("kill (%s): %v", why, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+		if err := env.StartExtender(ctx); err != nil {
+			t.Fatalf("restart (%s): %v", why, err)
+		}
+	}
+	kill("while 200 pods are created")
+	<-done
+	ran := map[string]bool{}
+	rounds, kills := 0, 1
+	for len(ran) < len(pods) {
+		cur := waitPods(ctx, t, ns, "a round running", func(p []corev1.Pod) bool {
+			r := harness.Running(p)
+			return r == 16 || (r > 0 && r == len(p))
+		})
+		checkInvariants(ctx, t, &q)
+		for _, p := range cur {
+			if p.Status.Phase != corev1.PodRunning {
+				continue
+			}
+			ran[p.Name] = true
+			if err := env.Client.CoreV1().Pods(ns).Delete(ctx, p.Name, deleteNow); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rounds++
+		if rounds == 4 || rounds == 9 {
+			kill(fmt.Sprintf("round %d", rounds))
+			kills++
+		}
+	}
+	note(name, "%d pods (2 gangs) ran in %d rounds of at most 16 with %d kill -9 of the extender; no invariant violation", len(pods), rounds, kills)
+}
+
+// quotaConfig is the shared control plane's quota, parsed.
+func quotaConfig(t *testing.T) quota.Config {
+	t.Helper()
+	q, err := config.ParseQuota([]byte(quotaDoc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
 }
