@@ -44,7 +44,11 @@ var valueSets = map[string][]string{
 		"metrics.dashboard.enabled=true", "extender.filterBestOnly=false", "scheduler.gpuFreePods=false"},
 	"existing-scheduler": {"scheduler.mode=existing", "devicePlugin.backend=fake",
 		"devicePlugin.fakeConfig=/etc/rota/gpus.yaml", "extender.policy=fragmentation-aware",
-		"extender.remediation.mode=on", workloadSet},
+		"extender.remediation.mode=on", workloadSet, "extender.networkPolicy.verbsFrom[0].ipBlock.cidr=10.0.0.10/32"},
+	"insecure-http": {"extender.insecureHTTP=true",
+		`extender.networkPolicy.opsFrom[0].namespaceSelector.matchLabels.kubernetes\.io/metadata\.name=monitoring`},
+	"own-issuer": {"extender.tls.certManager.enabled=true", "extender.tls.certManager.issuerRef.name=rota-ca",
+		"extender.tls.certManager.issuerRef.kind=ClusterIssuer"},
 }
 
 // workloadSet gives the extender two pod shapes (extender.workload).
