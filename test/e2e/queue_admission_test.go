@@ -197,6 +197,9 @@ func TestQueueNeverFits(t *testing.T) {
 	ctx, ns := setup(t, name, "queue", 2*time.Minute)
 	queueing(ctx, t)
 	queueNodes(ctx, t, name)
+	// A larger GPU of another model: the cluster has room for a 30 GiB
+	// share, the pod's model does not.
+	nodes(ctx, t, name, name+"-big", 1, harness.GPUNodeSpec{Model: h100.Model, Count: 1, MemoryMiB: h100.MemoryMiB})
 
 	_, err := env.CreatePod(ctx, pod(ns, "big", name).GPUs(7).Obj())
 	mustDeny(t, "a 7-GPU pod of team queue", err,
