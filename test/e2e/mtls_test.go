@@ -76,8 +76,9 @@ func TestMutualTLS(t *testing.T) {
 			return 0, nil, err
 		}
 		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		return resp.StatusCode, b, err
+		// A refusal may close the connection under the rest of the body.
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b, nil
 	}
 
 	refused := 0
@@ -93,8 +94,9 @@ func TestMutualTLS(t *testing.T) {
 		for verb, body := range map[string][]byte{"filter": filter, "bind": bind} {
 			code, answer, err := post(c.client, c.url+"/"+verb, body)
 			switch {
-			case c.client == http.DefaultClient && err == nil && code == http.StatusBadRequest:
-				refused++ // Go's TLS server answers plain HTTP with 400 and nothing else
+			case c.client == http.DefaultClient && err == nil && code == http.StatusBadRequest &&
+				strings.Contains(string(answer), "HTTP request to an HTTPS server"):
+				refused++ // Go's TLS server answers plain HTTP with this 400 and closes
 			case c.client != http.DefaultClient && err != nil && strings.Contains(err.Error(), "tls:"):
 				refused++
 				t.Logf("%s with %s: %v", verb, c.who, err)
