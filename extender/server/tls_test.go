@@ -169,6 +169,12 @@ func runServer(t *testing.T, srv *Server, h HTTP) (verbs, ops string) {
 	return verbs, ops
 }
 
+// brokenByAlert: in TLS 1.3 a client may be writing its request when the
+// server's alert closes the connection, and sees that instead of the alert.
+func brokenByAlert(err error) bool {
+	return strings.Contains(err.Error(), "broken pipe") || strings.Contains(err.Error(), "connection reset by peer")
+}
+
 var filterBody = []byte(`{"pod":{"metadata":{"name":"p","namespace":"ns"}},"nodenames":["n1"]}`)
 var bindBody = []byte(`{"podName":"p","podNamespace":"ns","podUID":"u","node":"n1"}`)
 
@@ -210,7 +216,7 @@ func TestVerbsNeedClientCertificates(t *testing.T) {
 			for _, r := range refusals {
 				code, body, err := post(r.client, r.url, verb.body)
 				switch {
-				case err != nil && !strings.Contains(err.Error(), r.want):
+				case err != nil && !strings.Contains(err.Error(), r.want) && !brokenByAlert(err):
 					t.Errorf("%s: %v, want an error containing %q", r.name, err, r.want)
 				case err == nil && !strings.Contains(fmt.Sprint(code), r.want):
 					t.Errorf("%s: %d %q, want a refusal (%s)", r.name, code, body, r.want)
@@ -313,7 +319,7 @@ func TestCertificatesReloaded(t *testing.T) {
 	began = time.Now()
 	eventually("new client CA", func() error { return call(p.servingCA, &p.good) })
 	t.Logf("client CA reloaded in %s", time.Since(began).Round(time.Millisecond))
-	if err := call(p.servingCA, &oldClient); err == nil || !strings.Contains(err.Error(), "unknown certificate authority") {
+	if err := call(p.servingCA, &oldClient); err == nil || !(strings.Contains(err.Error(), "unknown certificate authority") || brokenByAlert(err)) {
 		t.Errorf("a certificate of the replaced client CA: %v, want refused", err)
 	}
 }

@@ -97,7 +97,12 @@ func TestMutualTLS(t *testing.T) {
 			case c.client == http.DefaultClient && err == nil && code == http.StatusBadRequest &&
 				strings.Contains(string(answer), "HTTP request to an HTTPS server"):
 				refused++ // Go's TLS server answers plain HTTP with this 400 and closes
-			case c.client != http.DefaultClient && err != nil && strings.Contains(err.Error(), "tls:"):
+			case c.client != http.DefaultClient && err != nil:
+				// The server's alert ("certificate required", "unknown
+				// certificate authority"); in TLS 1.3 the client may be
+				// writing its request when the alert closes the connection,
+				// and then sees a broken pipe instead. Either way there is no
+				// answer, and the checks below show nothing reached the extender.
 				refused++
 				t.Logf("%s with %s: %v", verb, c.who, err)
 			default:
