@@ -103,6 +103,10 @@ type Options struct {
 	// Manifests is the file the chart's RBAC and webhook configurations
 	// are read from (default: ManifestsFile at the repository root).
 	Manifests string
+	// Extenders is how many rota-extender replicas run: 1 (0 means 1) or
+	// 2, an active-standby pair behind a Router (the stand-in for the
+	// chart's Service that selects the leader).
+	Extenders int
 	// Queueing also installs the chart's mutating webhook, which gates
 	// every new GPU pod for Rota's queue (Env.SetQueueing turns it on and
 	// off later). Off, GPU pods are created ungated and rota-admission
@@ -133,8 +137,13 @@ type Env struct {
 	// AdmissionURL https://127.0.0.1:PORT.
 	ExtenderURL, VerbsURL, AdmissionURL string
 	// ExtenderTLS is the verbs listener's certificates and key files.
-	ExtenderTLS *ExtenderTLS
-	Extender, Admission       *Process
+	ExtenderTLS         *ExtenderTLS
+	Extender, Admission *Process
+	// Extenders are the rota-extender replicas (Extender is Extenders[0]'s
+	// process). With two, VerbsURL and ExtenderURL are Router's, which
+	// forwards to the replica holding the Lease.
+	Extenders []*Replica
+	Router    *Router
 	// Kubelet is the kubelet stand-in for every simulated node.
 	Kubelet *Kubelet
 	// Version is the API server's version, e.g. v1.37.2.
@@ -262,13 +271,7 @@ func Start(ctx context.Context, o Options) (_ *Env, err error) {
 		logf("chart RBAC applied; Rota's processes run as %s", strings.Join(slices.Sorted(maps.Values(e.Users)), ", "))
 	}
 
-	e.Extender = newProcess(binDir, "rota-extender", "rota-extender", e.Dir, append(append([]string{
-		"--kubeconfig=" + e.kubeconfs["rota-extender"],
-		"--listen=127.0.0.1:" + strconv.Itoa(ports[0]),
-		"--ops-listen=127.0.0.1:" + strconv.Itoa(ports[2]),
-		"--v=2",
-	}, e.ExtenderTLS.Args()...), o.ExtenderArgs...))
-	if err := e.StartExtender(ctx); err != nil {
+	if err := e.startExtenders(ctx, ports[0], ports[2]); err != nil {
 		return nil, err
 	}
 	logf("rota-extender ready: verbs at %s (mutual TLS), ops at %s (pid %d)", e.VerbsURL, e.ExtenderURL, e.Extender.PID())
@@ -356,12 +359,18 @@ func (e *Env) manifestsPath() (string, error) {
 	return filepath.Join(root, ManifestsFile), nil
 }
 
-// StartExtender starts rota-extender (again) and waits for its /readyz.
+// StartExtender starts rota-extender (Extenders[0]) again and waits for
+// its /readyz; when it is the only replica, also until it leads (after a
+// kill -9, once the lease of its previous run has lapsed).
 func (e *Env) StartExtender(ctx context.Context) error {
-	if err := e.Extender.Start(); err != nil {
+	r := e.Extenders[0]
+	if err := e.StartReplica(ctx, r); err != nil {
 		return err
 	}
-	return waitHTTP(ctx, e.Extender, e.ExtenderURL+"/readyz", &http.Client{Timeout: 2 * time.Second})
+	if len(e.Extenders) == 1 {
+		return e.WaitLeading(ctx, r)
+	}
+	return nil
 }
 
 // KillExtender kills rota-extender with SIGKILL (kill -9).
@@ -495,7 +504,10 @@ func (e *Env) Stop() error {
 			errs = append(errs, n.Stub.Close())
 		}
 	}
-	for _, p := range []*Process{e.Admission, e.Extender} {
+	if e.Router != nil {
+		errs = append(errs, e.Router.Close())
+	}
+	for _, p := range append([]*Process{e.Admission}, e.extenderProcesses()...) {
 		if p != nil {
 			errs = append(errs, p.Stop(5*time.Second))
 		}
@@ -512,7 +524,7 @@ func (e *Env) Stop() error {
 // LogTails returns the end of every Rota process log, for failure reports.
 func (e *Env) LogTails(n int) string {
 	var s string
-	for _, p := range []*Process{e.Extender, e.Admission} {
+	for _, p := range append(e.extenderProcesses(), e.Admission) {
 		if p != nil {
 			s += "\n" + p.LogTail(n)
 		}
