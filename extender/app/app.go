@@ -193,7 +193,7 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 	recorder := a.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "rota-extender"})
 
 	a.extender, err = scheduling.New(scheduling.Options{
-		Names: names, Tiers: len(tiers.Tiers), Policy: policy, Cache: a.cache, Ledger: a.ledger, Binder: b,
+		Names: names, SchedulerNames: cfg.SchedulerNames, Tiers: len(tiers.Tiers), Policy: policy, Cache: a.cache, Ledger: a.ledger, Binder: b,
 		Recorder: recorder, Metrics: a.metrics, PodGroups: pg,
 		ReservationTTL: cfg.ReservationTTL, GangTTL: cfg.GangTTL, MaxPreemptibleGangSize: cfg.MaxPreemptibleGangSize,
 		FilterBestOnly: cfg.FilterBestOnly, DebugPods: cfg.DebugPods, DebugTTL: cfg.DebugTTL,

@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/placement"
@@ -57,6 +60,12 @@ type Config struct {
 	// ShutdownTimeout bounds the graceful shutdown on SIGTERM.
 	ShutdownTimeout time.Duration `json:"shutdownTimeout"`
 
+	// SchedulerNames are the spec.schedulerName values of the pods the
+	// extender binds: the scheduler profiles that call it (the chart's
+	// second scheduler is rota-scheduler; a control-plane scheduler's
+	// default profile is default-scheduler). Bind refuses any other pod.
+	SchedulerNames []string `json:"schedulerNames"`
+
 	// Domain names the resources, labels and annotations (contract.NewNames).
 	Domain string `json:"domain"`
 	// TierLabels are the node labels of the topology tiers, narrowest first.
@@ -92,6 +101,9 @@ type Config struct {
 	LeaderElection LeaderElection `json:"leaderElection"`
 }
 
+// DefaultSchedulerName is the profile of the chart's second scheduler.
+const DefaultSchedulerName = "rota-scheduler"
+
 // Default returns the configuration used when no flag is given.
 func Default() Config {
 	return Config{
@@ -104,6 +116,7 @@ func Default() Config {
 		ReadTimeout:            30 * time.Second,
 		WriteTimeout:           30 * time.Second,
 		ShutdownTimeout:        10 * time.Second,
+		SchedulerNames:         []string{DefaultSchedulerName},
 		Domain:                 contract.DefaultDomain,
 		Policy:                 placement.DefaultPolicyName,
 		ReservationTTL:         30 * time.Second,
@@ -176,6 +189,17 @@ func (c Config) Validate() error {
 	}
 	if _, err := contract.NewNames(c.Domain); err != nil {
 		add("domain: %w", err)
+	}
+	if len(c.SchedulerNames) == 0 {
+		add("scheduler-names: is empty; name the scheduler profiles whose pods the extender binds")
+	}
+	for i, n := range c.SchedulerNames {
+		if msgs := validation.IsDNS1123Subdomain(n); len(msgs) > 0 {
+			add("scheduler-names[%d]: %q is not a scheduler name: %s", i, n, strings.Join(msgs, "; "))
+		}
+		if slices.Index(c.SchedulerNames, n) != i {
+			add("scheduler-names[%d]: %q is listed twice", i, n)
+		}
 	}
 	for i, l := range c.TierLabels {
 		if l == "" {

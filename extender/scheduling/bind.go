@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -39,7 +41,13 @@ func bindErr(code string, format string, args ...any) error {
 // Bind answers the bind verb, in two phases: reserve, then write.
 //
 //  1. Find the pod (informer, else the API server) and check it is the one
-//     the scheduler means (UID) and not bound elsewhere.
+//     the scheduler means (UID), pending and not bound elsewhere, and of a
+//     scheduler this extender serves (Options.SchedulerNames); find the
+//     node (informer) and check what kube-scheduler would have: the pod's
+//     node selector, required node affinity and tolerations (checkNode) and,
+//     for a pod that asks for no GPU, its CPU and memory requests. A bind
+//     request is not trusted to come after the scheduler's filters: a
+//     refusal writes nothing.
 //  2. Reserve: the pod's gang slot; or its existing assignment for this node
 //     (a retried bind); or placement.Fit on the current snapshot, then
 //     ledger.Reserve with the reservation TTL (retried on a fresh snapshot
@@ -90,13 +98,13 @@ func (e *Extender) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 }
 
 func (e *Extender) bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs) (outcome, gang string, err error) {
-	if args.PodName == "" || args.PodNamespace == "" || args.Node == "" {
-		return "", "", bindErr("InvalidRequest", "bind: podName, podNamespace and node are required")
+	if args.PodName == "" || args.PodNamespace == "" || args.PodUID == "" || args.Node == "" {
+		return "", "", bindErr("InvalidRequest", "bind: podName, podNamespace, podUID and node are required")
 	}
 
 	// 1. The pod.
 	pod, ok := e.cache.Pod(args.PodNamespace, args.PodName)
-	if !ok || (args.PodUID != "" && pod.UID != args.PodUID) {
+	if !ok || pod.UID != args.PodUID {
 		fresh, err := e.binder.Pod(ctx, args.PodNamespace, args.PodName)
 		if apierrors.IsNotFound(err) {
 			return "", "", bindErr("PodNotFound", "bind: pod %s/%s no longer exists", args.PodNamespace, args.PodName)
@@ -107,18 +115,37 @@ func (e *Extender) bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 		}
 		pod = fresh
 	}
-	if args.PodUID != "" && pod.UID != args.PodUID {
-		return "", "", bindErr("PodReplaced", "bind: pod %s/%s has UID %s, the scheduler means %s (the pod was replaced)",
+	if pod.UID != args.PodUID {
+		return "", "", bindErr("PodReplaced", "bind: pod %s/%s has UID %s, the request names %s (the pod was replaced)",
 			pod.Namespace, pod.Name, pod.UID, args.PodUID)
 	}
 	uid := string(pod.UID)
+	if name := schedulerOf(pod); !slices.Contains(e.o.SchedulerNames, name) {
+		return "", "", bindErr(string(codeWrongScheduler), "bind: pod %s/%s has schedulerName %q; this extender binds only pods of %s (--scheduler-names)",
+			pod.Namespace, pod.Name, name, strings.Join(e.o.SchedulerNames, ", "))
+	}
 	if pod.Spec.NodeName != "" {
 		if pod.Spec.NodeName == args.Node {
 			return "already-bound", "", nil
 		}
 		return "", "", bindErr("AlreadyBound", "bind: pod %s/%s is already bound to %s", pod.Namespace, pod.Name, pod.Spec.NodeName)
 	}
-	if !podreq.Wants(pod, e.names) {
+	if pod.DeletionTimestamp != nil || podreq.Terminal(pod) {
+		return "", "", bindErr(string(codePodNotPending), "bind: pod %s/%s is being deleted or has finished", pod.Namespace, pod.Name)
+	}
+	node, ok := e.cache.Node(args.Node)
+	if !ok {
+		return "", "", bindErr(string(codeUnknownNode), "bind: node %s is unknown to the extender (no such node, or deleted)", args.Node)
+	}
+	gpuFree := !podreq.Wants(pod, e.names)
+	var use *nodeUse
+	if gpuFree {
+		use = e.nodeUse(args.Node)
+	}
+	if r := checkNode(pod, node, use); r != nil {
+		return "", "", bindErr(string(r.code), "bind: pod %s/%s may not run on node %s: %s", pod.Namespace, pod.Name, args.Node, r.msg)
+	}
+	if gpuFree {
 		// Recorded before the write, as kube-scheduler assumes a pod before
 		// binding it: the next filter already sees this pod's CPU.
 		held := e.cache.AccountGPUFree(pod, args.Node)
@@ -235,5 +262,16 @@ func (e *Extender) reserve(ctx context.Context, pod *corev1.Pod, req placement.R
 	if last == nil {
 		return ledger.Allocation{}, false, bindErr("ReserveFailed", "bind: node %s: GPUs taken by concurrent binds %d times in a row", node, fitRetries)
 	}
-	return ledger.Allocation{}, false, bindErr(string(last.Code), "bind: node %s no longer fits: %s", node, last.Message())
+	return ledger.Allocation{}, false, bindErr(string(last.Code), "bind: node %s no longer fits the pod's GPU request: %s", node, last.Message())
+}
+
+// nodeUse is the CPU and memory already requested on node: the ledger's
+// count where it tracks the node (bound pods and binds in flight), else the
+// informer's bound pods.
+func (e *Extender) nodeUse(node string) *nodeUse {
+	if ni := e.ledger.Snapshot().Node(node); ni != nil {
+		return &nodeUse{CPUMilli: ni.CPUMilli, MemoryMiB: ni.HostMemoryMiB}
+	}
+	cpu, mem := e.cache.NodeRequests(node)
+	return &nodeUse{CPUMilli: cpu, MemoryMiB: mem}
 }

@@ -3,8 +3,11 @@
 // calling the one placement engine (pkg/placement) on a ledger snapshot, and
 // maps the engine's reasons and scores onto the extender/v1 wire types.
 //
-// Filter and prioritize only read (one ledger snapshot per call). Bind is
-// two-phase: it re-runs placement.Fit on the current snapshot (or takes the
+// Filter and prioritize only read (one ledger snapshot per call). Bind
+// first checks what kube-scheduler would have (checkNode: the pod's
+// scheduler, node selector, required node affinity, tolerations and, for a
+// GPU-free pod, CPU and memory), since a bind request is not trusted to
+// follow the scheduler's filters; then it is two-phase: it re-runs placement.Fit on the current snapshot (or takes the
 // pod's gang slot), reserves in the ledger with a TTL (the ledger
 // serializes, so two binds never take the same memory), creates the
 // Binding carrying the assignment annotation (one API write; the API server

@@ -3,6 +3,7 @@ package scheduling
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,9 +28,14 @@ type PodGroups interface {
 	MinMember(ctx context.Context, namespace, name string) (int, error)
 }
 
-// Options configure New. Names, Cache, Ledger, Binder and Metrics are required.
+// Options configure New. Names, SchedulerNames, Cache, Ledger, Binder and
+// Metrics are required.
 type Options struct {
 	Names contract.Names
+	// SchedulerNames are the spec.schedulerName values of the pods bind
+	// serves (the profiles that call this extender); bind refuses any other
+	// pod.
+	SchedulerNames []string
 	// Tiers is the number of topology tier labels (gang planning levels).
 	Tiers  int
 	Policy placement.Policy
@@ -73,6 +79,10 @@ func New(o Options) (*Extender, error) {
 	if o.Cache == nil || o.Ledger == nil || o.Binder == nil || o.Metrics == nil {
 		return nil, errors.New("scheduling: cache, ledger, binder and metrics are required")
 	}
+	if len(o.SchedulerNames) == 0 {
+		return nil, errors.New("scheduling: SchedulerNames is required (the schedulers whose pods bind serves)")
+	}
+	o.SchedulerNames = slices.Clone(o.SchedulerNames)
 	if o.Policy == nil {
 		p, err := placement.NewPolicy(placement.DefaultPolicyName, nil)
 		if err != nil {

@@ -154,7 +154,7 @@ func loadBigClusterWith(tb testing.TB, nodes, pods, assigned int, bestOnly bool)
 	}
 	m := metrics.New(metrics.Source{Snapshot: led.Snapshot})
 	policy, _ := placement.NewPolicy(placement.Binpack, nil)
-	e, err := scheduling.New(scheduling.Options{Names: names, Tiers: 2, Policy: policy, Cache: c, Ledger: led,
+	e, err := scheduling.New(scheduling.Options{Names: names, SchedulerNames: servedSchedulers, Tiers: 2, Policy: policy, Cache: c, Ledger: led,
 		Binder: binder.New(fake.NewSimpleClientset(), names, time.Second), Metrics: m, DebugPods: 10000, FilterBestOnly: bestOnly})
 	if err != nil {
 		tb.Fatal(err)

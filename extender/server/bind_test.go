@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
@@ -54,9 +55,11 @@ func TestBind(t *testing.T) {
 			wantGPUs: []int{0}, wantBound: true},
 		{name: "whole GPUs", givePod: pod("b").gpus(1).obj(), giveNode: "empty", wantGPUs: []int{0}, wantBound: true},
 		{name: "node no longer fits", givePod: pod("d").mem(40).obj(), giveNode: "half",
-			wantError: "bind: node half no longer fits: GPU 0 has 18 GiB free, pod needs 40 GiB"},
+			wantError: "bind: node half no longer fits the pod's GPU request: GPU 0 has 18 GiB free, pod needs 40 GiB"},
 		{name: "unknown node", givePod: pod("e").mem(1).obj(), giveNode: "nowhere",
-			wantError: "bind: node nowhere no longer fits: node has not published its GPU topology yet"},
+			wantError: "bind: node nowhere is unknown to the extender (no such node, or deleted)"},
+		{name: "node without GPU topology", givePod: pod("e").mem(1).obj(), giveNode: "plain",
+			wantError: "bind: node plain no longer fits the pod's GPU request: node has not published its GPU topology yet"},
 		{name: "binding fails: released, error returned", givePod: pod("f").mem(10).obj(), giveNode: "half",
 			setup: func(a *fakeAPI) { a.failBind = 1 }, wantError: "injected binding failure"},
 		{name: "pod replaced under the bind: conflict, released", givePod: pod("g").mem(10).obj(), giveNode: "half",
@@ -64,7 +67,8 @@ func TestBind(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			objs := append(halfUsed(), node("empty", 2, 80, 1, "leaf-a"), tc.givePod.DeepCopy())
+			objs := append(halfUsed(), node("empty", 2, 80, 1, "leaf-a"), tc.givePod.DeepCopy(),
+				&corev1.Node{ObjectMeta: metaName("plain")})
 			f := newFixture(t, fixtureOpts{}, objs...)
 			f.waitPod("default", tc.givePod.Name, func(*corev1.Pod) bool { return true })
 			before := f.ledger.Allocations()
@@ -290,5 +294,201 @@ func TestBindOversizedName(t *testing.T) {
 	}
 	if _, held := f.ledger.Get(string(p.UID)); held || f.api.binds != 0 {
 		t.Errorf("an invalid bind reserved (%v) or wrote (%d bindings)", held, f.api.binds)
+	}
+}
+
+func withTaint(n *corev1.Node, key string, effect corev1.TaintEffect) *corev1.Node {
+	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: key, Value: "x", Effect: effect})
+	return n
+}
+
+func withResources(n *corev1.Node, cpu, mem string) *corev1.Node {
+	n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}
+	return n
+}
+
+func (b *podBuilder) selector(k, v string) *podBuilder {
+	if b.p.Spec.NodeSelector == nil {
+		b.p.Spec.NodeSelector = map[string]string{}
+	}
+	b.p.Spec.NodeSelector[k] = v
+	return b
+}
+
+func (b *podBuilder) tolerate(key string) *podBuilder {
+	b.p.Spec.Tolerations = append(b.p.Spec.Tolerations, corev1.Toleration{Key: key, Operator: corev1.TolerationOpExists})
+	return b
+}
+
+func (b *podBuilder) requests(cpu, mem string) *podBuilder {
+	c := &b.p.Spec.Containers[0]
+	if c.Resources.Requests == nil {
+		c.Resources.Requests = corev1.ResourceList{}
+	}
+	c.Resources.Requests[corev1.ResourceCPU] = resource.MustParse(cpu)
+	c.Resources.Requests[corev1.ResourceMemory] = resource.MustParse(mem)
+	return b
+}
+
+// bindCheckObjects: node "gpu" (8 GPUs, 16 cores, 64 GiB, zone a), node
+// "tainted" (as gpu, with a NoSchedule taint), node "cpu" (no GPUs, 4 cores,
+// 8 GiB, with a bound pod taking 3 cores and 6 GiB) and node "gone-soon".
+func bindCheckObjects() []runtimeObj {
+	gpu := withResources(node("gpu", 8, 80, 4, "leaf-a"), "16", "64Gi")
+	gpu.Labels["zone"] = "a"
+	tainted := withTaint(withResources(node("tainted", 8, 80, 4, "leaf-a"), "16", "64Gi"), "dedicated", corev1.TaintEffectNoSchedule)
+	cpu := withResources(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cpu", UID: "node-cpu", ResourceVersion: "1",
+		Labels: map[string]string{"zone": "b"}}}, "4", "8Gi")
+	busy := pod("busy").requests("3", "6Gi").obj()
+	busy.Spec.NodeName, busy.Status.Phase = "cpu", corev1.PodRunning
+	return []runtimeObj{gpu, tainted, cpu, busy}
+}
+
+// TestBindRefuses: bind refuses, with the reason in Error and nothing
+// written (no Binding, no patch, the ledger as it was), every pod kube-
+// scheduler would not have placed on the node, and the pods it must not
+// touch; the same pods bind where they may (so each refusal is the check's,
+// not the fixture's).
+func TestBindRefuses(t *testing.T) {
+	deleting := pod("deleting").mem(10).obj()
+	now := metav1.Now()
+	deleting.DeletionTimestamp, deleting.Finalizers = &now, []string{"example.com/hold"}
+	tests := []struct {
+		name      string
+		givePod   *corev1.Pod // created before the bind; nil: none
+		giveArgs  func(p *corev1.Pod) *extenderv1.ExtenderBindingArgs
+		giveNode  string
+		wantError string
+		// okNode is a node the same pod binds to once refused ("" none).
+		okNode string
+	}{
+		{name: "pod of another scheduler", givePod: func() *corev1.Pod {
+			p := pod("foreign").mem(10).obj()
+			p.Spec.SchedulerName = "other-scheduler"
+			return p
+		}(),
+			giveNode:  "gpu",
+			wantError: `bind: pod default/foreign has schedulerName "other-scheduler"; this extender binds only pods of default-scheduler (--scheduler-names)`},
+		{name: "GPU-free pod of another scheduler", givePod: func() *corev1.Pod { p := pod("foreign-cpu").obj(); p.Spec.SchedulerName = "batch"; return p }(),
+			giveNode: "cpu", wantError: `has schedulerName "batch"`},
+		{name: "pod gone", giveArgs: func(*corev1.Pod) *extenderv1.ExtenderBindingArgs {
+			return &extenderv1.ExtenderBindingArgs{PodName: "ghost", PodNamespace: "default", PodUID: "uid-ghost", Node: "gpu"}
+		}, wantError: "bind: pod default/ghost no longer exists"},
+		{name: "other UID than the pod's", givePod: pod("replaced").mem(10).obj(), giveNode: "gpu",
+			giveArgs: func(p *corev1.Pod) *extenderv1.ExtenderBindingArgs {
+				a := bindArgs(p, "gpu")
+				a.PodUID = "uid-previous"
+				return a
+			}, wantError: "bind: pod default/replaced has UID uid-replaced, the request names uid-previous (the pod was replaced)", okNode: "gpu"},
+		{name: "no UID", givePod: pod("nouid").mem(10).obj(), giveNode: "gpu",
+			giveArgs: func(p *corev1.Pod) *extenderv1.ExtenderBindingArgs {
+				a := bindArgs(p, "gpu")
+				a.PodUID = ""
+				return a
+			}, wantError: "bind: podName, podNamespace, podUID and node are required", okNode: "gpu"},
+		{name: "pod being deleted", givePod: deleting, giveNode: "gpu", wantError: "bind: pod default/deleting is being deleted or has finished"},
+		{name: "unknown node", givePod: pod("lost").mem(10).obj(), giveNode: "nowhere",
+			wantError: "bind: node nowhere is unknown to the extender (no such node, or deleted)", okNode: "gpu"},
+		{name: "unknown node, GPU-free pod", givePod: pod("lost-cpu").requests("1", "1Gi").obj(), giveNode: "nowhere",
+			wantError: "bind: node nowhere is unknown to the extender", okNode: "cpu"},
+		{name: "GPU pod's nodeSelector excludes the node", givePod: pod("picky").mem(10).selector("zone", "b").obj(), giveNode: "gpu",
+			wantError: "bind: pod default/picky may not run on node gpu: node gpu does not match the pod's nodeSelector zone=b"},
+		{name: "GPU-free pod's nodeSelector excludes the node", givePod: pod("picky-cpu").selector("zone", "a").obj(), giveNode: "cpu",
+			wantError: "node cpu does not match the pod's nodeSelector zone=a", okNode: "gpu"},
+		{name: "required node affinity excludes the node", givePod: func() *corev1.Pod {
+			p := pod("affine").mem(10).obj()
+			p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
+					{Key: leafLabel, Operator: corev1.NodeSelectorOpNotIn, Values: []string{"leaf-a"}}}}}}}}
+			return p
+		}(), giveNode: "gpu", wantError: "node gpu does not match the pod's required node affinity"},
+		{name: "untolerated NoSchedule taint", givePod: pod("intruder").mem(10).obj(), giveNode: "tainted",
+			wantError: "bind: pod default/intruder may not run on node tainted: node tainted has taint dedicated=x:NoSchedule that the pod does not tolerate",
+			okNode:    "gpu"},
+		{name: "GPU pod that does not fit", givePod: pod("huge").gpus(9).obj(), giveNode: "gpu",
+			wantError: "bind: node gpu no longer fits the pod's GPU request: node has 8 healthy GPUs, pod needs 9"},
+		{name: "GPU pod short of CPU on its node", givePod: pod("hungry").gpus(1).requests("17", "1Gi").obj(), giveNode: "gpu",
+			wantError: "bind: node gpu no longer fits the pod's GPU request: node has 16000m CPU free, pod needs 17000m"},
+		{name: "GPU-free pod over a CPU node's free CPU", givePod: pod("cruncher").requests("2", "1Gi").obj(), giveNode: "cpu",
+			wantError: "bind: pod default/cruncher may not run on node cpu: node cpu has 1000m CPU free (allocatable 4000m, requested 3000m), pod requests 2000m",
+			okNode:    "gpu"},
+		{name: "GPU-free pod over a CPU node's free memory", givePod: pod("hoarder").requests("500m", "3Gi").obj(), giveNode: "cpu",
+			wantError: "node cpu has 2 GiB memory free (allocatable 8 GiB, requested 6 GiB), pod requests 3 GiB", okNode: "gpu"},
+		{name: "GPU-free pod over a GPU node's allocatable", givePod: pod("giant").requests("20", "1Gi").obj(), giveNode: "gpu",
+			wantError: "node gpu has 16000m CPU free (allocatable 16000m, requested 0m), pod requests 20000m"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := bindCheckObjects()
+			if tc.givePod != nil {
+				objs = append(objs, tc.givePod.DeepCopy())
+			}
+			f := newFixture(t, fixtureOpts{}, objs...)
+			p := tc.givePod
+			if p != nil {
+				f.waitPod("default", p.Name, func(*corev1.Pod) bool { return true })
+			}
+			f.waitPod("default", "busy", func(*corev1.Pod) bool { return true })
+			args := func() *extenderv1.ExtenderBindingArgs { return bindArgs(p, tc.giveNode) }
+			if tc.giveArgs != nil {
+				args = func() *extenderv1.ExtenderBindingArgs { return tc.giveArgs(p) }
+			}
+			before := viewExtender(f)
+			var res extenderv1.ExtenderBindingResult
+			if code := f.post("/bind", args(), &res); code != http.StatusOK {
+				t.Fatalf("bind status %d", code)
+			}
+			if !strings.Contains(res.Error, tc.wantError) {
+				t.Fatalf("Error = %q, want %q", res.Error, tc.wantError)
+			}
+			if after := viewExtender(f); !reflect.DeepEqual(before, after) {
+				t.Errorf("a refused bind changed the ledger or the API:\nbefore %+v\nafter  %+v", before, after)
+			}
+			if p != nil {
+				if got := f.apiPod(p.Name); got.Spec.NodeName != "" || got.Annotations[names.AssignmentAnnotation] != "" {
+					t.Errorf("refused pod: node %q, annotations %v", got.Spec.NodeName, got.Annotations)
+				}
+				if _, held := f.ledger.Get(string(p.UID)); held {
+					t.Error("a refused pod holds an allocation")
+				}
+			}
+			if tc.okNode != "" {
+				if err := f.bind(p, tc.okNode); err != "" {
+					t.Fatalf("bind to %s: %s", tc.okNode, err)
+				}
+				if got := f.apiPod(p.Name); got.Spec.NodeName != tc.okNode {
+					t.Errorf("pod bound to %q, want %s", got.Spec.NodeName, tc.okNode)
+				}
+			}
+			if errs := f.ledger.Check(); len(errs) > 0 {
+				t.Errorf("ledger.Check() = %v", errs)
+			}
+		})
+	}
+}
+
+// TestBindAdmits: the checks let through what kube-scheduler would: a
+// matching selector, a tolerated taint, a GPU-free pod that fits beside
+// the node's bound pods.
+func TestBindAdmits(t *testing.T) {
+	ps := []*corev1.Pod{
+		pod("zoned").mem(10).selector("zone", "a").obj(),
+		pod("tolerant").gpus(1).tolerate("dedicated").obj(),
+		pod("small").requests("1", "2Gi").selector("zone", "b").obj(),
+	}
+	nodes := []string{"gpu", "tainted", "cpu"}
+	objs := bindCheckObjects()
+	for _, p := range ps {
+		objs = append(objs, p.DeepCopy())
+	}
+	f := newFixture(t, fixtureOpts{}, objs...)
+	for i, p := range ps {
+		f.waitPod("default", p.Name, func(*corev1.Pod) bool { return true })
+		if err := f.bind(p, nodes[i]); err != "" {
+			t.Errorf("bind %s to %s: %s", p.Name, nodes[i], err)
+		}
+	}
+	if f.api.binds != len(ps) {
+		t.Errorf("%d Bindings, want %d", f.api.binds, len(ps))
 	}
 }

@@ -197,7 +197,7 @@ func TestFilterBadBodies(t *testing.T) {
 		{"filter no pod", "/filter", []byte(`{}`), http.StatusOK, "filter: the request names no pod"},
 		{"filter too large", "/filter", append([]byte(`{"NodeNames":["`), bytes.Repeat([]byte("a"), 17<<20)...), http.StatusOK, "larger than 16777216 bytes"},
 		{"bind malformed", "/bind", []byte(`nope`), http.StatusOK, "bind: request body is not valid extender/v1 JSON"},
-		{"bind empty", "/bind", []byte(`{}`), http.StatusOK, "bind: podName, podNamespace and node are required"},
+		{"bind empty", "/bind", []byte(`{}`), http.StatusOK, "bind: podName, podNamespace, podUID and node are required"},
 		{"prioritize malformed", "/prioritize", []byte(`[`), http.StatusBadRequest, ""},
 		{"preempt malformed", "/preempt", []byte(`[`), http.StatusBadRequest, ""},
 	}

@@ -41,6 +41,10 @@ var (
 	tiers     = topology.DefaultLabels(contract.Default)
 	podsGVR   = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 	leafLabel = tiers.Tiers[0]
+	// servedSchedulers are the scheduler names the fixtures' extenders bind
+	// for: the test pods leave spec.schedulerName empty, which the API
+	// server defaults to default-scheduler.
+	servedSchedulers = []string{corev1.DefaultSchedulerName}
 )
 
 // fixture is one extender over a fake clientset, served by httptest.
@@ -125,7 +129,7 @@ func startExtender(t testing.TB, ctx context.Context, client *fake.Clientset, ap
 	if maxGang == 0 {
 		maxGang = 8
 	}
-	e, err := scheduling.New(scheduling.Options{Names: names, Tiers: len(tiers.Tiers), Policy: policy, Cache: c,
+	e, err := scheduling.New(scheduling.Options{Names: names, SchedulerNames: servedSchedulers, Tiers: len(tiers.Tiers), Policy: policy, Cache: c,
 		Ledger: f.ledger, Binder: binder.New(client, names, 5*time.Second), Recorder: f.recorder, Metrics: m,
 		ReservationTTL: 30 * time.Second, GangTTL: time.Minute, MaxPreemptibleGangSize: maxGang,
 		FilterBestOnly: o.filterBestOnly, DebugPods: 100, DebugTTL: time.Hour, Now: f.clock.Now})

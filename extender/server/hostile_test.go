@@ -107,6 +107,16 @@ func extenderHostile(path string) map[string][]byte {
 		add("1 MiB node name", `{"PodName":"pending","PodNamespace":"default","PodUID":"uid-pending","Node":"`+strings.Repeat("n", 1<<20)+`"}`)
 		add("invalid UTF-8 pod name", "{\"PodName\":\"pend\xffing\",\"PodNamespace\":\"default\",\"PodUID\":\"uid-pending\",\"Node\":\"empty\"}")
 		add("deep unknown field", `{"x":`+strings.Repeat(`[`, 5000)+strings.Repeat(`]`, 5000)+`}`)
+		// Well-formed binds kube-scheduler would never ask for (see
+		// refusedPods).
+		add("no PodUID", `{"PodName":"pending","PodNamespace":"default","Node":"empty"}`)
+		add("pod of another scheduler", `{"PodName":"foreign","PodNamespace":"default","PodUID":"uid-foreign","Node":"empty"}`)
+		add("node the pod's selector excludes", `{"PodName":"picky","PodNamespace":"default","PodUID":"uid-picky","Node":"empty"}`)
+		add("node whose taint the pod does not tolerate", `{"PodName":"pending","PodNamespace":"default","PodUID":"uid-pending","Node":"tainted"}`)
+		add("pod bound elsewhere", `{"PodName":"p1","PodNamespace":"default","PodUID":"uid-p1","Node":"empty"}`)
+		add("GPU pod that does not fit", `{"PodName":"hog","PodNamespace":"default","PodUID":"uid-hog","Node":"empty"}`)
+		add("GPU-free pod over the node's CPU", `{"PodName":"cruncher","PodNamespace":"default","PodUID":"uid-cruncher","Node":"small"}`)
+		add("GPU-free pod on a node its selector excludes", `{"PodName":"cruncher","PodNamespace":"default","PodUID":"uid-cruncher","Node":"empty"}`)
 	case "/preempt":
 		add("null", `null`)
 		add("empty object", `{}`)
@@ -120,6 +130,37 @@ func extenderHostile(path string) map[string][]byte {
 		add("deep unknown field, no pod", `{"x":`+strings.Repeat(`{"x":`, 5000)+`1`+strings.Repeat(`}`, 5001))
 	}
 	return out
+}
+
+// refusedPods are pods and nodes every bind of which the extender must
+// refuse: "foreign" belongs to another scheduler, "picky" selects zone b
+// (no node has it), node "tainted" has a taint no pod tolerates, "hog" asks
+// for more GPUs than any node has, and "cruncher" (no GPU, 64 cores,
+// selecting zone a) fits no node's CPU: node "small" (zone a) has 2 cores.
+func refusedPods() []runtimeObj {
+	foreign := pod("foreign").mem(10).obj()
+	foreign.Spec.SchedulerName = "other-scheduler"
+	tainted := node("tainted", 8, 80, 4, "leaf-a")
+	tainted.Spec.Taints = []corev1.Taint{{Key: "dedicated", Value: "infra", Effect: corev1.TaintEffectNoSchedule}}
+	small := withResources(&corev1.Node{ObjectMeta: metaName("small")}, "2", "4Gi")
+	small.Labels = map[string]string{"zone": "a"}
+	return []runtimeObj{foreign, pod("picky").mem(10).selector("zone", "b").obj(), tainted, pod("hog").gpus(16).obj(),
+		small, pod("cruncher").requests("64", "1Gi").selector("zone", "a").obj()}
+}
+
+// bindRefusals are the reasons the well-formed hostile binds must give.
+var bindRefusals = map[string]string{
+	"no PodUID":                        "podUID and node are required",
+	"unknown pod":                      "pod default/ghost no longer exists",
+	"unknown node":                     "node nowhere is unknown to the extender",
+	"wrong UID":                        "the request names uid-other (the pod was replaced)",
+	"pod of another scheduler":         `has schedulerName "other-scheduler"; this extender binds only pods of default-scheduler`,
+	"node the pod's selector excludes": "node empty does not match the pod's nodeSelector zone=b",
+	"node whose taint the pod does not tolerate":   "node tainted has taint dedicated=infra:NoSchedule that the pod does not tolerate",
+	"pod bound elsewhere":                          "pod default/p1 is already bound to half",
+	"GPU pod that does not fit":                    "node empty no longer fits the pod's GPU request: node has 8 healthy GPUs, pod needs 16",
+	"GPU-free pod over the node's CPU":             "node small has 2000m CPU free (allocatable 2000m, requested 0m), pod requests 64000m",
+	"GPU-free pod on a node its selector excludes": "node empty does not match the pod's nodeSelector zone=a",
 }
 
 // extenderView is what hostile requests must leave alone: the ledger, its
@@ -149,12 +190,25 @@ func viewExtender(f *fixture) extenderView {
 func TestHostileBodies(t *testing.T) {
 	objs := append(halfUsed(), node("empty", 8, 80, 4, "leaf-a"), pod("pending").mem(10).obj(),
 		member("g0", 2), member("g1", 2))
+	objs = append(objs, refusedPods()...)
 	f := newFixture(t, fixtureOpts{}, objs...)
-	f.waitPod("default", "pending", func(*corev1.Pod) bool { return true })
+	for _, name := range []string{"pending", "foreign", "picky", "hog", "cruncher"} {
+		f.waitPod("default", name, func(*corev1.Pod) bool { return true })
+	}
+	f.eventually("nodes in the cache", func() bool {
+		_, ok1 := f.cache.Node("tainted")
+		_, ok2 := f.cache.Node("small")
+		return ok1 && ok2
+	})
 	if errs := f.ledger.Check(); len(errs) > 0 {
 		t.Fatal(errs)
 	}
 	before := viewExtender(f)
+	for name := range bindRefusals {
+		if _, ok := extenderHostile("/bind")[name]; !ok {
+			t.Fatalf("bindRefusals names %q, which is no /bind body", name)
+		}
+	}
 	client := &http.Client{Timeout: 20 * time.Second}
 	total, neutral := 0, 0
 	var counts []string
@@ -182,6 +236,9 @@ func TestHostileBodies(t *testing.T) {
 				var res extenderv1.ExtenderBindingResult
 				if resp.StatusCode != http.StatusOK || json.Unmarshal(raw, &res) != nil || res.Error == "" {
 					t.Errorf("%s %s: %d %q, want 200 with Error set", path, name, resp.StatusCode, cutBody(raw))
+				}
+				if want, ok := bindRefusals[name]; ok && !strings.Contains(res.Error, want) {
+					t.Errorf("%s %s: Error %q, want it to say %q", path, name, res.Error, want)
 				}
 			case "/prioritize":
 				// 400, or (a pod that asks for nothing valid) every node

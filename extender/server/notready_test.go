@@ -38,7 +38,7 @@ func TestVerbsRefuseUntilLedgerRebuilt(t *testing.T) {
 	}
 	m := metrics.New(metrics.Source{Snapshot: led.Snapshot})
 	policy, _ := placement.NewPolicy(placement.Binpack, nil)
-	e, err := scheduling.New(scheduling.Options{Names: names, Tiers: len(tiers.Tiers), Policy: policy, Cache: c,
+	e, err := scheduling.New(scheduling.Options{Names: names, SchedulerNames: servedSchedulers, Tiers: len(tiers.Tiers), Policy: policy, Cache: c,
 		Ledger: led, Binder: binder.New(client, names, time.Second), Recorder: record.NewFakeRecorder(10), Metrics: m,
 		ReservationTTL: time.Minute, GangTTL: time.Minute, MaxPreemptibleGangSize: 8, DebugPods: 10, DebugTTL: time.Hour,
 		Now: time.Now})

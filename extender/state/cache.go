@@ -175,6 +175,35 @@ func (c *Cache) Pod(namespace, name string) (*corev1.Pod, bool) {
 	return pod, ok
 }
 
+// Node returns the cached (trimmed: NodeTransform) node, or false when the
+// informer does not hold it.
+func (c *Cache) Node(name string) (*corev1.Node, bool) {
+	obj, ok, err := c.nodes.GetIndexer().GetByKey(name)
+	if err != nil || !ok {
+		return nil, false
+	}
+	node, ok := obj.(*corev1.Node)
+	return node, ok
+}
+
+// NodeRequests is the CPU (millicores) and memory (MiB) the non-terminal
+// pods the informer holds bound to node request (podreq.NodeResources
+// each), as kube-scheduler's NodeResourcesFit counts them.
+func (c *Cache) NodeRequests(node string) (cpuMilli int64, memoryMiB contract.MiB) {
+	objs, err := c.pods.GetIndexer().ByIndex(NodeIndex, node)
+	if err != nil {
+		return 0, 0
+	}
+	for _, o := range objs {
+		if pod, ok := o.(*corev1.Pod); ok && !podreq.Terminal(pod) {
+			cpu, mem := podreq.NodeResources(pod)
+			cpuMilli += cpu
+			memoryMiB += mem
+		}
+	}
+	return cpuMilli, memoryMiB
+}
+
 // GangMembers returns the cached pods of a gang (key "namespace/name"),
 // terminal ones excluded.
 func (c *Cache) GangMembers(key string) []*corev1.Pod {

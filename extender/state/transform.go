@@ -1,6 +1,9 @@
 package state
 
 import (
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,10 +19,12 @@ import (
 // PodTransform trims a pod to what the extender reads: name, namespace, UID,
 // resourceVersion, Rota's labels and annotations, node name, priority,
 // scheduler name, the containers' Rota resources, the pod's CPU and memory
-// requests (see nodeRequests), the phase and, while the
-// pod is unbound, its PodScheduled condition (kube-scheduler's own reason,
-// for pods it rules out before asking the extender). Everything else
-// (managedFields, env, volumes, other status) is dropped before the
+// requests (see nodeRequests), the phase and, while the pod is unbound, its
+// PodScheduled condition (kube-scheduler's own reason, for pods it rules out
+// before asking the extender) and what bind checks the node against (see
+// scheduling's checkNode): spec.nodeSelector, the required node affinity and
+// the tolerations. Everything else (managedFields, env, volumes, other
+// status, a bound pod's placement constraints) is dropped before the
 // informer stores the pod.
 func PodTransform(names contract.Names) cache.TransformFunc {
 	labels := []string{names.GangLabel, names.PodGroupLabel, names.PreemptibleLabel, names.TeamLabel, names.RemediationLabel}
@@ -28,6 +33,7 @@ func PodTransform(names contract.Names) cache.TransformFunc {
 		names.AdmissionAnnotation, names.GPUModelsAnnotation, names.MaxRuntimeAnnotation}
 	resources := []corev1.ResourceName{corev1.ResourceName(names.GPU), corev1.ResourceName(names.GPUMemory)}
 	requests := &nodeRequests{}
+	constraints := &placementConstraints{}
 	return func(obj any) (any, error) {
 		pod, ok := obj.(*corev1.Pod)
 		if !ok {
@@ -52,6 +58,11 @@ func PodTransform(names contract.Names) cache.TransformFunc {
 			Status: corev1.PodStatus{Phase: pod.Status.Phase},
 		}
 		if pod.Spec.NodeName == "" {
+			out.Spec.NodeSelector, out.Spec.Tolerations = constraints.of(pod.Spec.NodeSelector, pod.Spec.Tolerations)
+			if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+				out.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+					RequiredDuringSchedulingIgnoredDuringExecution: a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution}}
+			}
 			for _, c := range pod.Status.Conditions {
 				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
 					out.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status,
@@ -136,20 +147,140 @@ func (n *nodeRequests) of(pod *corev1.Pod) *corev1.ResourceRequirements {
 	return r
 }
 
-// NodeTransform trims a node to its name, UID, resourceVersion, tier labels,
-// topology annotation and allocatable CPU and memory.
+// placementConstraints shares one read-only copy of identical node
+// selectors and toleration lists across pending pods: most pods of a
+// cluster carry the same few (every pod has the API server's two
+// DefaultTolerationSeconds tolerations, a GPU pod the GPU nodes' taint
+// toleration, a workload its pool selector), and the informer would
+// otherwise keep about 0.5 KiB per pending pod. Bounded like
+// nodeRequests: past maxSharedRequests distinct values, a pod keeps its own.
+// Safe for concurrent use.
+type placementConstraints struct {
+	mu          sync.Mutex
+	selectors   map[string]map[string]string
+	tolerations map[string][]corev1.Toleration
+	key         strings.Builder // guarded by mu
+}
+
+func (c *placementConstraints) of(sel map[string]string, tols []corev1.Toleration) (map[string]string, []corev1.Toleration) {
+	if len(sel) == 0 && len(tols) == 0 {
+		return nil, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(sel) > 0 {
+		keys := make([]string, 0, len(sel))
+		for k := range sel {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		c.key.Reset()
+		for _, k := range keys {
+			c.key.WriteString(k)
+			c.key.WriteByte(0)
+			c.key.WriteString(sel[k])
+			c.key.WriteByte(0)
+		}
+		sel = share(&c.selectors, c.key.String(), sel)
+	}
+	if len(tols) > 0 {
+		c.key.Reset()
+		for _, t := range tols {
+			c.key.WriteString(t.Key)
+			c.key.WriteByte(0)
+			c.key.WriteString(string(t.Operator))
+			c.key.WriteByte(0)
+			c.key.WriteString(t.Value)
+			c.key.WriteByte(0)
+			c.key.WriteString(string(t.Effect))
+			c.key.WriteByte(0)
+			if t.TolerationSeconds != nil {
+				c.key.WriteString(strconv.FormatInt(*t.TolerationSeconds, 10))
+			}
+			c.key.WriteByte(1)
+		}
+		tols = share(&c.tolerations, c.key.String(), tols)
+	}
+	return sel, tols
+}
+
+// share returns the value kept under key, keeping v there first when there
+// is room.
+func share[V any](m *map[string]V, key string, v V) V {
+	if old, ok := (*m)[key]; ok {
+		return old
+	}
+	if *m == nil {
+		*m = map[string]V{}
+	}
+	if len(*m) < maxSharedRequests {
+		(*m)[key] = v
+	}
+	return v
+}
+
+// NodeTransform trims a node to its name, UID, resourceVersion, labels
+// (the tiers', and every other one, since a pod's node selector may name
+// any), topology annotation, NoSchedule and NoExecute taints (what bind
+// checks a pod's tolerations against) and allocatable CPU and memory.
+// Label keys and values are interned (see interner): most repeat on every
+// node.
 func NodeTransform(names contract.Names, tiers topology.Labels) cache.TransformFunc {
 	annotations := []string{names.TopologyAnnotation}
+	strs := &interner{}
 	return func(obj any) (any, error) {
 		node, ok := obj.(*corev1.Node)
 		if !ok {
 			return obj, nil
 		}
+		var labels map[string]string
+		if len(node.Labels) > 0 {
+			labels = make(map[string]string, len(node.Labels))
+			strs.mu.Lock()
+			for k, v := range node.Labels {
+				labels[strs.of(k)] = strs.of(v)
+			}
+			strs.mu.Unlock()
+		}
+		var taints []corev1.Taint
+		for _, t := range node.Spec.Taints {
+			if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
+				taints = append(taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
+			}
+		}
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{
 			Name: node.Name, UID: node.UID, ResourceVersion: node.ResourceVersion,
-			Labels: keep(node.Labels, tiers.Tiers), Annotations: keep(node.Annotations, annotations),
-		}, Status: corev1.NodeStatus{Allocatable: keepResources(node.Status.Allocatable, nodeResources)}}, nil
+			Labels: labels, Annotations: keep(node.Annotations, annotations),
+		}, Spec: corev1.NodeSpec{Taints: taints},
+			Status: corev1.NodeStatus{Allocatable: keepResources(node.Status.Allocatable, nodeResources)}}, nil
 	}
+}
+
+// maxInterned bounds the distinct strings an interner shares.
+const maxInterned = 1 << 16
+
+// interner shares one copy of each label key and value across nodes: the
+// API's decoder allocates every string of every node anew, and a node's
+// 20 to 100 labels (kubernetes.io/*, topology, cloud, NVIDIA GPU feature
+// discovery) mostly repeat across the fleet. Bounded: past maxInterned
+// distinct strings (churning unique values), new ones are kept as they
+// are. Callers hold mu.
+type interner struct {
+	mu   sync.Mutex
+	strs map[string]string
+}
+
+func (in *interner) of(s string) string {
+	if v, ok := in.strs[s]; ok {
+		return v
+	}
+	if in.strs == nil {
+		in.strs = map[string]string{}
+	}
+	if len(in.strs) < maxInterned {
+		in.strs[s] = s
+	}
+	return s
 }
 
 func keep(m map[string]string, keys []string) map[string]string {

@@ -201,6 +201,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	e.extender = newProcess("rota-extender", filepath.Join(rotaDir, "rota-extender"), e.Dir, append([]string{
 		"--kubeconfig=" + e.Cluster.Kubeconfig, "--listen=127.0.0.1:" + strconv.Itoa(ports[0]),
 		"--ops-listen=127.0.0.1:" + strconv.Itoa(ports[4]), "--v=4",
+		"--scheduler-names=" + corev1.DefaultSchedulerName, // the scheduler's default profile
 	}, opts.ExtenderArgs...))
 	if err := e.extender.Start(); err != nil {
 		return e, err
