@@ -24,7 +24,7 @@ type ExtenderTLS struct {
 	// SchedulerCert is kube-scheduler's client certificate.
 	SchedulerCert cluster.ClientCert
 	// Files the processes read.
-	ServingCAFile, ServingCertFile, ServingKeyFile string
+	ServingCAFile, ServingCertFile, ServingKeyFile    string
 	ClientCAFile, SchedulerCertFile, SchedulerKeyFile string
 }
 
