@@ -60,10 +60,10 @@ func Identity(podName string) (string, error) {
 // began; so we stop at least LeaseDuration-RenewDeadline before anyone else
 // can start, assuming the two clocks run at about the same rate, as
 // client-go does (no clock needs to agree with another's time of day). The
-// API writes of this replica carry a deadline at that same instant (fence),
-// so a write that is in flight when serving ends is abandoned, and a
-// replica resumed after a SIGSTOP refuses every verb and write at once:
-// its monotonic clock kept running while it was stopped. A renewal that
+// API writes of this replica are held to that same instant (fence): one
+// not yet sent when serving ends is never sent, and a replica resumed
+// after a SIGSTOP refuses every verb and write at once: its monotonic clock
+// kept running while it was stopped. A renewal that
 // succeeds again reopens the gate: it proves, by the Lease's
 // resourceVersion, that nobody took the lease meanwhile.
 type election struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"sync"
 	"testing"
@@ -111,27 +112,46 @@ func TestServingNeedsAFreshRenewal(t *testing.T) {
 	}
 }
 
-type recordingTransport struct {
-	mu        sync.Mutex
-	methods   []string
-	deadlines []time.Time
+// fakeWire stands for the network: it writes the request out (telling the
+// request's trace) at once, or only after writeAfter, then answers after
+// answerAfter, failing when the request's context ended first.
+type fakeWire struct {
+	mu                      sync.Mutex
+	methods                 []string
+	writeAfter, answerAfter time.Duration
 }
 
-func (r *recordingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	d, _ := req.Context().Deadline()
-	r.methods, r.deadlines = append(r.methods, req.Method), append(r.deadlines, d)
-	return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader("{}")), Request: req}, nil
+func (w *fakeWire) RoundTrip(req *http.Request) (*http.Response, error) {
+	w.mu.Lock()
+	w.methods = append(w.methods, req.Method)
+	writeAfter, answerAfter := w.writeAfter, w.answerAfter
+	w.mu.Unlock()
+	ctx := req.Context()
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(writeAfter):
+	}
+	if tr := httptrace.ContextClientTrace(ctx); tr != nil && tr.WroteRequest != nil {
+		tr.WroteRequest(httptrace.WroteRequestInfo{})
+	}
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(answerAfter):
+	}
+	return &http.Response{StatusCode: 201, Body: io.NopCloser(strings.NewReader("{}")), Request: req}, nil
 }
 
 // The fence passes reads, refuses writes while the replica may not write,
-// and gives the writes it passes a deadline at the end of that permission.
+// abandons a write not yet sent when the permission ends, and never one
+// already sent: the API server would apply it anyway, and the caller
+// would take it for failed.
 func TestFenceRefusesWritesOfAStandby(t *testing.T) {
-	next := &recordingTransport{}
+	wire := &fakeWire{}
 	until := time.Now().Add(time.Hour)
 	var refuse error
-	f := &fence{next: next, until: func() (time.Time, error) { return until, refuse }}
+	f := &fence{next: wire, until: func() (time.Time, error) { return until, refuse }}
 	do := func(method string) error {
 		req, _ := http.NewRequest(method, "https://api/api/v1/namespaces/a/pods/p/binding", nil)
 		resp, err := f.RoundTrip(req)
@@ -152,11 +172,21 @@ func TestFenceRefusesWritesOfAStandby(t *testing.T) {
 			t.Errorf("a standby's %s: %v", m, err)
 		}
 	}
-	if strings.Join(next.methods, ",") != "POST,GET" {
-		t.Errorf("sent %v, want the leader's POST and the standby's GET only", next.methods)
+	if strings.Join(wire.methods, ",") != "POST,GET" {
+		t.Errorf("sent %v, want the leader's POST and the standby's GET only", wire.methods)
 	}
-	if !next.deadlines[0].Equal(until) || !next.deadlines[1].IsZero() {
-		t.Errorf("deadlines %v: the write's should be %v, the read's none", next.deadlines, until)
+
+	// Permission ends in 50 ms.
+	refuse = nil
+	until = time.Now().Add(50 * time.Millisecond)
+	wire.writeAfter, wire.answerAfter = 0, 150*time.Millisecond
+	if err := do(http.MethodPost); err != nil {
+		t.Errorf("a write sent in time, answered after the permission ended: %v", err)
+	}
+	until = time.Now().Add(50 * time.Millisecond)
+	wire.writeAfter, wire.answerAfter = 150*time.Millisecond, 0
+	if err := do(http.MethodPost); !errors.Is(err, context.Canceled) {
+		t.Errorf("a write still unsent when the permission ended: %v, want it abandoned", err)
 	}
 }
 
