@@ -368,6 +368,9 @@ func (c *Controller) admit(ctx context.Context, wl *workload, now time.Time) {
 		c.event(pod, corev1.EventTypeNormal, "Admitted", fmt.Sprintf("admitted to team %s after %s in the queue%s",
 			wl.acct, waited.Round(time.Second), where(wl.hold)))
 	}
+	if ok == 0 {
+		return
+	}
 	c.o.Metrics.Admissions.WithLabelValues(wl.w.Team).Add(float64(ok))
 	c.o.Metrics.Wait.WithLabelValues(wl.w.Team).Observe(waited.Seconds())
 	logger.V(2).Info("Admitted", "workload", wl.w.Key, "team", wl.w.Team, "account", wl.acct.String(), "pods", ok,

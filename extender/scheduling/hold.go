@@ -79,6 +79,9 @@ func (e *Extender) HoldRoom(pods []*corev1.Pod, model string, expires time.Time)
 	if err := e.ledger.ReserveAll(plan.Allocations, expires); err != nil {
 		return Hold{}, fmt.Sprintf("gang %s: holding its room failed: %v", key, err)
 	}
+	for i := range plan.Allocations {
+		plan.Allocations[i].State, plan.Allocations[i].Expires = ledger.Reserved, expires
+	}
 	return Hold{Allocations: plan.Allocations, Level: plan.Level, Where: plan.Where}, ""
 }
 
@@ -109,6 +112,7 @@ func (e *Extender) holdOne(req placement.Request, snap *ledger.Snapshot, candida
 	if err := e.ledger.Reserve(a, expires); err != nil {
 		return Hold{}, fmt.Sprintf("holding room on node %s failed: %v", best, err)
 	}
+	a.State, a.Expires = ledger.Reserved, expires
 	return Hold{Allocations: []ledger.Allocation{a}, Level: placement.TierNode, Where: best}, ""
 }
 

@@ -16,7 +16,8 @@ type Admission struct {
 	AdmittedAt time.Time `json:"admittedAt"`
 	QueuedFor  string    `json:"queuedFor,omitempty"`
 	// Team and Model name the quota account (Model empty for a team that
-	// counts all its GPUs together).
+	// counts all its GPUs together; Team empty for a namespace without a
+	// team label where unknown teams are unlimited).
 	Team  string `json:"team"`
 	Model string `json:"model,omitempty"`
 	// Hold is where the pod's GPUs are held until it binds, and HoldUntil
@@ -49,9 +50,6 @@ func (a Admission) Marshal() ([]byte, error) {
 func (a Admission) Validate() error {
 	if err := checkVersion("admission.version", a.Version); err != nil {
 		return err
-	}
-	if a.Team == "" {
-		return fieldErr("admission.team", nil, "is empty", "write the team the pod is charged to")
 	}
 	if a.AdmittedAt.IsZero() {
 		return fieldErr("admission.admittedAt", nil, "is missing", "write the time the pod was admitted")

@@ -210,10 +210,16 @@ func TestQueueGang(t *testing.T) {
 		}
 		admitted = append(admitted, adm.AdmittedAt)
 	}
+	// All members are admitted in one pass, unless an update fails part-way
+	// (the leader lost its lease: the fence refuses its writes); the next
+	// pass then completes the gang before anything else, and no member can
+	// bind before all hold their slots (invariant checker below).
 	slices.SortFunc(admitted, func(x, y time.Time) int { return x.Compare(y) })
-	if d := admitted[len(admitted)-1].Sub(admitted[0]); d > time.Second {
-		t.Errorf("the gang's members were admitted %s apart, want one pass", d)
+	spread := admitted[len(admitted)-1].Sub(admitted[0])
+	if spread > 30*time.Second {
+		t.Errorf("the gang's members were admitted %s apart", spread)
 	}
+	note(name, "4 x 2 GPUs in leaf qgang-b; members admitted within %s", spread)
 	checkInvariants(ctx, t, nil)
 }
 
