@@ -96,7 +96,7 @@ func TestTakeoverReplansGangNearBoundMembers(t *testing.T) {
 	ms := make([]*corev1.Pod, 4)
 	objs := []runtimeObj{node("n0", 8, 80, 4, "leaf-b"), node("n1", 8, 80, 4, "leaf-a"), node("n2", 8, 80, 4, "leaf-a")}
 	for i := range ms {
-		ms[i] = pod("m" + itoa(i)).gpus(4).gang("train", 4).obj()
+		ms[i] = pod("m"+itoa(i)).gpus(4).gang("train", 4).obj()
 		objs = append(objs, ms[i].DeepCopy())
 	}
 	f := newFixture(t, fixtureOpts{}, objs...)

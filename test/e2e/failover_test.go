@@ -244,7 +244,9 @@ func getPodIn(ctx context.Context, t *testing.T, e *harness.Env, ns, name string
 	return p
 }
 
-func doubleAssigned(k map[invariant.Kind]int) int { return k[invariant.OverCapacity] + k[invariant.WholeShared] }
+func doubleAssigned(k map[invariant.Kind]int) int {
+	return k[invariant.OverCapacity] + k[invariant.WholeShared]
+}
 
 func seconds(ds []time.Duration) string {
 	var s []string
