@@ -1,6 +1,7 @@
 package quota
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -18,6 +19,26 @@ const (
 	// past its quota (Rota's behaviour before queueing).
 	QueueingOff QueueingMode = "off"
 )
+
+// UnmarshalJSON accepts "on" and "off", and also the booleans true and
+// false: YAML reads a bare on/off as a boolean, and an admin who writes
+// `queueing: off` means off.
+func (m *QueueingMode) UnmarshalJSON(data []byte) error {
+	switch string(data) {
+	case "true":
+		*m = QueueingOn
+		return nil
+	case "false":
+		*m = QueueingOff
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(data, &s); err != nil {
+		return fmt.Errorf("queueing: want \"on\" or \"off\": %w", err)
+	}
+	*m = QueueingMode(s)
+	return nil
+}
 
 // DefaultMaxQueuedPods caps a team's queued (gated) pods when its entry sets
 // no maxQueuedPods: abandoned submissions cannot pile up without bound.

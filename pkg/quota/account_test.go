@@ -89,3 +89,19 @@ queueing: maybe
 		}
 	}
 }
+
+func TestQueueingModeYAML(t *testing.T) {
+	for give, want := range map[string]bool{"queueing: off": false, "queueing: on": true, `queueing: "off"`: false,
+		"queueing: false": false, "{}": true, "queueing: \"on\"": true} {
+		c, err := ParseYAML([]byte(give))
+		if err != nil {
+			t.Fatalf("ParseYAML(%q): %v", give, err)
+		}
+		if c.QueueingEnabled() != want {
+			t.Errorf("ParseYAML(%q).QueueingEnabled() = %v, want %v", give, c.QueueingEnabled(), want)
+		}
+	}
+	if _, err := ParseYAML([]byte("queueing: 3")); err == nil {
+		t.Error("queueing: 3 parsed")
+	}
+}
