@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -24,6 +25,7 @@ import (
 	"github.com/rota-sched/rota/extender/binder"
 	"github.com/rota-sched/rota/extender/config"
 	"github.com/rota-sched/rota/extender/metrics"
+	"github.com/rota-sched/rota/extender/queue"
 	"github.com/rota-sched/rota/extender/remediation"
 	"github.com/rota-sched/rota/extender/scheduling"
 	"github.com/rota-sched/rota/extender/server"
@@ -32,6 +34,7 @@ import (
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/placement"
+	"github.com/rota-sched/rota/pkg/quota"
 	pkgremediation "github.com/rota-sched/rota/pkg/remediation"
 	"github.com/rota-sched/rota/pkg/topology"
 )
@@ -75,6 +78,7 @@ type App struct {
 	election    *election
 
 	leaderLoops []LeaderLoop
+	queue       *queue.Controller
 }
 
 // New wires rota-extender from its configuration. It talks to the API
@@ -224,12 +228,23 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 		a.AddLeaderLoop("remediation", c.Run)
 	}
 
+	// The queue controller admits the pods rota-admission gated; it writes
+	// (gates, conditions), so it runs on the leader only.
+	if cfg.Queue.Enabled {
+		if err := a.addQueue(ctx, cfg, names, tiers, pods, recorder); err != nil {
+			return nil, err
+		}
+	}
+
 	a.status = ui.New(ui.Options{Names: names, Snapshot: a.ledger.Snapshot, Pods: a.podFactory.Core().V1().Pods().Lister(),
 		Decisions: a.extender.Decisions})
 	so := server.Options{MaxBodyBytes: cfg.MaxBodyBytes, Metrics: a.metrics, Logger: logger, UI: a.status,
 		Profiling: cfg.Profiling}
 	if le.Enabled {
 		so.Serving = a.election.Serving
+	}
+	if a.queue != nil {
+		so.Queue = a.queue.Handler(a.serving)
 	}
 	a.server = server.New(a.extender, so)
 	return a, nil
@@ -486,3 +501,31 @@ func (h *events) adjust(n *topology.Node) *topology.Node {
 }
 
 func (h *events) gangsWaiting() int { return h.extender.GangsWaiting() }
+
+// addQueue builds the queue controller and registers it as a leader loop.
+func (a *App) addQueue(ctx context.Context, cfg config.Config, names contract.Names, tiers topology.Labels,
+	pods cache.SharedIndexInformer, recorder record.EventRecorder) error {
+	q := cfg.Queue
+	o := queue.Options{Names: names, Client: a.client, Pods: pods,
+		Namespaces: a.nodeFactory.Core().V1().Namespaces().Informer(), Holder: a.extender, Snapshot: a.ledger.Snapshot,
+		TierLabels: tiers.Tiers, Recorder: recorder, Metrics: queue.NewMetrics(a.metrics.Registry),
+		Interval: q.Interval, HoldTTL: q.HoldTTL, ConditionInterval: q.ConditionInterval, ConditionQPS: q.ConditionQPS,
+		UrgentPriority: q.UrgentPriority, Reclaim: q.Reclaim, MaxPreemptibleGangSize: cfg.MaxPreemptibleGangSize,
+		Quota: func() (*quota.Config, bool) { return nil, true }}
+	if q.ConfigMap != "" {
+		src, err := queue.NewQuotaSource(klog.FromContext(ctx).WithName("quota"), a.client, q.Namespace, q.ConfigMap, q.ConfigMapKey)
+		if err != nil {
+			return err
+		}
+		a.others = append(a.others, src.Factory)
+		o.Quota = src.Current
+		o.Synced = append(o.Synced, src.Factory.Core().V1().ConfigMaps().Informer().HasSynced)
+	}
+	c, err := queue.New(o)
+	if err != nil {
+		return err
+	}
+	a.queue = c
+	a.AddLeaderLoop("queue", c.Run)
+	return nil
+}

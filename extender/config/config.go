@@ -99,6 +99,8 @@ type Config struct {
 
 	// LeaderElection makes two replicas an active-standby pair.
 	LeaderElection LeaderElection `json:"leaderElection"`
+	// Queue configures the queue controller.
+	Queue Queue `json:"queue"`
 }
 
 // DefaultSchedulerName is the profile of the chart's second scheduler.
@@ -127,6 +129,7 @@ func Default() Config {
 		DebugPods:              10000,
 		DebugTTL:               30 * time.Minute,
 		LeaderElection:         DefaultLeaderElection(),
+		Queue:                  DefaultQueue(),
 	}
 }
 
@@ -235,5 +238,6 @@ func (c Config) Validate() error {
 		add("debug-pods: %d is negative", c.DebugPods)
 	}
 	errs = append(errs, c.LeaderElection.validate()...)
+	errs = append(errs, c.Queue.validate()...)
 	return errors.Join(errs...)
 }

@@ -71,6 +71,9 @@ type Options struct {
 	// Serving, when set, is asked before every verb: an error refuses it
 	// (see gate; the standby of an active-standby pair, extender/app).
 	Serving func() error
+	// Queue, when set, serves the queue's positions under /debug/queue
+	// (extender/queue).
+	Queue http.Handler
 }
 
 // Server routes the extender's HTTP endpoints.
@@ -113,6 +116,9 @@ func (s *Server) routeOps(r *httprouter.Router) {
 	})
 	r.GET("/readyz", s.readyz)
 	r.GET("/debug/pods/:namespace/:name", s.debugPod)
+	if s.o.Queue != nil {
+		r.Handler(http.MethodGet, "/debug/queue", s.o.Queue)
+	}
 	if s.o.UI != nil {
 		for _, p := range ui.Paths() {
 			r.Handler(http.MethodGet, p, s.o.UI)

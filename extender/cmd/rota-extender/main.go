@@ -111,9 +111,21 @@ func parseFlags(args []string) (config.Config, remediation.Config, error) {
 	fs.StringVar(&le.Name, "leader-elect-name", le.Name, "name of the Lease")
 	fs.StringVar(&le.PodName, "pod-name", le.PodName, "this replica's Pod, which carries <domain>/extender-leader while it leads ($POD_NAME when set; empty: no label)")
 	fs.StringVar(&le.PodNamespace, "pod-namespace", le.PodNamespace, "namespace of --pod-name; $POD_NAMESPACE when set")
+	fs.BoolVar(&cfg.Queue.Enabled, "queue", cfg.Queue.Enabled, "run the queue controller (on the leader): admit pods rota-admission gated, by team quota, fair share and room")
+	fs.StringVar(&cfg.Queue.Namespace, "quota-namespace", cfg.Queue.Namespace, "namespace of the quota ConfigMap")
+	fs.StringVar(&cfg.Queue.ConfigMap, "quota-config-map", cfg.Queue.ConfigMap, "quota ConfigMap (the one rota-admission reads); empty admits every team without quota")
+	fs.StringVar(&cfg.Queue.ConfigMapKey, "quota-config-map-key", cfg.Queue.ConfigMapKey, "key of the quota document in the ConfigMap")
+	fs.DurationVar(&cfg.Queue.Interval, "queue-interval", cfg.Queue.Interval, "time between queue admission passes")
+	fs.DurationVar(&cfg.Queue.HoldTTL, "admission-hold-ttl", cfg.Queue.HoldTTL, "how long room stays held for an admitted pod that has not bound")
+	fs.DurationVar(&cfg.Queue.ConditionInterval, "queue-condition-interval", cfg.Queue.ConditionInterval, "least time between two Queued condition writes on one pod")
+	fs.Float64Var(&cfg.Queue.ConditionQPS, "queue-condition-qps", cfg.Queue.ConditionQPS, "Queued condition writes per second, cluster-wide")
+	urgent := int(cfg.Queue.UrgentPriority)
+	fs.IntVar(&urgent, "urgent-priority", urgent, "queued pods at or above this priority are admitted within quota even without room, so that kube-scheduler preempts for them (0: never)")
+	fs.BoolVar(&cfg.Queue.Reclaim, "reclaim", cfg.Queue.Reclaim, "evict borrowed work (Eviction API) for a team below its guarantee whose queued work waits for room")
 	if err := fs.Parse(args); err != nil {
 		return cfg, rcfg, err
 	}
+	cfg.Queue.UrgentPriority = int32(min(max(urgent, 0), 1<<31-1))
 	if fs.NArg() > 0 {
 		return cfg, rcfg, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
