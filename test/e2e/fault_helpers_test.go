@@ -194,10 +194,12 @@ func settle(ctx context.Context, t *testing.T, ns string, total int, quiet time.
 
 // extenderDown reports whether a FailedScheduling message is the
 // scheduler's word that it could not reach the extender (or that the
-// extender was still rebuilding), a transient state, not a reason.
+// extender was still rebuilding, or a restarted one still waited for the
+// lease of its previous run to lapse), a transient state, not a reason.
 func extenderDown(msg string) bool {
 	return strings.Contains(msg, env.VerbsURL) || strings.Contains(msg, "connection refused") ||
-		strings.Contains(msg, "is starting") || (strings.Contains(msg, "extender") && strings.Contains(msg, "error"))
+		strings.Contains(msg, "is starting") || (strings.Contains(msg, "extender") && strings.Contains(msg, "error")) ||
+		strings.Contains(msg, "is standby; leader is") || strings.Contains(msg, "is taking over the lease")
 }
 
 // rotaReasons fails the test for pending reasons that are not Rota's and
