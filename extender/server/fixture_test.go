@@ -57,6 +57,7 @@ type fixture struct {
 	cache    *state.Cache
 	ext      *scheduling.Extender
 	srv      *httptest.Server
+	handler  http.Handler // what srv serves
 	recorder *record.FakeRecorder
 	clock    *clock
 }
@@ -147,7 +148,8 @@ func startExtender(t testing.TB, ctx context.Context, client *fake.Clientset, ap
 		t.Fatal("cache never became ready")
 	}
 	srv := New(e, Options{MaxBodyBytes: 16 << 20, Metrics: m, Logger: klog.FromContext(ctx)})
-	f.srv = httptest.NewServer(srv.Handler())
+	f.handler = srv.Handler()
+	f.srv = httptest.NewServer(f.handler)
 	t.Cleanup(f.srv.Close)
 	t.Cleanup(e.Wait)
 	return f

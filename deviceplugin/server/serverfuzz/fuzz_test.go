@@ -1,30 +1,115 @@
-package server
+package serverfuzz
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/rota-sched/rota/deviceplugin/handoff"
+	"github.com/rota-sched/rota/deviceplugin/server"
+	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/topology"
 )
 
-// fuzzPlugins builds both plugins over a fresh matcher holding the hostile
-// tests' pods (no informer, no socket: the handler path after decoding).
-func fuzzPlugins(gpus []topology.GPU) ([2]*Plugin, *handoff.Matcher) {
+// The node, names and pods of deviceplugin/server's hostile tests
+// (hostile_test.go), which this package cannot import.
+const hostileNode = "hostile-0"
+
+var hostileNames = contract.Default
+
+// hostilePod is a pending pod bound to hostileNode asking for res per
+// container, carrying assignment a.
+func hostilePod(name string, a contract.Assignment, res string, perContainer ...int64) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team-a", UID: types.UID("uid-" + name),
+			CreationTimestamp: metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), Annotations: map[string]string{}},
+		Spec:   corev1.PodSpec{NodeName: hostileNode},
+		Status: corev1.PodStatus{Phase: corev1.PodPending},
+	}
+	for i, n := range perContainer {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: fmt.Sprintf("c%d", i),
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceName(res): *resource.NewQuantity(n, resource.DecimalSI)}}})
+	}
+	b, err := a.Marshal()
+	if err != nil {
+		panic(err)
+	}
+	p.Annotations[hostileNames.AssignmentAnnotation] = string(b)
+	return p
+}
+
+// hostilePods: "train" owns GPUs 2,3 (one container, 2 GPUs); "two" owns
+// GPUs 0,1 (two containers, 1 GPU each); "infer" has 20 GiB of GPU 6.
+func hostilePods(gpus []topology.GPU) []*corev1.Pod {
+	whole := func(idx ...int) contract.Assignment {
+		a := contract.Assignment{Version: contract.Version, Node: hostileNode, Whole: true}
+		for _, i := range idx {
+			a.GPUs = append(a.GPUs, contract.AssignedGPU{Index: i, UUID: gpus[i].UUID, MemoryMiB: gpus[i].MemoryMiB})
+		}
+		return a
+	}
+	share := contract.Assignment{Version: contract.Version, Node: hostileNode,
+		GPUs: []contract.AssignedGPU{{Index: 6, UUID: gpus[6].UUID, MemoryMiB: 20 * 1024}}}
+	return []*corev1.Pod{
+		hostilePod("train", whole(2, 3), hostileNames.GPU, 2),
+		hostilePod("two", whole(0, 1), hostileNames.GPU, 1, 1),
+		hostilePod("infer", share, hostileNames.GPUMemory, 20),
+	}
+}
+
+func alloc(ids ...[]string) *pluginapi.AllocateRequest {
+	req := &pluginapi.AllocateRequest{}
+	for _, c := range ids {
+		req.ContainerRequests = append(req.ContainerRequests, &pluginapi.ContainerAllocateRequest{DevicesIds: c})
+	}
+	return req
+}
+
+func pref(available, must []string, size int32) *pluginapi.PreferredAllocationRequest {
+	return &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{
+		{AvailableDeviceIDs: available, MustIncludeDeviceIDs: must, AllocationSize: size}}}
+}
+
+func repeat(id string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = id
+	}
+	return out
+}
+
+// advertised is the set of device IDs a plugin of kind lists for gpus.
+func advertised(k handoff.Kind, gpus []topology.GPU) map[string]bool {
+	out := map[string]bool{}
+	for _, d := range server.Devices(k, gpus, 1024) {
+		out[d.ID] = true
+	}
+	return out
+}
+
+// fuzzPlugins builds both plugins over a fresh matcher holding pods (the
+// hostile tests' pods, built once per target: hostilePods), with no
+// informer and no socket: the handler path after decoding.
+func fuzzPlugins(gpus []topology.GPU, pods []*corev1.Pod) ([2]*server.Plugin, *handoff.Matcher) {
 	m := handoff.NewMatcher(hostileNode, hostileNames, 1024)
-	for _, p := range hostilePods(gpus) {
+	for _, p := range pods {
 		m.Upsert(p)
 	}
-	st := NewState(gpus, 1024)
-	return [2]*Plugin{
-		NewPlugin(handoff.KindGPU, hostileNames.GPU, st, m, 0, nil),
-		NewPlugin(handoff.KindMemory, hostileNames.GPUMemory, st, m, 0, nil),
+	st := server.NewState(gpus, 1024)
+	return [2]*server.Plugin{
+		server.NewPlugin(handoff.KindGPU, hostileNames.GPU, st, m, 0, nil),
+		server.NewPlugin(handoff.KindMemory, hostileNames.GPUMemory, st, m, 0, nil),
 	}, m
 }
 
@@ -74,15 +159,18 @@ func FuzzAllocateRequest(f *testing.F) {
 		alloc(repeat(handoff.MemoryDeviceID(gpus[6].UUID, 0), 20)),
 		alloc())
 	ctx := context.Background()
+	pods := hostilePods(gpus)
+	devices := [2]map[string]bool{advertised(handoff.KindGPU, gpus), advertised(handoff.KindMemory, gpus)}
 	f.Fuzz(func(t *testing.T, memory bool, data []byte) {
 		var req pluginapi.AllocateRequest
 		if err := proto.Unmarshal(data, &req); err != nil {
 			return // the gRPC server answers Internal before the handler
 		}
-		plugins, m := fuzzPlugins(gpus)
-		p := plugins[0]
+		// A fresh matcher per input: a granted Allocate changes it.
+		plugins, m := fuzzPlugins(gpus, pods)
+		p, known := plugins[0], devices[0]
 		if memory {
-			p = plugins[1]
+			p, known = plugins[1], devices[1]
 		}
 		before := allocated(m)
 		resp, err := p.Allocate(ctx, &req)
@@ -98,7 +186,6 @@ func FuzzAllocateRequest(f *testing.F) {
 		if len(resp.ContainerResponses) != len(req.ContainerRequests) || len(req.ContainerRequests) == 0 {
 			t.Fatalf("%d container responses for %d requests", len(resp.ContainerResponses), len(req.ContainerRequests))
 		}
-		known := p.advertised()
 		seen := map[string]bool{}
 		for _, cr := range req.ContainerRequests {
 			for _, id := range cr.DevicesIds {
@@ -140,12 +227,14 @@ func FuzzPreferredAllocationRequest(f *testing.F) {
 		pref(units, nil, 20), pref(units, units[:2], 20), pref([]string{all[2], all[2]}, nil, 2),
 		&pluginapi.PreferredAllocationRequest{})
 	ctx := context.Background()
+	// One matcher for every input: GetPreferredAllocation must never change
+	// it (checked below), so the inputs all see the same pods.
+	plugins, m := fuzzPlugins(gpus, hostilePods(gpus))
 	f.Fuzz(func(t *testing.T, memory bool, data []byte) {
 		var req pluginapi.PreferredAllocationRequest
 		if err := proto.Unmarshal(data, &req); err != nil {
 			return
 		}
-		plugins, m := fuzzPlugins(gpus)
 		p := plugins[0]
 		if memory {
 			p = plugins[1]
