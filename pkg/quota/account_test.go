@@ -59,7 +59,7 @@ queueing: "on"
 		t.Errorf("Reachable(nlp, no model) = %v, want zero: nlp's quota is per model", got)
 	}
 	usage := map[Account]Usage{
-		{"nlp", "H100"}: {Running: Amount{GPUs: 17}},
+		{"nlp", "H100"}:  {Running: Amount{GPUs: 17}},
 		{Team: "vision"}: {Running: Amount{GPUs: 9}},
 	}
 	if d := c.CheckAccount(Account{"nlp", "H100"}, usage, Amount{GPUs: 1}); !d.Allowed || d.Borrowed.GPUs != 1 {
