@@ -95,7 +95,7 @@ func Run(ctx context.Context, args []string, env Env) error {
 	fs.StringVar(&o.rotaNamespace, "rota-namespace", "rota-system", "namespace of Rota's quota ConfigMap")
 	fs.StringVar(&o.quotaCM, "quota-configmap", "rota-quota", "name of Rota's quota ConfigMap")
 	fs.StringVar(&o.quotaKey, "quota-key", "quota.yaml", "key of the quota document in the ConfigMap")
-	fs.StringVar(&o.extenderURL, "extender-url", "", "rota-extender's base URL (e.g. http://localhost:8888 after kubectl port-forward); why then shows its decision log")
+	fs.StringVar(&o.extenderURL, "extender-url", "", "rota-extender's base URL (its ops port, e.g. http://localhost:8889 after kubectl port-forward to the leader); why then shows its decision log, queue the live positions")
 	fs.StringVar(&o.domain, "domain", contract.DefaultDomain, "Rota's resource and label domain")
 	fs.Int64Var(&o.memoryUnitMiB, "memory-unit-mib", int64(contract.DefaultMemoryUnitMiB), "size of one gpu-memory unit in MiB (as the webhook's --memory-unit-mib)")
 	fs.StringVar(&o.gang, "gang", "", "why: explain this gang instead of a pod")
