@@ -110,27 +110,11 @@ type condWrite struct {
 	msg string
 }
 
-// Position is where a queued pod stands, served to kubectl-rota and /ui.
-type Position struct {
-	Pod      string `json:"pod"`
-	Workload string `json:"workload"`
-	Team     string `json:"team"`
-	Position int    `json:"position"`
-	Of       int    `json:"of"`
-	Reason   string `json:"reason"`
-	Message  string `json:"message"`
-	// Waiting is how long it has waited, in seconds.
-	Waiting float64 `json:"waitingSeconds"`
-}
+// Position is where a queued pod stands (served on /debug/queue).
+type Position = contract.QueuePosition
 
 // TeamStatus is one team's queue and admitted use.
-type TeamStatus struct {
-	Team      string  `json:"team"`
-	Queued    int     `json:"queued"`
-	GPUs      int64   `json:"admittedGPUs"`
-	MemoryMiB int64   `json:"admittedGPUMemoryMiB"`
-	Share     float64 `json:"dominantShare"`
-}
+type TeamStatus = contract.QueueTeam
 
 // New builds a Controller.
 func New(o Options) (*Controller, error) {

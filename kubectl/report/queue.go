@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/podreq"
 )
 
@@ -82,23 +83,4 @@ func QueuedCondition(p *corev1.Pod, condType string) *corev1.PodCondition {
 }
 
 // LiveQueue is rota-extender's GET /debug/queue answer.
-type LiveQueue struct {
-	Leader bool `json:"leader"`
-	Teams  []struct {
-		Team      string  `json:"team"`
-		Queued    int     `json:"queued"`
-		GPUs      int64   `json:"admittedGPUs"`
-		MemoryMiB int64   `json:"admittedGPUMemoryMiB"`
-		Share     float64 `json:"dominantShare"`
-	} `json:"teams"`
-	Pods []struct {
-		Pod      string  `json:"pod"`
-		Workload string  `json:"workload"`
-		Team     string  `json:"team"`
-		Position int     `json:"position"`
-		Of       int     `json:"of"`
-		Reason   string  `json:"reason"`
-		Message  string  `json:"message"`
-		Waiting  float64 `json:"waitingSeconds"`
-	} `json:"pods"`
-}
+type LiveQueue = contract.QueueView

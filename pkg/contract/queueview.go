@@ -1,0 +1,34 @@
+package contract
+
+// QueueView is rota-extender's GET /debug/queue answer, read by
+// kubectl-rota: each team's queue and admitted use, and where every queued
+// pod stood after the queue controller's last pass.
+type QueueView struct {
+	// Leader is false on a standby replica, whose controller does not run
+	// (its lists are then empty).
+	Leader bool            `json:"leader"`
+	Teams  []QueueTeam     `json:"teams"`
+	Pods   []QueuePosition `json:"pods"`
+}
+
+// QueueTeam is one team's queue and admitted use.
+type QueueTeam struct {
+	Team      string  `json:"team"`
+	Queued    int     `json:"queued"`
+	GPUs      int64   `json:"admittedGPUs"`
+	MemoryMiB int64   `json:"admittedGPUMemoryMiB"`
+	Share     float64 `json:"dominantShare"`
+}
+
+// QueuePosition is where one queued pod stands.
+type QueuePosition struct {
+	Pod      string `json:"pod"`
+	Workload string `json:"workload"`
+	Team     string `json:"team"`
+	Position int    `json:"position"`
+	Of       int    `json:"of"`
+	Reason   string `json:"reason"`
+	Message  string `json:"message"`
+	// Waiting is how long it has waited, in seconds.
+	Waiting float64 `json:"waitingSeconds"`
+}
