@@ -68,6 +68,11 @@ type Allocation struct {
 	State         State
 	// Expires is when a Reserved allocation lapses.
 	Expires time.Time
+	// Ends is when the pod is expected to end: its start plus its declared
+	// maximum runtime, or an estimate (EndsEstimated); zero when nothing is
+	// known, which reservations read as "never". Claims read it (see Claim).
+	Ends          time.Time
+	EndsEstimated bool
 }
 
 // Errors returned by ledger operations; match them with errors.Is.
@@ -99,6 +104,8 @@ type Ledger struct {
 	gangs map[string]map[string]struct{}
 	snap  *Snapshot
 	gen   uint64
+	// claims are the reservations' holds, by node (see Claim).
+	claims map[string]*Claim
 	// index is the sorted node names and their positions, shared by
 	// snapshots until the set of nodes changes (nil: rebuild it).
 	index *nodeIndex
@@ -118,7 +125,7 @@ type nodeIndex struct {
 // New returns an empty ledger.
 func New() *Ledger {
 	return &Ledger{nodes: map[string]*NodeInfo{}, allocs: map[string]*Allocation{}, orphans: map[string]*Allocation{},
-		gangs: map[string]map[string]struct{}{}}
+		gangs: map[string]map[string]struct{}{}, claims: map[string]*Claim{}}
 }
 
 // Snapshot is a consistent, immutable view of the ledger.
@@ -190,9 +197,11 @@ func (l *Ledger) buildSnapshot() *Snapshot {
 	return &Snapshot{Generation: l.gen, index: l.index, infos: infos}
 }
 
-// setNode stores a node's new info (the caller holds l.mu and calls
-// changed afterwards).
+// setNode stores a node's new info, a fresh value nobody else holds, with
+// the node's claim applied (the caller holds l.mu and calls changed
+// afterwards).
 func (l *Ledger) setNode(name string, ni *NodeInfo) {
+	ni.hold(l.claims[name])
 	if _, ok := l.nodes[name]; !ok {
 		l.index = nil // a new node: the names change
 	}
@@ -374,12 +383,14 @@ func (l *Ledger) ReserveAll(as []Allocation, expires time.Time) error {
 				return errorf(ErrUnknownNode, "node %s is not known to the ledger", a.Node)
 			}
 			ni = cur.clone()
+			ni.hold(l.claims[a.Node])
 			staged[a.Node] = ni
 		}
-		if err := ni.fits(&a); err != nil {
+		if err := ni.For(a.job(), a.Ends).fits(&a); err != nil {
 			return fmt.Errorf("reserve %s: %w", nameOr(&a), err)
 		}
 		ni.apply(&a, 1)
+		ni.hold(l.claims[a.Node])
 		fresh = append(fresh, &a)
 	}
 	if err := l.gangsComplete(fresh); err != nil {
@@ -731,6 +742,9 @@ func (l *Ledger) Rebuild(nodes []*topology.Node, allocs []Allocation) []error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.nodes, l.allocs, l.orphans, l.gangs = fresh.nodes, fresh.allocs, fresh.orphans, fresh.gangs
+	for name, ni := range l.nodes { // the claims stay
+		ni.hold(l.claims[name])
+	}
 	l.index, l.last, l.dirty = nil, nil, l.dirty[:0] // every node is new
 	l.changed()
 	return errs

@@ -25,6 +25,11 @@ type NodeInfo struct {
 	// CPUMilli and HostMemoryMiB in use (tracked only when the node has them).
 	CPUMilli      int64
 	HostMemoryMiB MiB
+	// Claim is the reservation holding room on the node (nil: none); held
+	// is the view other pods see (For) and heldSlots the GPUs it holds.
+	Claim     *Claim
+	held      *NodeInfo
+	heldSlots []int
 }
 
 func newNodeInfo(n *topology.Node) *NodeInfo {
@@ -135,6 +140,7 @@ func (ni *NodeInfo) apply(a *Allocation, sign int) {
 func (ni *NodeInfo) With(a *Allocation) *NodeInfo {
 	c := ni.clone()
 	c.apply(a, 1)
+	c.hold(ni.Claim)
 	return c
 }
 
@@ -146,6 +152,7 @@ func (ni *NodeInfo) Without(uids ...string) *NodeInfo {
 			c.apply(a, -1)
 		}
 	}
+	c.hold(ni.Claim)
 	return c
 }
 

@@ -22,6 +22,28 @@ func Fit(r Request, ni *ledger.NodeInfo) (Choice, *Reason) {
 	if ni == nil {
 		return Choice{}, &Reason{Code: UnknownNode, GPU: -1}
 	}
+	if ni.Claim != nil {
+		return fitClaimed(r, ni)
+	}
+	return fit(r, ni)
+}
+
+// fitClaimed fits r on a node that a reservation holds room on: in the view
+// r sees (ledger.NodeInfo.For); when only the held room would fit, the
+// reason names the reservation.
+func fitClaimed(r Request, ni *ledger.NodeInfo) (Choice, *Reason) {
+	v := ni.For(r.Job, r.Ends)
+	c, reason := fit(r, v)
+	if reason == nil || v == ni {
+		return c, reason
+	}
+	if _, r2 := fit(r, ni); r2 != nil {
+		return c, reason
+	}
+	return Choice{}, &Reason{Code: Held, Node: ni.Name(), GPU: -1, Claim: ni.Claim, Ends: r.Ends}
+}
+
+func fit(r Request, ni *ledger.NodeInfo) (Choice, *Reason) {
 	n := ni.Node
 	if r.CPUMilli > 0 && n.CPUMilli > 0 && ni.FreeCPUMilli() < r.CPUMilli {
 		return Choice{}, &Reason{Code: InsufficientCPU, Node: n.Name, GPU: -1, NeedCPU: r.CPUMilli, FreeCPU: ni.FreeCPUMilli()}

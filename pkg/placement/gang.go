@@ -59,9 +59,14 @@ type nodeSlots struct {
 	ni    *ledger.NodeInfo
 }
 
+// Slots counts how many pods of request r node ni can hold at once, up to
+// limit, without placing them (in the view r sees: see ledger.NodeInfo.For).
+func Slots(r Request, ni *ledger.NodeInfo, limit int) int { return slotsFor(r, ni, limit) }
+
 // slotsFor counts how many members of request r node ni can hold at once,
 // up to limit, without placing them.
 func slotsFor(r Request, ni *ledger.NodeInfo, limit int) int {
+	ni = ni.For(r.Job, r.Ends) // a reservation's held room counts only for whom it is open to
 	if _, reason := Fit(r, ni); reason != nil {
 		return 0
 	}

@@ -3,6 +3,9 @@ package placement
 import (
 	"fmt"
 	"strings"
+	"time"
+
+	"github.com/rota-sched/rota/pkg/ledger"
 )
 
 // Code classifies why a node does not fit.
@@ -23,6 +26,9 @@ const (
 	InsufficientCPU    Code = "InsufficientCPU"
 	// InsufficientHostMemory is host (not GPU) memory.
 	InsufficientHostMemory Code = "InsufficientHostMemory"
+	// Held: the room is held for a queued job (a reservation) and the pod
+	// does not end before that job's expected start.
+	Held Code = "Held"
 )
 
 // Reason says why a request does not fit a node, in data; Message formats it
@@ -42,6 +48,10 @@ type Reason struct {
 	NeedCPU    int64
 	FreeCPU    int64
 	Resolvable bool
+	// Claim and Ends describe a Held reason: the reservation, and the
+	// pod's declared end (zero: none).
+	Claim *ledger.Claim
+	Ends  time.Time
 	// Text overrides the generated message (gang reasons).
 	Text string
 }
@@ -78,8 +88,35 @@ func (r *Reason) Message() string {
 		return fmt.Sprintf("node has %s host memory free, pod needs %s", r.FreeMiB, r.NeedMiB)
 	case UnknownNode:
 		return "node has not published its GPU topology yet"
+	case Held:
+		return heldMessage(r.Claim, r.Ends)
 	}
 	return string(r.Code)
 }
 
 func (r *Reason) String() string { return r.Message() }
+
+// heldMessage says why a reservation's room is closed to a pod: "GPU held
+// for gang ml/pretrain-3, expected start 14:40 UTC; this pod declares no
+// maximum runtime".
+func heldMessage(c *ledger.Claim, ends time.Time) string {
+	if c == nil {
+		return "room held for a queued job"
+	}
+	what := "pod " + c.Job
+	if c.Gang {
+		what = "gang " + c.Job
+	}
+	start := "expected start not known yet"
+	if !c.Start.IsZero() {
+		start = "expected start " + c.Start.UTC().Format("2006-01-02 15:04 MST")
+	}
+	why := "this pod declares no maximum runtime, so it cannot backfill"
+	switch {
+	case c.Start.IsZero():
+		why = "nothing may backfill until it is known"
+	case !ends.IsZero():
+		why = "this pod may run until " + ends.UTC().Format("2006-01-02 15:04 MST") + ", past it"
+	}
+	return fmt.Sprintf("GPU held for %s, %s; %s", what, start, why)
+}

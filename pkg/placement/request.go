@@ -8,6 +8,7 @@ package placement
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/ledger"
@@ -33,6 +34,13 @@ type Request struct {
 	// CPUMilli and HostMemoryMiB must fit on nodes that track them.
 	CPUMilli      int64
 	HostMemoryMiB MiB
+	// Job is the key of the job the pod belongs to (its gang, else
+	// "namespace/pod"), and Ends its declared end (its start, or now for a
+	// pod not started, plus its declared maximum runtime; zero: none). A
+	// reservation's held GPUs are open to the job it holds for and to pods
+	// that end by its expected start (ledger.Claim).
+	Job  string
+	Ends time.Time
 }
 
 // GPUFree reports whether the request asks for no GPU at all.
@@ -76,7 +84,7 @@ type Choice struct {
 // Allocation turns a choice into the ledger record for the request.
 func (c Choice) Allocation(r Request, ni *ledger.NodeInfo) ledger.Allocation {
 	a := ledger.Allocation{PodUID: r.UID, Pod: r.Pod, Node: c.Node, Whole: c.Whole,
-		Priority: r.Priority, Preemptible: r.Preemptible, CPUMilli: r.CPUMilli, HostMemoryMiB: r.HostMemoryMiB}
+		Priority: r.Priority, Preemptible: r.Preemptible, CPUMilli: r.CPUMilli, HostMemoryMiB: r.HostMemoryMiB, Ends: r.Ends}
 	for _, s := range c.Slots {
 		g := ni.Node.GPUs[s]
 		mem := c.MemoryMiB

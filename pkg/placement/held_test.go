@@ -1,0 +1,46 @@
+package placement_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rota-sched/rota/pkg/ledger"
+	"github.com/rota-sched/rota/pkg/placement"
+	"github.com/rota-sched/rota/pkg/topology"
+)
+
+func TestFitHeldRoom(t *testing.T) {
+	start := time.Date(2026, 12, 2, 14, 40, 0, 0, time.UTC)
+	l := ledger.New()
+	l.UpsertNode(topology.FromSpec(topology.Spec{Name: "n1", Model: "H100", Count: 8, MemoryMiB: 81920}))
+	l.SetClaims([]ledger.Claim{{Job: "ml/pretrain-3", Gang: true, Node: "n1", GPUs: 8, Start: start}})
+	ni := l.Snapshot().Node("n1")
+	for _, tc := range []struct {
+		name string
+		r    placement.Request
+		want string // "" fits
+	}{
+		{"no declared runtime", placement.Request{Job: "ns/a", GPUs: 1},
+			"GPU held for gang ml/pretrain-3, expected start 2026-12-02 14:40 UTC; this pod declares no maximum runtime, so it cannot backfill"},
+		{"runs past the start", placement.Request{Job: "ns/b", GPUs: 1, Ends: start.Add(time.Minute)},
+			"this pod may run until 2026-12-02 14:41 UTC, past it"},
+		{"a share with no runtime", placement.Request{Job: "ns/c", MemoryUnits: 4}, "GPU held for gang ml/pretrain-3"},
+		{"backfill", placement.Request{Job: "ns/d", GPUs: 8, Ends: start}, ""},
+		{"the job itself", placement.Request{Job: "ml/pretrain-3", GPUs: 8}, ""},
+	} {
+		_, reason := placement.Fit(tc.r, ni)
+		switch {
+		case tc.want == "" && reason != nil:
+			t.Errorf("%s: refused: %s", tc.name, reason.Message())
+		case tc.want != "" && reason == nil:
+			t.Errorf("%s: fits held room", tc.name)
+		case tc.want != "" && (reason.Code != placement.Held || reason.Resolvable || !strings.Contains(reason.Message(), tc.want)):
+			t.Errorf("%s: reason %s (resolvable %v) %q, want Held %q", tc.name, reason.Code, reason.Resolvable, reason.Message(), tc.want)
+		}
+	}
+	// A gang of outsiders counts no slot on the held node.
+	if n := placement.Slots(placement.Request{Job: "ns/g", GPUs: 1}, ni, 10); n != 0 {
+		t.Errorf("an outsider counts %d slots on a fully held node", n)
+	}
+}
