@@ -23,7 +23,7 @@ func TestPolicyPass(t *testing.T) {
 	}{
 		{name: "a large head is held for at once", jobs: []reserve.Queued{head("ml/big", 2, 8, 0)}, held: []string{"ml/big"}},
 		{name: "a small young head is not", jobs: []reserve.Queued{head("ml/small", 1, 8, time.Minute)}},
-		{name: "a small head that waited 30 minutes is", jobs: []reserve.Queued{head("ml/old", 1, 8, 31 * time.Minute)}, held: []string{"ml/old"}},
+		{name: "a small head that waited 30 minutes is", jobs: []reserve.Queued{head("ml/old", 1, 8, 31*time.Minute)}, held: []string{"ml/old"}},
 		{name: "not the head", jobs: []reserve.Queued{func() reserve.Queued {
 			q := head("ml/second", 2, 8, 0)
 			q.Status.Position = 2
