@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -138,6 +139,10 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 	if err != nil {
 		return nil, fmt.Errorf("dynamic client: %w", err)
 	}
+	meta, err := metadata.NewForConfig(partsRest)
+	if err != nil {
+		return nil, fmt.Errorf("metadata client: %w", err)
+	}
 	a.client = client
 	logger.V(2).Info("Configuration", "config", cfg, "tiers", tiers.Tiers, "identity", id)
 
@@ -231,7 +236,7 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 	// The queue controller admits the pods rota-admission gated; it writes
 	// (gates, conditions), so it runs on the leader only.
 	if cfg.Queue.Enabled {
-		if err := a.addQueue(ctx, cfg, names, tiers, pods, recorder); err != nil {
+		if err := a.addQueue(ctx, cfg, names, tiers, pods, meta, recorder); err != nil {
 			return nil, err
 		}
 	}
@@ -504,9 +509,13 @@ func (h *events) gangsWaiting() int { return h.extender.GangsWaiting() }
 
 // addQueue builds the queue controller and registers it as a leader loop.
 func (a *App) addQueue(ctx context.Context, cfg config.Config, names contract.Names, tiers topology.Labels,
-	pods cache.SharedIndexInformer, recorder record.EventRecorder) error {
+	pods cache.SharedIndexInformer, meta metadata.Interface, recorder record.EventRecorder) error {
 	q := cfg.Queue
-	o := queue.Options{Names: names, Client: a.client, Pods: pods,
+	// A queued pod's age is its Job's or JobSet's (metadata informers of
+	// their own, on the leader only, as the queue).
+	owners := queue.NewOwners(meta, a.client.Discovery())
+	a.AddLeaderLoop("queue-owners", owners.Run)
+	o := queue.Options{Names: names, Client: a.client, Pods: pods, Owners: owners, Synced: []cache.InformerSynced{owners.HasSynced},
 		Namespaces: a.nodeFactory.Core().V1().Namespaces().Informer(), Holder: a.extender, Snapshot: a.ledger.Snapshot,
 		TierLabels: tiers.Tiers, Recorder: recorder, Metrics: queue.NewMetrics(a.metrics.Registry),
 		Interval: q.Interval, HoldTTL: q.HoldTTL, ConditionInterval: q.ConditionInterval, ConditionQPS: q.ConditionQPS,

@@ -54,6 +54,9 @@ type Options struct {
 	Quota func() (cfg *quota.Config, ok bool)
 	// Synced are further informers to wait for before the first pass.
 	Synced []cache.InformerSynced
+	// Owners gives a queued pod its owning Job's or JobSet's age (nil: the
+	// pod's own); its Run and HasSynced are the caller's to wire.
+	Owners *Owners
 	Holder Holder
 	// Snapshot is the ledger's (cluster capacity for fair share).
 	Snapshot func() *ledger.Snapshot
@@ -273,14 +276,14 @@ func (c *Controller) Pass(ctx context.Context) {
 				prio = *pod.Spec.Priority
 			}
 			wl = &workload{w: pkgqueue.Workload{Key: key, Team: team, Accounts: c.accounts(cfg, team, models), Priority: prio,
-				Created: pod.CreationTimestamp.Time, Members: members, PerMember: amt, CPUMilli: req.CPUMilli,
+				Created: c.o.Owners.Created(pod), Members: members, PerMember: amt, CPUMilli: req.CPUMilli,
 				Shape: shape(req, amt)}}
 			queued[key] = wl
 		}
 		wl.pods = append(wl.pods, pod)
 		wl.w.Present = len(wl.pods)
-		if pod.CreationTimestamp.Time.Before(wl.w.Created) {
-			wl.w.Created = pod.CreationTimestamp.Time
+		if created := c.o.Owners.Created(pod); created.Before(wl.w.Created) {
+			wl.w.Created = created
 		}
 	}
 	// A gang with members admitted and members still gated (an admission
