@@ -165,3 +165,26 @@ func FuzzParseAdmission(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParseReservation(f *testing.F) {
+	f.Add([]byte(`{"version":"v1","since":"2026-12-01T10:00:00Z","domain":"tier 0 leaf-a","expectedStart":"2026-12-01T11:00:00Z"}`))
+	f.Add([]byte(`{"version":"v1","cooledUntil":"2026-12-01T10:30:00Z"}`))
+	f.Add([]byte(`{"version":"v1","domain":"x"}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := ParseReservation(data)
+		if err != nil {
+			return
+		}
+		out, err := r.Marshal()
+		if err != nil {
+			t.Fatalf("a parsed reservation does not marshal: %v", err)
+		}
+		b, err := ParseReservation(out)
+		if err != nil {
+			t.Fatalf("a marshalled reservation does not parse: %v (%s)", err, out)
+		}
+		if !r.Since.Equal(b.Since) || r.Domain != b.Domain || !r.CooledUntil.Equal(b.CooledUntil) {
+			t.Fatalf("round trip changed the record: %+v -> %+v", r, b)
+		}
+	})
+}

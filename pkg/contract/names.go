@@ -113,6 +113,9 @@ type Names struct {
 	// "90m"); Rota writes it into activeDeadlineSeconds at admission and uses
 	// it to plan reservations and backfill.
 	MaxRuntimeAnnotation string
+	// ReservationAnnotation on the pods of a queued job is the queue
+	// controller's reservation record (JSON Reservation document).
+	ReservationAnnotation string
 	// LeaderLabel on an extender Pod marks the replica that holds the lease;
 	// the chart's Service selects it.
 	LeaderLabel string
@@ -179,13 +182,14 @@ func NewNames(domain string) (Names, error) {
 		QuarantineAnnotation:       domain + "/quarantine",
 		QuarantineTaint:            domain + "/quarantined",
 
-		QueueGate:            domain + "/queue",
-		QueuedCondition:      domain + "/Queued",
-		AdmissionAnnotation:  domain + "/admission",
-		QueueingLabel:        domain + "/queueing",
-		GPUModelsAnnotation:  domain + "/gpu-models",
-		MaxRuntimeAnnotation: domain + "/max-runtime",
-		LeaderLabel:          domain + "/extender-leader",
+		QueueGate:             domain + "/queue",
+		QueuedCondition:       domain + "/Queued",
+		AdmissionAnnotation:   domain + "/admission",
+		QueueingLabel:         domain + "/queueing",
+		GPUModelsAnnotation:   domain + "/gpu-models",
+		MaxRuntimeAnnotation:  domain + "/max-runtime",
+		LeaderLabel:           domain + "/extender-leader",
+		ReservationAnnotation: domain + "/reservation",
 	}, nil
 }
 

@@ -1,5 +1,7 @@
 package contract
 
+import "time"
+
 // QueueView is rota-extender's GET /debug/queue answer, read by
 // kubectl-rota: each team's queue and admitted use, and where every queued
 // pod stood after the queue controller's last pass.
@@ -31,4 +33,9 @@ type QueuePosition struct {
 	Message  string `json:"message"`
 	// Waiting is how long it has waited, in seconds.
 	Waiting float64 `json:"waitingSeconds"`
+	// Reservation says the room held for it, when the queue holds some
+	// (domain, held GPUs, what it waits for); ExpectedStart is when the
+	// plan expects it to start (absent: not known).
+	Reservation   string     `json:"reservation,omitempty"`
+	ExpectedStart *time.Time `json:"expectedStart,omitempty"`
 }
