@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes control-plane binaries that the real-control-plane tests
-# (test/cluster, test/e2e) run: etcd, kube-apiserver, kube-scheduler, kubectl and
-# kubelet, from the Go module proxy, into .cache/k8s/bin (ignored by git).
+# (test/cluster, test/e2e) run: etcd, kube-apiserver, kube-controller-manager
+# (the e2e scenarios with Job and garbage-collector controllers), kube-scheduler,
+# kubectl and kubelet, from the Go module proxy, into .cache/k8s/bin (ignored by git).
 #
 # Versions are pinned in test/tools/versions.env. A binary that already exists
 # and reports the pinned version is not rebuilt, so the script is cheap to run
@@ -22,7 +23,7 @@ source "${TOOLS}/versions.env"
 
 BIN="${ROTA_K8S_BIN:-${ROOT}/.cache/k8s/bin}"
 JOBS="${BUILD_JOBS:-2}"
-ALL=(etcd kube-apiserver kube-scheduler kubectl kubelet)
+ALL=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
 WANT=("$@")
 if [[ ${#WANT[@]} -eq 0 ]]; then
   WANT=("${ALL[@]}")
@@ -102,7 +103,7 @@ for name in "${WANT[@]}"; do
   fi
   case "${name}" in
     kube-apiserver) hint=" (first run takes ~10 minutes)" ;;
-    kubelet | kube-scheduler | kubectl) hint=" (a few minutes unless kube-apiserver was just built)" ;;
+    kubelet | kube-scheduler | kubectl | kube-controller-manager) hint=" (a few minutes unless kube-apiserver was just built)" ;;
     etcd) hint=" (~2 minutes the first time)" ;;
   esac
   log "building ${name} ${want}${hint}..."

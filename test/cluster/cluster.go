@@ -143,6 +143,10 @@ type Cluster struct {
 	apiServer     *Process
 	scheduler     *Process
 	schedulerPort int
+	// kube-controller-manager, once StartControllerManager ran, and its
+	// controllers (sorted).
+	controllerManager *Process
+	controllers       []string
 	stopped       bool
 	apiServerRuns []APIServerRun
 
@@ -353,7 +357,8 @@ func (c *Cluster) SchedulerRunning() bool {
 	return c.scheduler != nil && c.scheduler.Running()
 }
 
-// LogFile returns the log path of component "etcd", "kube-apiserver" or "kube-scheduler".
+// LogFile returns the log path of component "etcd", "kube-apiserver",
+// "kube-scheduler" or "kube-controller-manager".
 func (c *Cluster) LogFile(component string) string {
 	return filepath.Join(c.Dir, component+".log")
 }
@@ -376,7 +381,7 @@ func (c *Cluster) Stop() error {
 	}
 	c.stopped = true
 	var errs []error
-	for _, p := range []*Process{c.scheduler, c.apiServer, c.etcd} {
+	for _, p := range []*Process{c.controllerManager, c.scheduler, c.apiServer, c.etcd} {
 		if p == nil {
 			continue
 		}

@@ -45,7 +45,7 @@ func (c *Cluster) logTails(n int) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var s string
-	for _, p := range []*Process{c.etcd, c.apiServer, c.scheduler} {
+	for _, p := range []*Process{c.etcd, c.apiServer, c.scheduler, c.controllerManager} {
 		if p != nil {
 			s += fmt.Sprintf("\n%s", p.LogTail(n))
 		}
