@@ -60,6 +60,10 @@ const quotaDoc = `teams:
     maxQueuedPods: 3
   qorder:
     gpus: 2
+  qjob:
+    gpus: 2
+  qmodel:
+    models: {"Rota Model A GPU": {gpus: 2}}
   qfair-a:
     models: {"Rota Queue GPU": {gpus: 0, borrow: {gpus: 8}}}
   qfair-b:

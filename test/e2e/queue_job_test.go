@@ -1,0 +1,294 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/rota-sched/rota/pkg/podreq"
+	"github.com/rota-sched/rota/test/e2e/harness"
+)
+
+// admissionLog follows a namespace's pods through an informer (events in
+// the API server's order) and records the order in which pods lose the
+// queue gate and the most pods admitted at once (ungated, not finished,
+// not being deleted: what the team's quota counts).
+type admissionLog struct {
+	mu       sync.Mutex
+	admitted map[string]bool // pod name -> counts against the quota now
+	order    []string        // pods in the order they were admitted
+	seen     map[string]bool // pods admitted once
+	most     int
+}
+
+func (l *admissionLog) observe(obj any) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ungated := !gated(p)
+	if ungated && !l.seen[p.Name] {
+		l.seen[p.Name] = true
+		l.order = append(l.order, p.Name)
+	}
+	l.admitted[p.Name] = ungated && p.DeletionTimestamp == nil && !podreq.Terminal(p)
+	n := 0
+	for _, a := range l.admitted {
+		if a {
+			n++
+		}
+	}
+	l.most = max(l.most, n)
+}
+
+func (l *admissionLog) gone(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	if p, ok := obj.(*corev1.Pod); ok {
+		l.mu.Lock()
+		delete(l.admitted, p.Name)
+		l.mu.Unlock()
+	}
+}
+
+func (l *admissionLog) result() (order []string, most int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.order), l.most
+}
+
+// followAdmissions starts an admissionLog on the namespace until the test ends.
+func followAdmissions(ctx context.Context, t *testing.T, ns string) *admissionLog {
+	t.Helper()
+	l := &admissionLog{admitted: map[string]bool{}, seen: map[string]bool{}}
+	f := informers.NewSharedInformerFactoryWithOptions(env.Client, 0, informers.WithNamespace(ns))
+	inf := f.Core().V1().Pods().Informer()
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: l.observe, UpdateFunc: func(_, obj any) { l.observe(obj) }, DeleteFunc: l.gone,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	f.Start(stop)
+	t.Cleanup(func() { close(stop); f.Shutdown() })
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		t.Fatal("the admission log's informer did not sync")
+	}
+	return l
+}
+
+// jobPods are the pods of Job job that are not being deleted.
+func jobPods(pods []corev1.Pod, job string) []corev1.Pod {
+	var out []corev1.Pod
+	for _, p := range pods {
+		if p.Labels[batchv1.JobNameLabel] == job && p.DeletionTimestamp == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// TestQueueJob: a Job of 10 one-GPU pods in a team with quota for 2 is
+// queued, not refused: the Job controller (kube-controller-manager's)
+// creates all 10 pods gated, with no FailedCreate, and they run in queue
+// order as room frees, never more than 2 admitted at once, until all 10
+// complete. The queue orders them by the Job's creation, so a pod the
+// controller recreates keeps the Job's place: it runs before a bare pod
+// created before it (but after the Job).
+func TestQueueJob(t *testing.T) {
+	const name = "qjob"
+	ctx, ns := setup(t, name, "qjob", 6*time.Minute) // qjob: 2 GPUs, no borrowing
+	queueing(ctx, t)
+	began := time.Now()
+	if err := env.StartControllerManager(ctx, "job"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kube-controller-manager (job controller) ready in %s", time.Since(began).Round(100*time.Millisecond))
+	nodes(ctx, t, name, "qjob", 1, harness.GPUNodeSpec{Model: h100.Model, MemoryMiB: h100.MemoryMiB, Count: 4})
+	log := followAdmissions(ctx, t, ns)
+
+	// Two bare pods hold the team's quota while the Job is created, so that
+	// every pod of the Job is queued before the first is admitted.
+	create(ctx, t, pod(ns, "hold-0", name).GPUs(1).Obj())
+	create(ctx, t, pod(ns, "hold-1", name).GPUs(1).Obj())
+	waitPods(ctx, t, ns, "hold-0 and hold-1 running", func(p []corev1.Pod) bool { return running(p, "hold-0", "hold-1") })
+
+	ten, backoff := int32(10), int32(3)
+	tmpl := pod(ns, "", name).GPUs(1).Obj()
+	tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
+	job, err := env.Client.BatchV1().Jobs(ns).Create(ctx, &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: ns},
+		Spec: batchv1.JobSpec{Parallelism: &ten, Completions: &ten, BackoffLimit: &backoff,
+			Template: corev1.PodTemplateSpec{Spec: tmpl.Spec}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Background: the Job goes at once; its controller lets go of the
+		// pods, which setup's cleanup deletes.
+		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		bg := metav1.DeletePropagationBackground
+		if err := env.Client.BatchV1().Jobs(ns).Delete(dctx, "train", metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
+			t.Logf("deleting Job train: %v", err)
+		}
+	})
+	pods := waitPods(ctx, t, ns, "the Job's 10 pods queued", func(p []corev1.Pod) bool {
+		jp := jobPods(p, "train")
+		return len(jp) == 10 && !slices.ContainsFunc(jp, func(p corev1.Pod) bool { return !gated(&p) || queuedCondition(&p) == nil })
+	})
+	first := jobPods(pods, "train")[0]
+	t.Logf("%s: %s", first.Name, queuedCondition(&first).Message)
+
+	// A bare pod of the team, created at least a second after the Job (the
+	// API's timestamps have a resolution of one second).
+	time.Sleep(time.Until(job.CreationTimestamp.Add(1100 * time.Millisecond)))
+	create(ctx, t, pod(ns, "late", name).GPUs(1).Obj())
+	waitPods(ctx, t, ns, "late queued", func(p []corev1.Pod) bool {
+		l := byName(p, "late")
+		return l != nil && gated(l) && queuedCondition(l) != nil
+	})
+
+	// The controller replaces a deleted pod: the new one is younger than
+	// late, but keeps the Job's place in the queue.
+	victim := first.Name
+	if err := env.Client.CoreV1().Pods(ns).Delete(ctx, victim, deleteNow); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	pods = waitPods(ctx, t, ns, "the deleted pod replaced", func(p []corev1.Pod) bool {
+		jp := jobPods(p, "train")
+		return len(jp) == 10 && byName(p, victim) == nil && !slices.ContainsFunc(jp, func(p corev1.Pod) bool { return !gated(&p) })
+	})
+	var replacement corev1.Pod
+	for _, p := range jobPods(pods, "train") {
+		if replacement.Name == "" || p.CreationTimestamp.After(replacement.CreationTimestamp.Time) {
+			replacement = p
+		}
+	}
+	lateCreated := byName(pods, "late").CreationTimestamp
+	if !replacement.CreationTimestamp.After(lateCreated.Time) {
+		t.Fatalf("replacement %s created %s, not after late (%s): the check below would prove nothing",
+			replacement.Name, replacement.CreationTimestamp, lateCreated)
+	}
+	t.Logf("%s replaced by %s %s after the deletion", victim, replacement.Name, time.Since(deleted).Round(100*time.Millisecond))
+
+	// Room frees: the pods run, two at a time, and end (there is no
+	// kubelet: the test ends each running pod as its container would).
+	released := time.Now()
+	for _, h := range []string{"hold-0", "hold-1"} {
+		if err := env.Client.CoreV1().Pods(ns).Delete(ctx, h, deleteNow); err != nil {
+			t.Fatal(err)
+		}
+	}
+	finished := map[string]bool{}
+	for {
+		pods, err := env.Pods(ctx, ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range pods {
+			p := &pods[i]
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil && !finished[p.Name] && !strings.HasPrefix(p.Name, "hold-") {
+				if err := env.FinishPod(ctx, p, corev1.PodSucceeded); err != nil {
+					t.Fatal(err)
+				}
+				finished[p.Name] = true
+			}
+		}
+		j, err := env.Client.BatchV1().Jobs(ns).Get(ctx, "train", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.Status.Succeeded == 10 && finished["late"] {
+			job = j
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the Job: %d of 10 succeeded, late finished %v: %v\n%s", j.Status.Succeeded, finished["late"], ctx.Err(), describe(context.Background(), pods))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	took := time.Since(released)
+
+	// The queue's order: the Job's pods by their creation (to the second,
+	// then by name, the queue's tie-break), the replacement among them,
+	// then late.
+	pods, err = env.Pods(ctx, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := jobPods(pods, "train")
+	slices.SortFunc(done, func(a, b corev1.Pod) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	var want []string
+	for _, p := range done {
+		if p.Status.Phase != corev1.PodSucceeded {
+			t.Errorf("Job pod %s ended %s, want Succeeded", p.Name, p.Status.Phase)
+		}
+		want = append(want, p.Name)
+	}
+	want = append(want, "late")
+	order, most := log.result()
+	order = slices.DeleteFunc(order, func(n string) bool { return strings.HasPrefix(n, "hold-") })
+	if !slices.Equal(order, want) {
+		t.Errorf("admission order\n  %v\nwant (the Job's pods by creation, then late)\n  %v", order, want)
+	}
+	if most != 2 {
+		t.Errorf("at most %d pods of team qjob admitted at once, want 2 (its quota, reached)", most)
+	}
+	if job.Status.Succeeded != 10 || !slices.ContainsFunc(job.Status.Conditions, func(c batchv1.JobCondition) bool {
+		return c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue
+	}) {
+		t.Errorf("Job status %+v, want 10 succeeded and Complete", job.Status)
+	}
+
+	evs, err := env.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: fields.AndSelectors(
+		fields.OneTermEqualSelector("involvedObject.kind", "Job"), fields.OneTermEqualSelector("involvedObject.name", "train")).String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons := map[string]int32{}
+	for _, e := range evs.Items {
+		reasons[e.Reason] += max(e.Count, 1)
+		if e.Reason == "FailedCreate" {
+			t.Errorf("Job event FailedCreate: %s", e.Message)
+		}
+	}
+	if reasons["SuccessfulCreate"] < 11 {
+		t.Errorf("Job events %v, want at least 11 SuccessfulCreate (10 pods and the replacement)", reasons)
+	}
+	waits := []string{}
+	for _, n := range []string{want[0], replacement.Name, "late"} {
+		p := byName(pods, n)
+		if adm, err := podreq.AdmissionOf(p, env.Names); err == nil && adm != nil {
+			waits = append(waits, fmt.Sprintf("%s %s", n, adm.QueuedFor))
+		}
+	}
+	t.Logf("admission order %v; at most %d admitted; Job events %v; queued for: %s", order, most, reasons, strings.Join(waits, ", "))
+	note(name, "10 Job pods + 1 bare, admitted in queue order 2 at a time, all done %s after room freed; 0 FailedCreate; replacement kept the Job's place",
+		took.Round(100*time.Millisecond))
+	checkInvariants(ctx, t, nil)
+}
