@@ -46,6 +46,19 @@ type options struct {
 	queue       string
 	runtimes    string
 	copies      int
+	// time mode, reservations
+	reserve         bool
+	reserveLarge    int64
+	reserveMaxAge   time.Duration
+	maxHold         time.Duration
+	coolOff         time.Duration
+	maxReservations int
+	reserveSlack    time.Duration
+	runtimeFactor   string
+	factorMin       float64
+	factorMax       float64
+	undeclared      float64
+	defaultRuntime  time.Duration
 }
 
 func main() {
@@ -78,6 +91,16 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.jobs, "jobs", 2000, "time mode, gang: jobs to generate")
 	fs.StringVar(&o.queue, "queue", "fifo,drf", "time mode: queue disciplines, comma-separated: fifo (quota in arrival order, then priority and arrival) and drf (Rota's queue controller, pkg/queue)")
 	fs.StringVar(&o.runtimes, "runtimes", "testdata/philly/philly_runtime.csv", "time mode, gang: job runtime sample (CSV column runtime, seconds)")
+	fs.BoolVar(&o.reserve, "reserve", false, "time mode: with the drf queue, also run each drf replay with reservation and backfill (pkg/reserve), every --seeds seed, and compare")
+	fs.Int64Var(&o.reserveLarge, "reserve-large-gpus", 64, "time mode, --reserve: a job of at least this many GPUs is held for as soon as it waits for room")
+	fs.DurationVar(&o.reserveMaxAge, "reserve-max-age", 30*time.Minute, "time mode, --reserve: a smaller job is held for once it has waited this long")
+	fs.DurationVar(&o.maxHold, "max-hold", 2*time.Hour, "time mode, --reserve: a hold whose job has not started this long after it was first held is released")
+	fs.DurationVar(&o.coolOff, "cool-off", 30*time.Minute, "time mode, --reserve: how long a released job is not held for again")
+	fs.IntVar(&o.maxReservations, "max-reservations", 4, "time mode, --reserve: holds at once")
+	fs.DurationVar(&o.reserveSlack, "reserve-slack", 15*time.Minute, "time mode, --reserve: how much later than the best domain's the held domain's expected start may be and still be kept")
+	fs.StringVar(&o.runtimeFactor, "runtime-factor", "1-3", "time mode, --reserve: declared runtime = real runtime x a factor drawn uniformly from MIN-MAX")
+	fs.Float64Var(&o.undeclared, "undeclared-share", 0.2, "time mode, --reserve: share of jobs that declare no runtime")
+	fs.DurationVar(&o.defaultRuntime, "default-runtime", 0, "time mode, --reserve: estimated runtime of a running pod that declared none (0: it never ends as far as reservations go)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -109,6 +132,25 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.jobs < 1 || o.jobs > 1_000_000 {
 		errs = append(errs, fmt.Errorf("--jobs %d: want 1..1000000", o.jobs))
+	}
+	if o.reserve {
+		a, b, ok := strings.Cut(o.runtimeFactor, "-")
+		lo, err1 := strconv.ParseFloat(strings.TrimSpace(a), 64)
+		hi, err2 := strconv.ParseFloat(strings.TrimSpace(b), 64)
+		if !ok || err1 != nil || err2 != nil || !(lo > 0) || !(hi >= lo) || hi > 1000 {
+			errs = append(errs, fmt.Errorf("--runtime-factor %q: want MIN-MAX with 0 < MIN <= MAX", o.runtimeFactor))
+		}
+		o.factorMin, o.factorMax = lo, hi
+		if !(o.undeclared >= 0 && o.undeclared <= 1) {
+			errs = append(errs, fmt.Errorf("--undeclared-share %v: want 0..1", o.undeclared))
+		}
+		if o.reserveLarge < 1 || o.maxReservations < 1 || o.maxHold <= 0 || o.coolOff <= 0 || o.reserveMaxAge <= 0 ||
+			o.reserveSlack <= 0 || o.defaultRuntime < 0 {
+			errs = append(errs, errors.New("--reserve-large-gpus, --max-reservations, --max-hold, --cool-off, --reserve-max-age and --reserve-slack: want positive values; --default-runtime: want 0 or more"))
+		}
+		if !strings.Contains(o.queue, "drf") {
+			errs = append(errs, fmt.Errorf("--reserve with --queue %q: reservations need the drf queue", o.queue))
+		}
 	}
 	switch o.progress {
 	case "auto", "bar", "lines", "none":

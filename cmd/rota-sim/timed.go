@@ -10,21 +10,29 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rota-sched/rota/pkg/placement"
 	"github.com/rota-sched/rota/pkg/quota"
+	"github.com/rota-sched/rota/pkg/reserve"
 	"github.com/rota-sched/rota/pkg/sim"
 )
 
 // timedPolicies is the default policy list of --mode time.
 const timedPolicies = "bestfit,fgd,fragmentation-aware"
 
-// runTimed is --mode time: one replay per policy (in parallel), for the
-// first seed, of either the synthetic gang workload or the pod lists'
-// creation and deletion times.
-func runTimed(o options, seeds []uint64, stdout io.Writer) error {
-	policies := strings.Split(o.policies, ",")
-	if o.policies == strings.Join(sim.DefaultPolicies, ",") {
-		policies = strings.Split(timedPolicies, ",")
-	}
+// world is one seed's cluster and jobs.
+type world struct {
+	seed  uint64
+	nodes []sim.Node
+	jobs  []sim.Job
+	q     *quota.Config
+	title string
+	w     placement.Workload
+}
+
+// timedWorld builds the cluster and the jobs of one seed: the synthetic
+// gang workload or the pod list's creation and deletion times; with
+// --reserve, the jobs declare runtimes.
+func timedWorld(o options, seed uint64) (world, error) {
 	var (
 		nodes []sim.Node
 		jobs  []sim.Job
@@ -35,16 +43,16 @@ func runTimed(o options, seeds []uint64, stdout io.Writer) error {
 	switch o.workload {
 	case "gang":
 		g := sim.DefaultGangLoad()
-		g.Jobs, g.Load, g.Seed = o.jobs, o.load, seeds[0]
+		g.Jobs, g.Load, g.Seed = o.jobs, o.load, seed
 		rt, err := readFile(o.runtimes, func(r io.Reader) ([]float64, error) {
 			v, err := sim.ReadRuntimes(r)
 			return v, err
 		})
 		if err != nil {
-			return err
+			return world{}, err
 		}
 		if jobs, err = g.Generate(rt); err != nil {
-			return err
+			return world{}, err
 		}
 		nodes = g.Cluster()
 		qc := g.Quota()
@@ -54,17 +62,17 @@ func runTimed(o options, seeds []uint64, stdout io.Writer) error {
 	case "trace":
 		paths, err := podPaths(o.pods)
 		if err != nil {
-			return err
+			return world{}, err
 		}
 		if len(paths) != 1 {
-			return errors.New("--mode time --workload trace: give one pod list")
+			return world{}, errors.New("--mode time --workload trace: give one pod list")
 		}
 		if nodes, err = readFile(o.nodes, sim.ReadNodes); err != nil {
-			return err
+			return world{}, err
 		}
 		pods, err := readFile(paths[0], sim.ReadPods)
 		if err != nil {
-			return err
+			return world{}, err
 		}
 		var capGPUs float64
 		for _, n := range nodes {
@@ -86,56 +94,111 @@ func runTimed(o options, seeds []uint64, stdout io.Writer) error {
 		title = fmt.Sprintf("trace %s x %d copies: %d pods (%d without times left out), arrivals compressed %.0fx for offered load %.2f, durations capped at %s",
 			filepath.Base(paths[0]), o.copies, len(jobs), skipped, c, o.load, o.maxDuration)
 	}
+	if o.reserve {
+		if jobs, err = sim.DeclareRuntimes(jobs, sim.DeclareOptions{FactorMin: o.factorMin, FactorMax: o.factorMax,
+			Undeclared: o.undeclared, Seed: seed}); err != nil {
+			return world{}, err
+		}
+		title += fmt.Sprintf("; declared runtimes: real x U(%g, %g), %.0f %% declare none", o.factorMin, o.factorMax, 100*o.undeclared)
+	}
 	var workload []sim.Pod
 	for _, j := range jobs {
 		for range j.Size {
 			workload = append(workload, j.Member)
 		}
 	}
-	w := sim.WorkloadOf(workload, sim.WorkloadOptions{})
-	start := time.Now()
-	type run struct {
-		policy string
-		queue  sim.QueueMode
+	return world{seed: seed, nodes: nodes, jobs: jobs, q: q, title: title, w: sim.WorkloadOf(workload, sim.WorkloadOptions{})}, nil
+}
+
+// variant is one column: a policy, a queue discipline, with or without
+// reservations.
+type variant struct {
+	policy  string
+	queue   sim.QueueMode
+	reserve bool
+}
+
+// runTimed is --mode time: one replay per policy and queue discipline (in
+// parallel), for the first seed; with --reserve also each drf replay with
+// reservations, for every seed, and a table over the seeds.
+func runTimed(o options, seeds []uint64, stdout io.Writer) error {
+	policies := strings.Split(o.policies, ",")
+	if o.policies == strings.Join(sim.DefaultPolicies, ",") {
+		policies = strings.Split(timedPolicies, ",")
 	}
-	var runs []run
+	if !o.reserve {
+		seeds = seeds[:1]
+	}
+	var variants []variant
 	for _, name := range policies {
 		for q := range strings.SplitSeq(o.queue, ",") {
-			runs = append(runs, run{strings.TrimSpace(name), sim.QueueMode(strings.TrimSpace(q))})
+			v := variant{strings.TrimSpace(name), sim.QueueMode(strings.TrimSpace(q)), false}
+			if v.queue != sim.QueueFIFO && v.queue != sim.QueueDRF {
+				return fmt.Errorf("--queue %q: want fifo, drf or both, comma-separated", v.queue)
+			}
+			variants = append(variants, v)
+			if o.reserve && v.queue == sim.QueueDRF {
+				v.reserve = true
+				variants = append(variants, v)
+			}
 		}
 	}
-	results := make([]sim.TimedResult, len(runs))
-	errs := make([]error, len(runs))
-	sem := make(chan struct{}, o.workers)
-	var wg sync.WaitGroup
-	for i, r := range runs {
-		if r.queue != sim.QueueFIFO && r.queue != sim.QueueDRF {
-			return fmt.Errorf("--queue %q: want fifo, drf or both, comma-separated", r.queue)
-		}
-		pol, err := sim.NewPolicy(r.policy, w, seeds[0], nodes)
-		if err != nil {
+	rsv := &sim.Reservation{Policy: reserve.Policy{LargeGPUs: o.reserveLarge, MaxAge: o.reserveMaxAge, MaxHold: o.maxHold,
+		CoolOff: o.coolOff, Max: o.maxReservations, Slack: o.reserveSlack}, DefaultRuntime: o.defaultRuntime.Seconds()}
+	start := time.Now()
+	worlds := make([]world, len(seeds))
+	for i, seed := range seeds {
+		var err error
+		if worlds[i], err = timedWorld(o, seed); err != nil {
 			return err
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			results[i], errs[i] = sim.RunTimed(sim.TimedConfig{Nodes: nodes, Jobs: jobs, Policy: pol, Quota: q, Check: o.check, Queue: r.queue})
-			if errs[i] != nil {
-				errs[i] = fmt.Errorf("%s, %s queue: %w", r.policy, r.queue, errs[i])
+	}
+	results := make([][]sim.TimedResult, len(seeds))
+	var errs []error
+	var mu sync.Mutex
+	sem := make(chan struct{}, o.workers)
+	var wg sync.WaitGroup
+	for si := range worlds {
+		wd := &worlds[si]
+		results[si] = make([]sim.TimedResult, len(variants))
+		for vi, v := range variants {
+			pol, err := sim.NewPolicy(v.policy, wd.w, wd.seed, wd.nodes)
+			if err != nil {
+				return err
 			}
-		}()
+			cfg := sim.TimedConfig{Nodes: wd.nodes, Jobs: wd.jobs, Policy: pol, Quota: wd.q, Check: o.check, Queue: v.queue}
+			if v.reserve {
+				cfg.Reserve = rsv
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				r, err := sim.RunTimed(cfg)
+				results[si][vi] = r
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("seed %d, %s: %w", wd.seed, v, err))
+					mu.Unlock()
+				}
+			}()
+		}
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s\n\n", title)
-	if err := sim.WriteTimedTable(stdout, results); err != nil {
+	fmt.Fprintf(stdout, "%s\n\n", worlds[0].title)
+	if err := sim.WriteTimedTable(stdout, results[0]); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "\n%d runs in %s with %d workers\n", len(runs), time.Since(start).Round(time.Millisecond), o.workers)
+	if o.reserve {
+		if err := writeReserveTable(stdout, o, variants, seeds, results); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stdout, "\n%d runs in %s with %d workers\n", len(seeds)*len(variants), time.Since(start).Round(time.Millisecond), o.workers)
 	if o.out == "" {
 		return nil
 	}
@@ -146,9 +209,17 @@ func runTimed(o options, seeds []uint64, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := sim.WriteUtilCSV(f, results); err != nil {
+	if err := sim.WriteUtilCSV(f, results[0]); err != nil {
 		f.Close()
 		return err
 	}
 	return f.Close()
+}
+
+func (v variant) String() string {
+	s := v.policy + ", " + string(v.queue) + " queue"
+	if v.reserve {
+		s += " + reservations"
+	}
+	return s
 }

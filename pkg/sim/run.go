@@ -307,7 +307,9 @@ func (s *selector) pick(r placement.Request, snap *ledger.Snapshot, names []stri
 	for i, name := range names {
 		ni := snap.Node(name)
 		e := &es[i]
-		if e.ni != ni {
+		// A node a reservation holds room on fits by the pod's job and
+		// declared end too, not by its shape alone: never reused.
+		if e.ni != ni || ni.Claim != nil {
 			c, reason := placement.Fit(r, ni)
 			*e = entry{ni: ni, ok: reason == nil, choice: c}
 			if e.ok {

@@ -30,6 +30,20 @@ type Job struct {
 	Priority int32
 	Arrive   float64
 	Duration float64
+	// Declared is the job's declared maximum runtime in seconds (0: none;
+	// see DeclareRuntimes). The kubelet enforces it (activeDeadlineSeconds),
+	// so the job runs min(Duration, Declared); reservations read it (see
+	// TimedConfig.Reserve).
+	Declared float64
+}
+
+// runtime is how long the job runs: its duration, cut at its declared
+// maximum runtime.
+func (j Job) runtime() float64 {
+	if j.Declared > 0 {
+		return min(j.Duration, j.Declared)
+	}
+	return j.Duration
 }
 
 // gpuMilli is the job's GPU request in thousandths of a GPU.
@@ -77,6 +91,12 @@ type TimedConfig struct {
 	// pkg/queue: per team priority then age, across teams the lowest
 	// weighted dominant share, quota and room decided together).
 	Queue QueueMode
+	// Reserve, with QueueDRF, turns on reservation and backfill: after each
+	// queue pass the reservation policy (pkg/reserve.Policy.Pass) holds
+	// room for the heads of the teams' queues that wait for room, and pods
+	// backfill held GPUs only when their declared runtime ends by the held
+	// job's expected start.
+	Reserve *Reservation
 }
 
 // QueueMode names a queue discipline of the time-aware replay.
@@ -154,10 +174,47 @@ type TimedResult struct {
 	// team holds everything); 0 without teams.
 	Queue QueueMode
 	Jain  float64
+	// LargeGangIdleGPUHours is GPU capacity idle while a gang of at least
+	// LargeGangGPUs GPUs waited for room: the integral of min(idle GPUs,
+	// GPU request of such waiting gangs), in GPU-hours.
+	LargeGangIdleGPUHours float64
+	// Reserve is set when the replay ran with reservations; the fields
+	// below count them.
+	Reserve bool
+	// Reserved counts jobs that were held for at least once; Released the
+	// holds that reached MaxHold; Backfilled the pods placed on GPUs held
+	// for another job.
+	Reserved, Released, Backfilled int
+	// HeldBreached counts pods placed on held GPUs that the claim does not
+	// let in (must be 0; RunTimed fails with ErrHeldBreached otherwise).
+	HeldBreached int
+	// HeldIdleGPUHours is the integral of held GPUs that stood idle.
+	HeldIdleGPUHours float64
+	// Waits has one entry per job, in Jobs order.
+	Waits []JobWait
 }
+
+// JobWait is one job's outcome.
+type JobWait struct {
+	Kind string
+	GPUs float64
+	// Wait is start - arrival (unplaced: End - arrival), seconds; QuotaWait
+	// the part of it the job waited for quota (its team's quota, or what it
+	// may borrow, had no room), the rest it waited for room.
+	Wait, QuotaWait float64
+	Placed          bool
+}
+
+// LargeGangGPUs is the size from which a waiting gang counts in
+// TimedResult.LargeGangIdleGPUHours (the 64-1024 GPU gangs).
+const LargeGangGPUs = 64
 
 // ErrPartialGang reports a gang that was found partly placed.
 var ErrPartialGang = errors.New("gang partly placed")
+
+// ErrHeldBreached reports a pod placed on GPUs held for another job that the
+// reservation does not let in.
+var ErrHeldBreached = errors.New("pod placed on GPUs held for another job")
 
 // jobState is one job's progress.
 type jobState struct {
@@ -168,6 +225,10 @@ type jobState struct {
 	admitted   float64 // time admitted by quota (-1: not yet)
 	start, end float64 // -1: not started
 	uids       []string
+	// quotaWait is how long it waited for quota; forQuota is set while it
+	// does (the last queue pass said so).
+	quotaWait float64
+	forQuota  bool
 }
 
 // departure heap: earliest end first, then job index.
@@ -200,8 +261,13 @@ type timed struct {
 	capMilli int64
 
 	allocMilli, queuedMilli int64
-	usage                   map[string]quota.Usage
-	teamMilli               map[string]int64
+	// largeWaitMilli is the GPU request of waiting large gangs; heldIdle
+	// the held GPUs that are idle (reservations).
+	largeWaitMilli int64
+	heldIdle       int
+	rsv            *reservations
+	usage          map[string]quota.Usage
+	teamMilli      map[string]int64
 
 	queue []*jobState // admitted, waiting; sorted by (priority desc, arrive, idx)
 	held  []*jobState // waiting for quota, arrival order
@@ -246,13 +312,26 @@ func RunTimed(cfg TimedConfig) (TimedResult, error) {
 	t.snap = t.l.Snapshot()
 	t.names = t.snap.Names()
 	t.sel = newSelector(cfg.Policy, len(t.names))
+	if cfg.Reserve != nil {
+		if cfg.Queue != QueueDRF {
+			return TimedResult{}, errors.New("reservations need the Rota queue (QueueDRF)")
+		}
+		t.rsv = newReservations(*cfg.Reserve, t.tiers)
+	}
 
 	jobs := make([]*jobState, len(cfg.Jobs))
 	for i, j := range cfg.Jobs {
 		if j.Size < 1 {
 			return TimedResult{}, fmt.Errorf("job %s: size %d: want at least 1", j.Name, j.Size)
 		}
+		if j.Declared < 0 || math.IsNaN(j.Declared) {
+			return TimedResult{}, fmt.Errorf("job %s: declared runtime %v: want 0 (none) or more", j.Name, j.Declared)
+		}
 		r := j.Member.Request("")
+		if cfg.Reserve != nil {
+			// Claims match a pod to its job by the gang key or the pod name.
+			r.Job = j.Name
+		}
 		jobs[i] = &jobState{idx: i, job: j, req: r, key: shapeKey(r), admitted: -1, start: -1, end: -1}
 		t.res.Window = max(t.res.Window, j.Arrive)
 	}
@@ -299,11 +378,15 @@ func RunTimed(cfg TimedConfig) (TimedResult, error) {
 	t.advance(t.now)
 	t.finish(jobs)
 	t.res.Queue = cmp.Or(cfg.Queue, QueueFIFO)
+	t.res.Reserve = t.rsv != nil
 	if t.jainN > 0 {
 		t.res.Jain = t.jainSum / float64(t.jainN)
 	}
 	if t.res.GangPartial > 0 {
 		return t.res, fmt.Errorf("%d gangs: %w", t.res.GangPartial, ErrPartialGang)
+	}
+	if t.res.HeldBreached > 0 {
+		return t.res, fmt.Errorf("%d pods: %w", t.res.HeldBreached, ErrHeldBreached)
 	}
 	return t.res, nil
 }
@@ -326,6 +409,14 @@ func (t *timed) advance(to float64) {
 	}
 	idle := float64(t.capMilli-t.allocMilli) / MilliPerGPU
 	t.res.LostGPUHours += math.Min(idle, float64(t.queuedMilli)/MilliPerGPU) * dt / 3600
+	t.res.LargeGangIdleGPUHours += math.Min(idle, float64(t.largeWaitMilli)/MilliPerGPU) * dt / 3600
+	t.res.HeldIdleGPUHours += float64(t.heldIdle) * dt / 3600
+	for _, js := range t.held {
+		// The FIFO mode holds only jobs that wait for quota here.
+		if js.forQuota || t.cfg.Queue != QueueDRF {
+			js.quotaWait += dt
+		}
+	}
 	if w := math.Min(to, t.res.Window) - t.now; w > 0 {
 		t.res.UtilMean += 100 * float64(t.allocMilli) / float64(t.capMilli) * w
 		for team, m := range t.teamMilli {
@@ -405,7 +496,20 @@ func (t *timed) schedule(freed bool) error {
 	if len(placed) > 0 {
 		t.queue = slices.DeleteFunc(t.queue, func(js *jobState) bool { return placed[js] })
 	}
+	t.largeWaitMilli = 0
+	for _, js := range t.queue {
+		t.largeWaitMilli += largeGangMilli(js.job)
+	}
 	return nil
+}
+
+// largeGangMilli is the job's GPU request when it is a gang of at least
+// LargeGangGPUs GPUs, else 0.
+func largeGangMilli(j Job) int64 {
+	if m := j.gpuMilli(); j.Size > 1 && m >= LargeGangGPUs*MilliPerGPU {
+		return m
+	}
+	return 0
 }
 
 // place tries to start js now: one pod through the policy, a gang through
@@ -413,25 +517,40 @@ func (t *timed) schedule(freed bool) error {
 func (t *timed) place(js *jobState) (bool, error) {
 	j := js.job
 	uid := "j" + strconv.Itoa(js.idx)
+	ends, aEnds, aEst := t.ends(j)
 	if j.Size == 1 {
 		r := js.req
 		r.UID, r.Pod = uid, j.Name
+		r.Ends = ends
 		best, c := t.sel.pick(r, t.snap, t.names)
 		if best < 0 {
 			return false, nil
 		}
-		if err := commit(t.l, r, t.snap.Node(t.names[best]), c); err != nil {
-			return false, fmt.Errorf("job %s: %w", j.Name, err)
+		ni := t.snap.Node(t.names[best])
+		a := c.Allocation(r, ni)
+		a.Ends, a.EndsEstimated = aEnds, aEst
+		t.countBackfill(a, ends, ni)
+		if err := t.l.Reserve(a, time.Time{}); err != nil {
+			return false, fmt.Errorf("job %s: reserve on %s: %w", j.Name, ni.Name(), err)
+		}
+		if err := t.l.Commit(uid); err != nil {
+			return false, fmt.Errorf("job %s: commit on %s: %w", j.Name, ni.Name(), err)
 		}
 		js.uids = []string{uid}
 	} else {
 		g := placement.Gang{Name: j.Name, Member: js.req}
+		g.Member.Ends = ends
 		for m := range j.Size {
 			g.UIDs = append(g.UIDs, uid+"-"+strconv.Itoa(m))
 		}
 		plan, reason := placement.PlanGang(g, t.snap, nil, t.tiers)
 		if reason != nil {
 			return false, nil
+		}
+		for i := range plan.Allocations {
+			a := &plan.Allocations[i]
+			a.Ends, a.EndsEstimated = aEnds, aEst
+			t.countBackfill(*a, ends, t.snap.Node(a.Node))
 		}
 		if err := t.l.ReserveAll(plan.Allocations, time.Time{}); err != nil {
 			return false, fmt.Errorf("gang %s: %w", j.Name, err)
@@ -459,8 +578,11 @@ func (t *timed) place(js *jobState) (bool, error) {
 			return false, fmt.Errorf("after job %s: %w: %w", j.Name, ErrViolation, errors.Join(errs...))
 		}
 	}
-	js.start, js.end = t.now, t.now+j.Duration
+	js.start, js.end = t.now, t.now+j.runtime()
 	heap.Push(&t.gone, js)
+	if t.rsv != nil {
+		t.rsv.started(t, j.Name)
+	}
 	m := j.gpuMilli()
 	t.allocMilli += m
 	t.queuedMilli -= m
@@ -529,6 +651,10 @@ func (t *timed) finish(jobs []*jobState) {
 		}
 	}
 	r.Wait = waitStats("all", all, wait)
+	r.Waits = make([]JobWait, len(jobs))
+	for i, js := range jobs {
+		r.Waits[i] = JobWait{Kind: js.job.Kind, GPUs: float64(js.job.gpuMilli()) / MilliPerGPU, Wait: wait(js), QuotaWait: js.quotaWait, Placed: js.start >= 0}
+	}
 	kinds := make([]string, 0, len(byKind))
 	for k := range byKind {
 		kinds = append(kinds, k)

@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 )
 
@@ -27,10 +28,23 @@ func WriteTimedTable(w io.Writer, rs []TimedResult) error {
 	row("queue wait p50", func(r TimedResult) string { return hours(r.Wait.P50) })
 	row("queue wait p99", func(r TimedResult) string { return hours(r.Wait.P99) })
 	row("GPU-hours idle while work waited", func(r TimedResult) string { return fmt.Sprintf("%.0f", r.LostGPUHours) })
+	row(fmt.Sprintf("GPU-hours idle while a gang of %d+ GPUs waited", LargeGangGPUs), func(r TimedResult) string {
+		return fmt.Sprintf("%.0f", r.LargeGangIdleGPUHours)
+	})
 	row("longest wait of a 1-GPU job", func(r TimedResult) string { return hours(r.SmallMaxWait) })
 	row("gangs partly placed", func(r TimedResult) string { return fmt.Sprint(r.GangPartial) })
 	row("Jain's fairness of team GPU shares (time mean)", func(r TimedResult) string { return fmt.Sprintf("%.3f", r.Jain) })
 	row("last job left at", func(r TimedResult) string { return hours(r.End) })
+	if slices.ContainsFunc(rs, func(r TimedResult) bool { return r.Reserve }) {
+		row("jobs held for / holds released at their maximum", func(r TimedResult) string {
+			if !r.Reserve {
+				return "-"
+			}
+			return fmt.Sprintf("%d / %d", r.Reserved, r.Released)
+		})
+		row("pods backfilled onto held GPUs", func(r TimedResult) string { return fmt.Sprint(r.Backfilled) })
+		row("GPU-hours held idle", func(r TimedResult) string { return fmt.Sprintf("%.0f", r.HeldIdleGPUHours) })
+	}
 	if len(rs) == 0 {
 		_, err := io.WriteString(w, b.String())
 		return err
@@ -86,7 +100,9 @@ func tableHead(b *strings.Builder, title, first string, rs []TimedResult) {
 	}
 	fmt.Fprintf(b, "| %s |", first)
 	for _, r := range rs {
-		if r.Queue == QueueDRF {
+		if r.Queue == QueueDRF && r.Reserve {
+			fmt.Fprintf(b, " %s, Rota queue + reservations |", r.Policy)
+		} else if r.Queue == QueueDRF {
 			fmt.Fprintf(b, " %s, Rota queue |", r.Policy)
 		} else {
 			fmt.Fprintf(b, " %s |", r.Policy)

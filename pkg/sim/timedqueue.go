@@ -14,9 +14,29 @@ import (
 // placement (place) as the Fitter. Quota counts running jobs only: a job
 // starts in the same step it is admitted. Jobs without a team, and all jobs
 // when the replay has no quota, are charged to unlimited accounts.
+//
+// With reservations, the reservation pass follows and sets the claims; when
+// it plans a job that could start now (room that earlier claims kept from
+// it), the queue pass runs again, at most a few times.
 func (t *timed) queuePass() error {
+	for range 3 {
+		res, byKey, err := t.queueOnce()
+		if err != nil || t.rsv == nil {
+			return err
+		}
+		if !t.rsv.pass(t, res, byKey) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// queueOnce is one queue.Plan pass; it returns the statuses of the jobs
+// left waiting, by key, and the jobs by key.
+func (t *timed) queueOnce() (queue.Result, map[string]*jobState, error) {
 	if len(t.held) == 0 {
-		return nil
+		t.queuedMilli, t.largeWaitMilli = 0, 0
+		return queue.Result{}, nil, nil
 	}
 	cfg := quota.Config{Teams: map[string]quota.Team{}}
 	if t.cfg.Quota != nil {
@@ -36,9 +56,16 @@ func (t *timed) queuePass() error {
 		}
 		key := strconv.Itoa(js.idx)
 		byKey[key] = js
+		shape := js.key + "/" + strconv.Itoa(js.job.Size)
+		if t.rsv != nil {
+			// Whether a job fits depends on its declared end and on whose
+			// claims it meets, not on its shape alone: the Fitter's own
+			// cache (reservations.fits) decides what a failure implies.
+			shape = ""
+		}
 		in.Queued = append(in.Queued, queue.Workload{Key: key, Team: team, Accounts: []quota.Account{{Team: team}},
 			Priority: js.job.Priority, Members: 1, Present: 1, PerMember: js.job.quotaNeed(),
-			Created: t0.Add(durationOf(js.job.Arrive)), Shape: js.key + "/" + strconv.Itoa(js.job.Size)})
+			Created: t0.Add(durationOf(js.job.Arrive)), Shape: shape})
 	}
 	for team, u := range t.usage {
 		in.Admitted[quota.Account{Team: team}] = u
@@ -48,33 +75,46 @@ func (t *timed) queuePass() error {
 	}
 	in.Config = cfg
 	var perr error
+	var failed failures
+	if t.rsv != nil {
+		failed = failures{}
+	}
 	res := queue.Plan(in, queue.FitterFunc(func(w *queue.Workload, _ quota.Account) (bool, string) {
 		if perr != nil {
 			return false, "stopped"
 		}
-		ok, err := t.place(byKey[w.Key])
+		js := byKey[w.Key]
+		if failed != nil && failed.covers(t, js) {
+			return false, "no room"
+		}
+		ok, err := t.place(js)
 		if err != nil {
 			perr = err
 			return false, err.Error()
 		}
 		if !ok {
+			if failed != nil {
+				failed.add(t, js)
+			}
 			return false, "no room"
 		}
 		return true, ""
 	}))
 	if perr != nil {
-		return perr
+		return res, byKey, perr
 	}
 	// Admitted work waiting for room (quota allows it): what LostGPUHours
 	// weighs idle GPUs against, as the FIFO mode's admitted queue.
-	t.queuedMilli = 0
+	t.queuedMilli, t.largeWaitMilli = 0, 0
 	for key, st := range res.Waiting {
+		byKey[key].forQuota = st.Reason == queue.WaitQuota
 		if st.Reason == queue.WaitRoom || st.Reason == queue.WaitTurn {
 			t.queuedMilli += byKey[key].job.gpuMilli()
+			t.largeWaitMilli += largeGangMilli(byKey[key].job)
 		}
 	}
 	if len(res.Admitted) == 0 {
-		return nil
+		return res, byKey, nil
 	}
 	started := make(map[*jobState]bool, len(res.Admitted))
 	for _, a := range res.Admitted {
@@ -90,7 +130,7 @@ func (t *timed) queuePass() error {
 	}
 	clear(t.held[len(keep):])
 	t.held = keep
-	return nil
+	return res, byKey, nil
 }
 
 // jain is Jain's fairness index of the teams' weighted GPU shares now, over
