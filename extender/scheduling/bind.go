@@ -236,6 +236,7 @@ func (e *Extender) reserve(ctx context.Context, pod *corev1.Pod, req placement.R
 	if as, err := podreq.Assignment(pod, e.names); err == nil && as != nil && as.Node == node {
 		a := podreq.ToAllocation(pod, *as, e.names)
 		a.Gang, a.GangSize = "", 0 // gang completeness was checked when it was planned
+		a.Ends = req.Ends
 		if err := e.ledger.Reserve(a, expires); err == nil {
 			return a, true, nil
 		}

@@ -177,8 +177,17 @@ func (e *Extender) Decisions(namespace, name string) []Decision {
 // names.
 func (e *Extender) request(pod *corev1.Pod) (placement.Request, error) {
 	r, err := podreq.FromPod(pod, podreq.Options{Names: e.names})
-	if err != nil || r.GPUFree() {
+	if err != nil {
 		return r, err
+	}
+	// Who the pod is and when it ends, for reservations' held room.
+	r.Job = pod.Namespace + "/" + pod.Name
+	if ref, _ := podreq.GangOf(pod, e.names); ref != nil {
+		r.Job = ref.Key
+	}
+	r.Ends = podreq.DeclaredEnd(pod, e.names, e.now())
+	if r.GPUFree() {
+		return r, nil
 	}
 	if adm, aerr := podreq.AdmissionOf(pod, e.names); aerr == nil && adm != nil && adm.Model != "" {
 		r.Models = []string{adm.Model}

@@ -234,22 +234,43 @@ func (e *Extender) held(pod *corev1.Pod, names []string, f *filterState) bool {
 // FilterBestOnly only the nodes where its CPU and memory strand the fewest
 // GPUs (a node without GPUs first).
 func (e *Extender) filterGPUFree(pod *corev1.Pod, names []string, f *filterState) {
-	f.passed = append(f.passed, names...)
 	req, err := e.request(pod)
 	switch {
 	case err != nil:
+		f.passed = append(f.passed, names...)
 		f.note = "pod asks for no GPU; its request could not be read: " + err.Error()
 		return
 	case req.CPUMilli <= 0 && req.HostMemoryMiB <= 0:
+		f.passed = append(f.passed, names...)
 		f.note = "pod asks for no GPU, CPU or memory"
 		return
+	}
+	e.passUnheld(req, names, f)
+	switch {
 	case !e.o.FilterBestOnly:
 		f.note = "pod asks for no GPU; prioritize ranks the nodes by the GPUs its CPU and memory would strand"
 		return
 	}
-	scores := e.gpuFreeScores(req, names, e.ledger.Snapshot())
+	scores := e.gpuFreeScores(req, f.passed, e.ledger.Snapshot())
 	e.keepBest(scores, f)
 	f.note = "pod asks for no GPU; nodes where its CPU and memory strand the fewest GPUs"
+}
+
+// passUnheld passes the nodes whose CPU and memory a reservation does not
+// hold against a pod that asks for no GPU (it takes them from the held job
+// unless it ends before the job's expected start).
+func (e *Extender) passUnheld(req placement.Request, names []string, f *filterState) {
+	snap := e.ledger.Snapshot()
+	for _, n := range names {
+		if ni := snap.Node(n); ni != nil && ni.Claim != nil {
+			if _, reason := placement.Fit(req, ni); reason != nil && reason.Code == placement.Held {
+				reason.Node = n
+				f.reject(n, reason)
+				continue
+			}
+		}
+		f.passed = append(f.passed, n)
+	}
 }
 
 // gpuFreeScores scores the nodes for a pod that asks for no GPU: a node

@@ -59,6 +59,10 @@ type Options struct {
 	Adjust func(*topology.Node) *topology.Node
 	// Now is the clock (admission holds lapse by it); nil means time.Now.
 	Now func() time.Time
+	// DefaultRuntime estimates the end of a running pod that declares no
+	// maximum runtime, for reservations' expected starts (0: such a pod
+	// counts as never ending).
+	DefaultRuntime time.Duration
 }
 
 // Stats counts the problems the cache met; all counters only grow.
@@ -92,6 +96,8 @@ type Cache struct {
 	mu      sync.Mutex
 	nodeSig map[string]string // node name -> annotation + tier values last applied
 	now     func() time.Time
+	// defaultRuntime: see Options.DefaultRuntime.
+	defaultRuntime time.Duration
 
 	seenMu sync.Mutex
 	seenRV string // highest pod resourceVersion the pod handler has finished with
@@ -108,7 +114,7 @@ func New(ctx context.Context, o Options) (*Cache, error) {
 	c := &Cache{
 		names: o.Names, tiers: o.Tiers, ledger: o.Ledger, nodes: o.Nodes, pods: o.Pods,
 		onRelease: o.OnRelease, onPodFailed: o.OnPodFailed, adjust: o.Adjust, logger: klog.FromContext(ctx), nodeSig: map[string]string{},
-		now: o.Now,
+		now: o.Now, defaultRuntime: o.DefaultRuntime,
 	}
 	if c.now == nil {
 		c.now = time.Now
@@ -450,6 +456,7 @@ func (c *Cache) podChanged(oldObj, obj any) {
 		return
 	}
 	a := podreq.ToAllocation(pod, *as, c.names)
+	c.setEnds(&a, pod)
 	if err := c.ledger.Restore(a); err != nil {
 		c.restoreConflicts.Add(1)
 		logger.Error(err, "GPU assignment conflicts with the ledger; not accounted")
@@ -477,12 +484,26 @@ func (c *Cache) restoreHold(pod *corev1.Pod) {
 		return
 	}
 	a := podreq.ToAllocation(pod, *adm.Hold, c.names)
+	a.Ends = podreq.DeclaredEnd(pod, c.names, c.now())
 	if err := c.ledger.Reserve(a, adm.HoldUntil); err != nil {
 		c.logger.V(2).Info("Admission hold no longer fits; the admitted pod goes where it fits", logkey.Pod, klog.KObj(pod),
 			logkey.Node, adm.Hold.Node, logkey.Reason, err.Error())
 		return
 	}
 	c.logger.V(4).Info("Admission hold restored", logkey.Pod, klog.KObj(pod), logkey.Node, adm.Hold.Node)
+}
+
+// setEnds sets when a bound pod is expected to end (reservations plan by
+// it): its start plus its declared runtime, else plus DefaultRuntime as an
+// estimate. A pod that has not started yet keeps the end it was first given.
+func (c *Cache) setEnds(a *ledger.Allocation, pod *corev1.Pod) {
+	if pod.Status.StartTime == nil {
+		if old, ok := c.ledger.Get(a.PodUID); ok && !old.Ends.IsZero() {
+			a.Ends, a.EndsEstimated = old.Ends, old.EndsEstimated
+			return
+		}
+	}
+	a.Ends, a.EndsEstimated = podreq.Ends(pod, c.names, c.now(), c.defaultRuntime)
 }
 
 func (c *Cache) podDeleted(obj any) {

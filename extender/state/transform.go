@@ -55,7 +55,8 @@ func PodTransform(names contract.Names) cache.TransformFunc {
 				SchedulingGates:       queueGate(pod, names.QueueGate),
 				ActiveDeadlineSeconds: pod.Spec.ActiveDeadlineSeconds,
 			},
-			Status: corev1.PodStatus{Phase: pod.Status.Phase},
+			// StartTime: a declared runtime counts from the pod's start.
+			Status: corev1.PodStatus{Phase: pod.Status.Phase, StartTime: pod.Status.StartTime},
 		}
 		if pod.Spec.NodeName == "" {
 			out.Spec.NodeSelector, out.Spec.Tolerations = constraints.of(pod.Spec.NodeSelector, pod.Spec.Tolerations)

@@ -504,9 +504,10 @@ func (l *Ledger) Restore(a Allocation) error {
 		old, ok = l.orphans[a.PodUID]
 	}
 	if ok && sameGPUs(old, &a) {
-		if old.State != Committed {
+		if old.State != Committed || !old.Ends.Equal(a.Ends) || old.EndsEstimated != a.EndsEstimated {
 			c := *old
 			c.State, c.Expires = Committed, time.Time{}
+			c.Ends, c.EndsEstimated = a.Ends, a.EndsEstimated
 			l.replace(&c)
 			l.changed()
 		}

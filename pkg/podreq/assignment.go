@@ -1,10 +1,13 @@
 package podreq
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/ledger"
+	"github.com/rota-sched/rota/pkg/reserve"
 )
 
 // ToAssignment renders a ledger allocation as the pod annotation document.
@@ -60,4 +63,28 @@ func Queued(pod *corev1.Pod, names contract.Names) bool {
 		}
 	}
 	return false
+}
+
+// Ends is when the pod is expected to end, for reservations: its start
+// (now for a pod that has not started) plus its declared maximum runtime
+// (MaxRuntime), else plus def as an estimate; zero when neither applies.
+// A Job's own activeDeadlineSeconds is not read: it counts from the Job's
+// start, queue time included, so it says nothing about how long a pod runs.
+func Ends(pod *corev1.Pod, names contract.Names, now time.Time, def time.Duration) (ends time.Time, estimated bool) {
+	var started time.Time
+	if pod.Status.StartTime != nil {
+		started = pod.Status.StartTime.Time
+	}
+	d, ok, err := MaxRuntime(pod, names)
+	if err != nil || !ok {
+		d = 0
+	}
+	return reserve.Ends(started, now, d, def)
+}
+
+// DeclaredEnd is Ends without an estimate: the end a pod declares, which
+// alone lets it backfill into a reservation's held room.
+func DeclaredEnd(pod *corev1.Pod, names contract.Names, now time.Time) time.Time {
+	ends, _ := Ends(pod, names, now, 0)
+	return ends
 }
