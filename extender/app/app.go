@@ -241,8 +241,15 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 		}
 	}
 
-	a.status = ui.New(ui.Options{Names: names, Snapshot: a.ledger.Snapshot, Pods: a.podFactory.Core().V1().Pods().Lister(),
-		Decisions: a.extender.Decisions})
+	uo := ui.Options{Names: names, Snapshot: a.ledger.Snapshot, Pods: a.podFactory.Core().V1().Pods().Lister(),
+		Decisions: a.extender.Decisions}
+	if a.queue != nil {
+		uo.Queue = func() contract.QueueView { // what /debug/queue serves
+			pods, teams := a.queue.Positions()
+			return contract.QueueView{Leader: a.serving(), Teams: teams, Pods: pods}
+		}
+	}
+	a.status = ui.New(uo)
 	so := server.Options{MaxBodyBytes: cfg.MaxBodyBytes, Metrics: a.metrics, Logger: logger, UI: a.status,
 		Profiling: cfg.Profiling}
 	if le.Enabled {

@@ -6,12 +6,16 @@
 //     reserved) and health, with the pods and memory each GPU holds;
 //   - the queue: GPU pods waiting for a node, how long they have waited and
 //     the latest reason from the extender's decision log;
-//   - GPU use per namespace (the extender does not know team quotas, which
-//     live in rota-admission, so the page shows use, not use against quota);
+//   - with the queue controller on, each team's queue and admitted use (what
+//     its quota counts), from the same view /debug/queue serves
+//     (contract.QueueView): the queued pods in queue order with where each
+//     stands; a queued pod's reason in the waiting list is its position;
+//   - GPU use per namespace (reserved and committed GPUs, not use against
+//     quota);
 //   - fragmentation over time, from an in-memory ring of samples that Run
 //     takes (by default one every 10 s, the last hour).
 //
-// It reads the ledger snapshot, the pod lister and the decision log; it
-// writes nothing. It may import extender/scheduling (for the decision type)
+// It reads the ledger snapshot, the pod lister, the decision log and the
+// queue's view; it writes nothing. It may import extender/scheduling (for the decision type)
 // but no other adapter. A UI is safe for concurrent use.
 package ui

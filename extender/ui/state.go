@@ -35,6 +35,53 @@ type State struct {
 	Fragmentation []Sample `json:"fragmentation"`
 	// SampleEvery is the interval between fragmentation samples.
 	SampleEvery string `json:"sampleEvery"`
+	// TeamQueues is each team's queue and admitted use, from the queue
+	// controller (absent when it is off).
+	TeamQueues *TeamQueues `json:"teamQueues,omitempty"`
+}
+
+// TeamQueues is the queue controller's view (contract.QueueView) by team.
+type TeamQueues struct {
+	// Leader is false on a standby replica, whose queue controller does not
+	// run: its teams are then empty.
+	Leader bool        `json:"leader"`
+	Teams  []TeamQueue `json:"teams"`
+}
+
+// TeamQueue is one team's admitted use and queued pods, in queue order.
+type TeamQueue struct {
+	contract.QueueTeam
+	Pods []contract.QueuePosition `json:"pods"`
+}
+
+// teamQueues groups the view's positions under their teams (a team with
+// queued pods but no admitted use included), teams by name, pods by
+// position.
+func teamQueues(v contract.QueueView) *TeamQueues {
+	by := map[string]*TeamQueue{}
+	for _, t := range v.Teams {
+		by[t.Team] = &TeamQueue{QueueTeam: t, Pods: []contract.QueuePosition{}}
+	}
+	for _, p := range v.Pods {
+		tq := by[p.Team]
+		if tq == nil {
+			tq = &TeamQueue{QueueTeam: contract.QueueTeam{Team: p.Team}, Pods: []contract.QueuePosition{}}
+			by[p.Team] = tq
+		}
+		tq.Pods = append(tq.Pods, p)
+	}
+	out := &TeamQueues{Leader: v.Leader, Teams: make([]TeamQueue, 0, len(by))}
+	for _, tq := range by {
+		slices.SortStableFunc(tq.Pods, func(a, b contract.QueuePosition) int {
+			if c := cmp.Compare(a.Position, b.Position); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.Pod, b.Pod)
+		})
+		out.Teams = append(out.Teams, *tq)
+	}
+	slices.SortFunc(out.Teams, func(a, b TeamQueue) int { return cmp.Compare(a.Team, b.Team) })
+	return out
 }
 
 // Totals sums the GPU map.

@@ -44,6 +44,9 @@ type Options struct {
 	Pods corelisters.PodLister
 	// Decisions returns a pod's decision log, oldest first (nil: none).
 	Decisions func(namespace, name string) []scheduling.Decision
+	// Queue returns the queue controller's view, the document /debug/queue
+	// serves (nil: the queue controller is off).
+	Queue func() contract.QueueView
 	// Workload measures fragmentation (nil: placement.DefaultWorkload).
 	Workload placement.Workload
 	// SampleEvery is the fragmentation sampling interval (default 10s) and
@@ -135,6 +138,22 @@ func (u *UI) State() State {
 			pods = ps
 		}
 		st.Queue = waiting(pods, u.o.Names, u.o.Decisions, now)
+	}
+	if u.o.Queue != nil {
+		v := u.o.Queue()
+		st.TeamQueues = teamQueues(v)
+		// A queued pod waits for the queue, not for a node: its reason is
+		// where it stands in its team's queue.
+		at := make(map[string]contract.QueuePosition, len(v.Pods))
+		for _, p := range v.Pods {
+			at[p.Pod] = p
+		}
+		for i := range st.Queue {
+			if p, ok := at[st.Queue[i].Pod]; ok {
+				w := &st.Queue[i]
+				w.Reason, w.Verb, w.Outcome, w.ReasonAt = p.Message, "queue", p.Reason, time.Time{}
+			}
+		}
 	}
 	st.Totals.Waiting = len(st.Queue)
 	for _, w := range st.Queue {

@@ -64,6 +64,8 @@ const quotaDoc = `teams:
     gpus: 2
   qmodel:
     models: {"Rota Model A GPU": {gpus: 2}}
+  qui:
+    gpus: 1
   qfair-a:
     models: {"Rota Queue GPU": {gpus: 0, borrow: {gpus: 8}}}
   qfair-b:

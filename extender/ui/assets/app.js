@@ -106,6 +106,63 @@
     });
   }
 
+  function percent(x) {
+    return (100 * x).toFixed(x > 0 && x < 0.1 ? 1 : 0) + "%";
+  }
+
+  // renderTeams shows the queue controller's view: per team, its admitted
+  // use and its queued pods in queue order.
+  function renderTeams(st) {
+    var q = st.teamQueues;
+    var section = document.getElementById("teams-section");
+    section.hidden = !q;
+    if (!q) return;
+    var box = document.getElementById("teams");
+    box.textContent = "";
+    document.getElementById("teams-standby").hidden = q.leader;
+    var queued = 0;
+    q.teams.forEach(function (t) { queued += t.pods.length; });
+    document.getElementById("teams-count").textContent = "(" + q.teams.length + " teams, " + queued + " pods queued)";
+    if (q.leader && q.teams.length === 0) {
+      box.appendChild(el("p", "empty", "No team has admitted or queued GPU pods."));
+      return;
+    }
+    q.teams.forEach(function (t) {
+      var div = el("div", "team");
+      div.dataset.team = t.team;
+      var head = el("div", "team-head");
+      head.appendChild(el("b", "team-name", t.team));
+      head.appendChild(el("span", "team-use", t.admittedGPUs + (t.admittedGPUs === 1 ? " GPU" : " GPUs") + " admitted" +
+        (t.admittedGPUMemoryMiB ? " (" + gib(t.admittedGPUMemoryMiB) + ")" : "") +
+        ", dominant share " + percent(t.dominantShare) + ", " + t.pods.length + " queued"));
+      div.appendChild(head);
+      if (t.pods.length > 0) {
+        var table = el("table", "queue team-queue");
+        var hr = el("tr");
+        ["#", "Pod", "Waiting", "Waits for", "Where it stands"].forEach(function (h) { hr.appendChild(el("th", null, h)); });
+        var thead = el("thead");
+        thead.appendChild(hr);
+        table.appendChild(thead);
+        var body = el("tbody");
+        t.pods.forEach(function (p) {
+          var tr = el("tr");
+          tr.dataset.queuedPod = p.pod;
+          tr.appendChild(el("td", "position", p.position + " of " + p.of));
+          var pod = el("td", "pod", p.pod);
+          if (p.workload && p.workload !== p.pod) pod.appendChild(el("span", "gang", p.workload));
+          tr.appendChild(pod);
+          tr.appendChild(el("td", "wait", duration(p.waitingSeconds)));
+          tr.appendChild(el("td", "waits-for", p.reason));
+          tr.appendChild(el("td", "reason", p.message));
+          body.appendChild(tr);
+        });
+        table.appendChild(body);
+        div.appendChild(table);
+      }
+      box.appendChild(div);
+    });
+  }
+
   function renderUsage(st) {
     document.getElementById("usage-note").textContent = st.usageNote;
     var box = document.getElementById("usage");
@@ -173,6 +230,7 @@
     renderTotals(st);
     renderMap(st);
     renderQueue(st);
+    renderTeams(st);
     renderUsage(st);
     renderFrag(st);
     document.getElementById("error").hidden = true;
