@@ -147,8 +147,8 @@ type Cluster struct {
 	// controllers (sorted).
 	controllerManager *Process
 	controllers       []string
-	stopped       bool
-	apiServerRuns []APIServerRun
+	stopped           bool
+	apiServerRuns     []APIServerRun
 
 	cancel context.CancelFunc // stops the simulators
 	wg     sync.WaitGroup
