@@ -9,7 +9,8 @@
 // iptables (hack/realnode-deps.sh installs them). containerd is started by
 // hand with its configuration and state in the Env's folder; there is no
 // registry: the images are one static Go binary
-// (cmd/rota-realnode-image), packed into a docker-archive tarball and
+// (cmd/rota-realnode-image), packed into an image archive by hack/images/oci
+// (go-containerregistry, the layout `docker save` writes) and
 // imported with ctr. Pods run with hostNetwork, so no CNI plugin acts.
 //
 // What the harness changes outside its folder, and puts back in Stop:

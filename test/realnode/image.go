@@ -1,18 +1,17 @@
 package realnode
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/rota-sched/rota/hack/images/oci"
 )
 
 // Images the harness imports into containerd. Both hold one file,
@@ -54,100 +53,29 @@ func buildImageBinary(ctx context.Context, dir string) (string, error) {
 	return out, nil
 }
 
-// writeImageArchive writes a docker-archive tarball (the `docker save`
-// layout that `ctr images import` reads: manifest.json, one config JSON
-// per image, layer tarballs named by digest) holding the images of specs,
-// which share one layer with the single file binary at /<base name>.
+// writeImageArchive writes an image archive (hack/images/oci, on
+// go-containerregistry: the `docker save` layout that `ctr images import`
+// reads) holding the images of specs, which share one layer with the
+// single file binary at /<imageBinary>; the archive stores it once.
 func writeImageArchive(path string, binary []byte, specs []imageSpec) error {
-	layer, err := singleFileLayer(imageBinary, binary)
-	if err != nil {
-		return err
+	layer := oci.Layer{
+		Files:     []oci.File{{Path: "/" + imageBinary, Data: binary, Mode: 0o755}},
+		CreatedBy: "test/realnode: " + imageBinary,
 	}
-	layerSum := sha256.Sum256(layer)
-	layerDigest := hex.EncodeToString(layerSum[:])
-	layerName := layerDigest + "/layer.tar"
-
-	type manifestEntry struct {
-		Config   string
-		RepoTags []string
-		Layers   []string
-	}
-	var manifest []manifestEntry
-	files := []struct {
-		name string
-		data []byte
-	}{{layerName, layer}}
-	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Format(time.RFC3339)
+	images := map[string]v1.Image{}
 	for _, s := range specs {
-		cfg := map[string]any{
-			"architecture": runtime.GOARCH,
-			"os":           "linux",
-			"created":      created,
-			"config": map[string]any{
-				"Entrypoint": s.entrypoint,
-				"Env":        []string{"PATH=/"},
-				"WorkingDir": "/",
-			},
-			"rootfs": map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + layerDigest}},
-			"history": []map[string]any{
-				{"created": created, "created_by": "test/realnode: " + imageBinary},
-			},
-		}
-		data, err := json.Marshal(cfg)
+		img, err := oci.Image(oci.Spec{
+			Layers:       []oci.Layer{layer},
+			Entrypoint:   s.entrypoint,
+			Env:          []string{"PATH=/"},
+			WorkingDir:   "/",
+			Created:      time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+			Architecture: runtime.GOARCH,
+		})
 		if err != nil {
-			return err
+			return fmt.Errorf("image %s: %w", s.tag, err)
 		}
-		sum := sha256.Sum256(data)
-		name := hex.EncodeToString(sum[:]) + ".json"
-		files = append(files, struct {
-			name string
-			data []byte
-		}{name, data})
-		manifest = append(manifest, manifestEntry{Config: name, RepoTags: []string{s.tag}, Layers: []string{layerName}})
+		images[s.tag] = img
 	}
-	data, err := json.Marshal(manifest)
-	if err != nil {
-		return err
-	}
-	files = append(files, struct {
-		name string
-		data []byte
-	}{"manifest.json", data})
-
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	if err := tw.WriteHeader(&tar.Header{Name: layerDigest + "/", Typeflag: tar.TypeDir, Mode: 0o755}); err != nil {
-		return err
-	}
-	for _, f := range files {
-		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: 0o644, Size: int64(len(f.data))}); err != nil {
-			return err
-		}
-		if _, err := tw.Write(f.data); err != nil {
-			return err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return err
-	}
-	return os.WriteFile(path, buf.Bytes(), 0o600)
-}
-
-// singleFileLayer returns an uncompressed layer tarball with one
-// executable file at its root.
-func singleFileLayer(name string, data []byte) ([]byte, error) {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	hdr := &tar.Header{Name: name, Mode: 0o755, Size: int64(len(data)), Typeflag: tar.TypeReg,
-		ModTime: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	if err := tw.WriteHeader(hdr); err != nil {
-		return nil, err
-	}
-	if _, err := tw.Write(data); err != nil {
-		return nil, err
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
+	return oci.WriteArchive(path, images)
 }
