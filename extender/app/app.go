@@ -37,6 +37,7 @@ import (
 	"github.com/rota-sched/rota/pkg/placement"
 	"github.com/rota-sched/rota/pkg/quota"
 	pkgremediation "github.com/rota-sched/rota/pkg/remediation"
+	"github.com/rota-sched/rota/pkg/reserve"
 	"github.com/rota-sched/rota/pkg/topology"
 )
 
@@ -160,6 +161,7 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 		Names: names, Tiers: tiers, Ledger: a.ledger,
 		Nodes: a.nodeFactory.Core().V1().Nodes().Informer(), Pods: pods,
 		OnRelease: hub.released, OnPodFailed: hub.podFailed, Adjust: hub.adjust,
+		DefaultRuntime: cfg.Queue.Reserve.DefaultRuntime,
 	})
 	if err != nil {
 		return nil, err
@@ -536,6 +538,11 @@ func (a *App) addQueue(ctx context.Context, cfg config.Config, names contract.Na
 		a.others = append(a.others, src.Factory)
 		o.Quota = src.Current
 		o.Synced = append(o.Synced, src.Factory.Core().V1().ConfigMaps().Informer().HasSynced)
+	}
+	if r := q.Reserve; r.Enabled {
+		o.Reserve = &reserve.Policy{LargeGPUs: r.LargeGPUs, MaxAge: r.MaxAge, MaxHold: r.MaxHold, CoolOff: r.CoolOff, Max: r.Max,
+			Tiers: len(tiers.Tiers)}
+		o.Reserver = a.extender
 	}
 	c, err := queue.New(o)
 	if err != nil {

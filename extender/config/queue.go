@@ -31,13 +31,35 @@ type Queue struct {
 	UrgentPriority int32 `json:"urgentPriority"`
 	// Reclaim evicts borrowed work for a team below its guarantee.
 	Reclaim bool `json:"reclaim"`
+	// Reserve holds room for queue heads that wait for room (reservations
+	// and backfill by declared runtime).
+	Reserve Reserve `json:"reserve"`
+}
+
+// Reserve configures reservations (pkg/reserve.Policy).
+type Reserve struct {
+	Enabled bool `json:"enabled"`
+	// LargeGPUs: a job of at least this many GPUs is held for as soon as it
+	// waits for room; MaxAge: a smaller one once it has waited this long.
+	LargeGPUs int64         `json:"largeGPUs"`
+	MaxAge    time.Duration `json:"maxAge"`
+	// MaxHold bounds a hold whose job has not started; CoolOff is how long
+	// the job is then not held for again.
+	MaxHold time.Duration `json:"maxHold"`
+	CoolOff time.Duration `json:"coolOff"`
+	// Max bounds the holds at once.
+	Max int `json:"max"`
+	// DefaultRuntime estimates the end of a running pod that declares no
+	// maximum runtime (0: such a pod never ends, as far as plans go).
+	DefaultRuntime time.Duration `json:"defaultRuntime"`
 }
 
 // DefaultQueue is the queue controller's default configuration.
 func DefaultQueue() Queue {
 	return Queue{Enabled: true, Namespace: "rota-system", ConfigMap: "rota-quota", ConfigMapKey: "quota.yaml",
 		Interval: time.Second, HoldTTL: 5 * time.Minute, ConditionInterval: 10 * time.Second, ConditionQPS: 20,
-		UrgentPriority: 1000000, Reclaim: true}
+		UrgentPriority: 1000000, Reclaim: true,
+		Reserve: Reserve{Enabled: true, LargeGPUs: 64, MaxAge: 30 * time.Minute, MaxHold: 2 * time.Hour, CoolOff: 30 * time.Minute, Max: 4}}
 }
 
 func (q Queue) validate() []error {
@@ -50,6 +72,9 @@ func (q Queue) validate() []error {
 	}
 	if q.ConditionInterval <= 0 || q.ConditionQPS <= 0 {
 		errs = append(errs, fmt.Errorf("queue-condition-interval and queue-condition-qps must be positive"))
+	}
+	if r := q.Reserve; r.Enabled && (r.LargeGPUs <= 0 || r.MaxAge <= 0 || r.MaxHold <= 0 || r.CoolOff < 0 || r.Max <= 0 || r.DefaultRuntime < 0) {
+		errs = append(errs, fmt.Errorf("reserve: large-gpus, max-age, max-hold and max must be positive, cool-off and default-runtime not negative"))
 	}
 	if q.ConfigMap != "" && (q.Namespace == "" || q.ConfigMapKey == "") {
 		errs = append(errs, fmt.Errorf("quota-config-map %q needs quota-namespace and quota-config-map-key", q.ConfigMap))

@@ -30,6 +30,7 @@ import (
 	"github.com/rota-sched/rota/pkg/podreq"
 	pkgqueue "github.com/rota-sched/rota/pkg/queue"
 	"github.com/rota-sched/rota/pkg/quota"
+	"github.com/rota-sched/rota/pkg/reserve"
 )
 
 // Holder holds room in the ledger for pods about to be admitted
@@ -89,6 +90,10 @@ type Options struct {
 	Reclaim                bool
 	MaxPreemptibleGangSize int
 	ReclaimCooldown        time.Duration
+	// Reserve, when set, holds room for queue heads that wait for room
+	// (reservations and backfill, pkg/reserve) through Reserver.
+	Reserve  *reserve.Policy
+	Reserver Reserver
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
 }
@@ -328,7 +333,8 @@ func (c *Controller) Pass(ctx context.Context) {
 	if c.o.Reclaim {
 		c.reclaim(ctx, in, res, byKey, victims, victimPods, now)
 	}
-	c.report(ctx, in, res, byKey, now)
+	plans := c.reserve(ctx, res, byKey, now)
+	c.report(ctx, in, res, byKey, plans, now)
 	if len(res.Admitted) > 0 || len(partial) > 0 {
 		logger.V(2).Info("Queue pass", "admitted", len(res.Admitted), "completed", len(partial), "waiting", len(res.Waiting))
 	}
@@ -414,8 +420,12 @@ func (c *Controller) ungate(ctx context.Context, pod *corev1.Pod, wl *workload, 
 			spec["activeDeadlineSeconds"] = secs
 		}
 	}
+	annotations := map[string]any{c.o.Names.AdmissionAnnotation: string(data)}
+	if _, ok := pod.Annotations[c.o.Names.ReservationAnnotation]; ok {
+		annotations[c.o.Names.ReservationAnnotation] = nil // the reservation ends with the admission
+	}
 	patch, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"uid": pod.UID, "annotations": map[string]string{c.o.Names.AdmissionAnnotation: string(data)}},
+		"metadata": map[string]any{"uid": pod.UID, "annotations": annotations},
 		"spec":     spec,
 	})
 	if err != nil {
@@ -445,7 +455,8 @@ func (c *Controller) tierSelector(h scheduling.Hold) map[string]string {
 
 // report writes where each waiting pod stands and refreshes the positions
 // and metrics.
-func (c *Controller) report(ctx context.Context, in pkgqueue.Input, res pkgqueue.Result, byKey map[string]*workload, now time.Time) {
+func (c *Controller) report(ctx context.Context, in pkgqueue.Input, res pkgqueue.Result, byKey map[string]*workload,
+	plans map[string]*reserve.Plan, now time.Time) {
 	status := make(map[string]Position, len(res.Waiting))
 	teams := map[string]TeamStatus{}
 	for t, u := range in.TeamUse {
@@ -461,10 +472,21 @@ func (c *Controller) report(ctx context.Context, in pkgqueue.Input, res pkgqueue
 		if st.Ahead > 0 {
 			msg += fmt.Sprintf("; %d ahead need %s", st.Ahead, st.AheadNeed)
 		}
+		var reservation string
+		var start *time.Time
+		if p := plans[key]; p != nil {
+			reservation = p.Summary()
+			msg += "; room held: " + reservation
+			if !p.Start.IsZero() {
+				t := p.Start.UTC()
+				start = &t
+			}
+		}
 		for _, pod := range wl.pods {
 			k := pod.Namespace + "/" + pod.Name
 			status[k] = Position{Pod: k, Workload: key, Team: wl.w.Team, Position: st.Position, Of: st.Of,
-				Reason: string(st.Reason), Message: msg, Waiting: now.Sub(wl.w.Created).Seconds()}
+				Reason: string(st.Reason), Message: msg, Waiting: now.Sub(wl.w.Created).Seconds(),
+				Reservation: reservation, ExpectedStart: start}
 			c.condition(ctx, pod, string(st.Reason), msg, now)
 		}
 	}

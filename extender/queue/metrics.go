@@ -10,6 +10,11 @@ type Metrics struct {
 	Wait            *prometheus.HistogramVec
 	Reclaims        *prometheus.CounterVec
 	ConditionWrites prometheus.Counter
+	// Reservations and ReservedGPUs are the holds for queued jobs now;
+	// ReservationsReleased counts holds released at their maximum.
+	Reservations         prometheus.Gauge
+	ReservedGPUs         prometheus.Gauge
+	ReservationsReleased prometheus.Counter
 }
 
 // NewMetrics registers the metrics with reg (nil: not registered).
@@ -28,9 +33,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Workloads evicted to return a team's guarantee, per team that got the capacity back."}, []string{"team"}),
 		ConditionWrites: prometheus.NewCounter(prometheus.CounterOpts{Name: "rota_queue_condition_writes_total",
 			Help: "Queued condition writes (bounded per pod and cluster-wide)."}),
+		Reservations: prometheus.NewGauge(prometheus.GaugeOpts{Name: "rota_queue_reservations",
+			Help: "Queued jobs that room is held for (reservations)."}),
+		ReservedGPUs: prometheus.NewGauge(prometheus.GaugeOpts{Name: "rota_queue_reserved_gpus",
+			Help: "GPUs the reservations need on their held nodes."}),
+		ReservationsReleased: prometheus.NewCounter(prometheus.CounterOpts{Name: "rota_queue_reservations_released_total",
+			Help: "Reservations released because their job did not start within the maximum hold."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Length, m.OldestWait, m.Admissions, m.Wait, m.Reclaims, m.ConditionWrites)
+		reg.MustRegister(m.Length, m.OldestWait, m.Admissions, m.Wait, m.Reclaims, m.ConditionWrites,
+			m.Reservations, m.ReservedGPUs, m.ReservationsReleased)
 	}
 	return m
 }

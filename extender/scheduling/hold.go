@@ -10,6 +10,7 @@ import (
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/placement"
 	"github.com/rota-sched/rota/pkg/podreq"
+	"github.com/rota-sched/rota/pkg/reserve"
 )
 
 // Hold is the room the queue controller holds in the ledger for pods it is
@@ -158,3 +159,31 @@ func (e *Extender) heldNode(pod *corev1.Pod) (string, bool) {
 	}
 	return a.Node, true
 }
+
+// ReservationJob describes a queued workload's pods for reservation
+// planning (pkg/reserve): what each member asks for (with model, when set,
+// as its GPU models), the job's key, and the nodes its pods may run on.
+func (e *Extender) ReservationJob(pods []*corev1.Pod, model string) (reserve.Job, []string, error) {
+	if len(pods) == 0 {
+		return reserve.Job{}, nil, fmt.Errorf("no pods")
+	}
+	req, err := e.request(pods[0])
+	if err != nil {
+		return reserve.Job{}, nil, err
+	}
+	if model != "" {
+		req.Models = []string{model}
+	}
+	ref, _ := podreq.GangOf(pods[0], e.names)
+	job := reserve.Job{Key: req.Job, Gang: ref != nil, Member: req, Members: len(pods)}
+	if ref != nil {
+		job.Members = max(ref.Size, len(pods))
+	}
+	return job, e.eligible(pods[0], e.ledger.Snapshot()), nil
+}
+
+// SetClaims replaces the reservations' holds in the ledger.
+func (e *Extender) SetClaims(claims []ledger.Claim) { e.ledger.SetClaims(claims) }
+
+// Tiers is the number of topology tier labels.
+func (e *Extender) Tiers() int { return e.o.Tiers }

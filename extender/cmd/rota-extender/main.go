@@ -122,6 +122,14 @@ func parseFlags(args []string) (config.Config, remediation.Config, error) {
 	urgent := int(cfg.Queue.UrgentPriority)
 	fs.IntVar(&urgent, "urgent-priority", urgent, "queued pods at or above this priority are admitted within quota even without room, so that kube-scheduler preempts for them (0: never)")
 	fs.BoolVar(&cfg.Queue.Reclaim, "reclaim", cfg.Queue.Reclaim, "evict borrowed work (Eviction API) for a team below its guarantee whose queued work waits for room")
+	rs := &cfg.Queue.Reserve
+	fs.BoolVar(&rs.Enabled, "reserve", rs.Enabled, "hold room for queue heads that wait for room where they fit soonest; pods that declare a runtime ending before the expected start backfill it")
+	fs.Int64Var(&rs.LargeGPUs, "reserve-large-gpus", rs.LargeGPUs, "a queued job of at least this many GPUs is held for as soon as it waits for room")
+	fs.DurationVar(&rs.MaxAge, "reserve-max-age", rs.MaxAge, "a smaller queued job is held for once it has waited this long")
+	fs.DurationVar(&rs.MaxHold, "reserve-max-hold", rs.MaxHold, "a hold whose job has not started after this long is released")
+	fs.DurationVar(&rs.CoolOff, "reserve-cool-off", rs.CoolOff, "after a released hold, the job is not held for again for this long")
+	fs.IntVar(&rs.Max, "reserve-max", rs.Max, "most holds at once")
+	fs.DurationVar(&rs.DefaultRuntime, "default-runtime", rs.DefaultRuntime, "estimated runtime of a running pod that declares none, for expected starts (0: such a pod never ends as far as plans go)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, rcfg, err
 	}

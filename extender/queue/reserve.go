@@ -1,0 +1,147 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/rota-sched/rota/extender/logkey"
+	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/ledger"
+	pkgqueue "github.com/rota-sched/rota/pkg/queue"
+	"github.com/rota-sched/rota/pkg/reserve"
+)
+
+// Reserver holds room for queued jobs that do not fit yet
+// (*scheduling.Extender).
+type Reserver interface {
+	// ReservationJob describes a workload's pods for planning, with the
+	// nodes they may run on.
+	ReservationJob(pods []*corev1.Pod, model string) (reserve.Job, []string, error)
+	// SetClaims replaces the holds in the ledger.
+	SetClaims(claims []ledger.Claim)
+}
+
+// reserve runs the reservation pass after an admission pass: the queue
+// heads that wait for room, large or old enough, get room held where they
+// will fit soonest (pkg/reserve), the holds go into the ledger, and each
+// job's record is written back to its pods when it changed. It returns the
+// plans by workload key, for the pods' Queued condition.
+func (c *Controller) reserve(ctx context.Context, res pkgqueue.Result, byKey map[string]*workload, now time.Time) map[string]*reserve.Plan {
+	if c.o.Reserve == nil || c.o.Reserver == nil {
+		return nil
+	}
+	logger := klog.FromContext(ctx)
+	var jobs []reserve.Queued
+	records := map[string]reserve.Record{}
+	for key, st := range res.Waiting {
+		wl := byKey[key]
+		rec, has := c.record(wl)
+		if !has && (st.Reason != pkgqueue.WaitRoom || st.Position != 1) {
+			continue
+		}
+		model := ""
+		if len(wl.w.Accounts) > 0 {
+			model = wl.w.Accounts[0].Model
+		}
+		job, candidates, err := c.o.Reserver.ReservationJob(wl.pods, model)
+		if err != nil {
+			continue
+		}
+		records[key] = rec
+		jobs = append(jobs, reserve.Queued{Job: job, Priority: wl.w.Priority, Created: wl.w.Created, Status: st,
+			Candidates: candidates, Record: rec})
+	}
+	decisions, claims := c.o.Reserve.Pass(jobs, c.o.Snapshot(), now)
+	c.o.Reserver.SetClaims(claims)
+	plans := map[string]*reserve.Plan{}
+	gpus := 0
+	for _, d := range decisions {
+		wl := byKey[d.Key]
+		old := records[d.Key]
+		if d.Plan != nil {
+			plans[d.Key] = d.Plan
+			for _, cl := range d.Plan.Claims {
+				gpus += cl.GPUs
+			}
+			if old.Since.IsZero() {
+				msg := "room held: " + d.Plan.Summary()
+				for _, p := range wl.pods {
+					c.event(p, corev1.EventTypeNormal, "Reserved", msg)
+				}
+				logger.Info("Reservation held", "workload", d.Key, "domain", d.Plan.Domain(), "nodes", d.Plan.Nodes(),
+					"expectedStart", d.Plan.Start, "estimated", d.Plan.Estimated)
+			}
+		}
+		if d.Released {
+			c.o.Metrics.ReservationsReleased.Inc()
+			msg := fmt.Sprintf("the room held since %s was released: the job did not start within %s; it is not held for again before %s",
+				old.Since.UTC().Format(time.RFC3339), c.o.Reserve.WithDefaults().MaxHold, d.Record.CooledUntil.UTC().Format(time.RFC3339))
+			for _, p := range wl.pods {
+				c.event(p, corev1.EventTypeWarning, "ReservationReleased", msg)
+			}
+			logger.Info("Reservation released at its maximum", "workload", d.Key, "since", old.Since)
+		}
+		if d.Record != old {
+			start := time.Time{}
+			if d.Plan != nil {
+				start = d.Plan.Start
+			}
+			c.writeRecord(ctx, wl, d.Record, start)
+		}
+	}
+	c.o.Metrics.Reservations.Set(float64(len(plans)))
+	c.o.Metrics.ReservedGPUs.Set(float64(gpus))
+	return plans
+}
+
+// record reads a workload's reservation record from its pods (the first
+// that carries a valid one).
+func (c *Controller) record(wl *workload) (reserve.Record, bool) {
+	for _, p := range wl.pods {
+		v, ok := p.Annotations[c.o.Names.ReservationAnnotation]
+		if !ok {
+			continue
+		}
+		r, err := contract.ParseReservation([]byte(v))
+		if err != nil {
+			continue
+		}
+		return reserve.Record{Since: r.Since, Domain: r.Domain, CooledUntil: r.CooledUntil}, true
+	}
+	return reserve.Record{}, false
+}
+
+// writeRecord writes (or, for an empty record, removes) the reservation
+// record on every pod of the workload. A failed write is retried by the
+// next pass, which finds the old record.
+func (c *Controller) writeRecord(ctx context.Context, wl *workload, r reserve.Record, start time.Time) {
+	var value any // nil removes the annotation
+	if r != (reserve.Record{}) {
+		data, err := contract.Reservation{Version: contract.Version, Since: r.Since.UTC(), Domain: r.Domain,
+			ExpectedStart: start.UTC(), CooledUntil: r.CooledUntil.UTC()}.Marshal()
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Reservation record does not validate", "workload", wl.w.Key)
+			return
+		}
+		value = string(data)
+	}
+	for _, p := range wl.pods {
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": p.UID,
+			"annotations": map[string]any{c.o.Names.ReservationAnnotation: value}}})
+		if err != nil {
+			return
+		}
+		if _, err := c.o.Client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, patch,
+			metav1.PatchOptions{FieldManager: "rota-queue"}); err != nil {
+			klog.FromContext(ctx).V(2).Info("Writing the reservation record failed; the next pass retries", logkey.Pod, klog.KObj(p),
+				logkey.Reason, err.Error())
+		}
+	}
+}
