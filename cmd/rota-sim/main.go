@@ -46,6 +46,7 @@ type options struct {
 	queue       string
 	runtimes    string
 	copies      int
+	quota       bool
 	// time mode, reservations
 	reserve         bool
 	reserveLarge    int64
@@ -91,6 +92,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.jobs, "jobs", 2000, "time mode, gang: jobs to generate")
 	fs.StringVar(&o.queue, "queue", "fifo,drf", "time mode: queue disciplines, comma-separated: fifo (quota in arrival order, then priority and arrival) and drf (Rota's queue controller, pkg/queue)")
 	fs.StringVar(&o.runtimes, "runtimes", "testdata/philly/philly_runtime.csv", "time mode, gang: job runtime sample (CSV column runtime, seconds)")
+	fs.BoolVar(&o.quota, "quota", true, "time mode, gang: charge the teams' jobs against their quota (false: every job is admitted at once and waits only for room)")
 	fs.BoolVar(&o.reserve, "reserve", false, "time mode: with the drf queue, also run each drf replay with reservation and backfill (pkg/reserve), every --seeds seed, and compare")
 	fs.Int64Var(&o.reserveLarge, "reserve-large-gpus", 64, "time mode, --reserve: a job of at least this many GPUs is held for as soon as it waits for room")
 	fs.DurationVar(&o.reserveMaxAge, "reserve-max-age", 30*time.Minute, "time mode, --reserve: a smaller job is held for once it has waited this long")

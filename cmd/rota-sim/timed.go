@@ -59,6 +59,10 @@ func timedWorld(o options, seed uint64) (world, error) {
 		q = &qc
 		title = fmt.Sprintf("gang workload: %d jobs, %d nodes (%d leaves x %d) x %d GPUs, offered load %.2f, seed %d",
 			len(jobs), len(nodes), g.Leaves, g.NodesPerLeaf, g.GPUsPerNode, g.Load, g.Seed)
+		if !o.quota {
+			q = nil
+			title += ", no quota"
+		}
 	case "trace":
 		paths, err := podPaths(o.pods)
 		if err != nil {

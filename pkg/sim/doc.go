@@ -22,7 +22,11 @@
 // while work waited, gang waits and quota use. TraceJobs builds jobs from a
 // pod list's creation and deletion times; GangLoad generates a training
 // cluster's teams, gangs and topology with durations drawn from a runtime
-// sample (testdata/philly).
+// sample (testdata/philly). With TimedConfig.Reserve (on Rota's queue),
+// every queue pass is followed by the queue controller's reservation pass
+// (pkg/reserve.Policy.Pass) and its claims go into the ledger, so pods
+// backfill held GPUs only when their declared runtime (Job.Declared,
+// DeclareRuntimes) ends by the held job's expected start.
 //
 // GPU shares: a trace's gpu_milli is a share of one GPU. Every simulated GPU
 // has 1000 MiB of memory and a memory unit of 1 MiB, so a share of m

@@ -202,7 +202,13 @@ type JobWait struct {
 	// the part of it the job waited for quota (its team's quota, or what it
 	// may borrow, had no room), the rest it waited for room.
 	Wait, QuotaWait float64
-	Placed          bool
+	// RoomBound is the least the job could have waited for room: until the
+	// jobs running when it arrived, leaving at their real ends, free its
+	// GPUs, counted over the whole cluster (no topology, no CPU), with
+	// nothing else started and nothing preempted. No scheduler that does
+	// not preempt can start it sooner.
+	RoomBound float64
+	Placed    bool
 }
 
 // LargeGangGPUs is the size from which a waiting gang counts in
@@ -229,6 +235,8 @@ type jobState struct {
 	// does (the last queue pass said so).
 	quotaWait float64
 	forQuota  bool
+	// roomBound is the least it could wait for room (see JobWait).
+	roomBound float64
 }
 
 // departure heap: earliest end first, then job index.
@@ -361,6 +369,7 @@ func RunTimed(cfg TimedConfig) (TimedResult, error) {
 			freed = true
 		}
 		for ai < len(arrivals) && arrivals[ai].job.Arrive <= next {
+			arrivals[ai].roomBound = t.roomBound(arrivals[ai].job.gpuMilli())
 			t.held = append(t.held, arrivals[ai])
 			ai++
 		}
@@ -501,6 +510,23 @@ func (t *timed) schedule(freed bool) error {
 		t.largeWaitMilli += largeGangMilli(js.job)
 	}
 	return nil
+}
+
+// roomBound is how long until the running jobs, leaving at their ends,
+// leave need (thousandths of a GPU) free in the whole cluster.
+func (t *timed) roomBound(need int64) float64 {
+	free := t.capMilli - t.allocMilli
+	if need <= free {
+		return 0
+	}
+	running := slices.Clone([]*jobState(t.gone))
+	slices.SortFunc(running, func(a, b *jobState) int { return cmp.Compare(a.end, b.end) })
+	for _, js := range running {
+		if free += js.job.gpuMilli(); free >= need {
+			return js.end - t.now
+		}
+	}
+	return 0 // larger than the cluster: it never fits
 }
 
 // largeGangMilli is the job's GPU request when it is a gang of at least
@@ -653,7 +679,8 @@ func (t *timed) finish(jobs []*jobState) {
 	r.Wait = waitStats("all", all, wait)
 	r.Waits = make([]JobWait, len(jobs))
 	for i, js := range jobs {
-		r.Waits[i] = JobWait{Kind: js.job.Kind, GPUs: float64(js.job.gpuMilli()) / MilliPerGPU, Wait: wait(js), QuotaWait: js.quotaWait, Placed: js.start >= 0}
+		r.Waits[i] = JobWait{Kind: js.job.Kind, GPUs: float64(js.job.gpuMilli()) / MilliPerGPU, Wait: wait(js), QuotaWait: js.quotaWait,
+			RoomBound: js.roomBound, Placed: js.start >= 0}
 	}
 	kinds := make([]string, 0, len(byKind))
 	for k := range byKind {

@@ -24,6 +24,16 @@ func starvedGang() ([]Node, []Job) {
 	return nodes, jobs
 }
 
+// w0 is the gang's RoomBound in r.
+func w0(r TimedResult, jobs []Job) float64 {
+	for i, w := range r.Waits {
+		if jobs[i].Kind == "gang" {
+			return w.RoomBound
+		}
+	}
+	return -1
+}
+
 func kindStats(r TimedResult, kind string) WaitStats {
 	for _, k := range r.Kinds {
 		if k.Group == kind {
@@ -64,6 +74,19 @@ func TestRunTimedReserve(t *testing.T) {
 	}
 	if gW > gT/3 {
 		t.Errorf("gang wait with a reservation %.0f s, today %.0f s: want at most a third", gW, gT)
+	}
+	// The least it could wait: until the small jobs running when it
+	// arrived end (each runs at most 300 s); with a reservation it waits
+	// no less, and not much more.
+	var bound, wait float64
+	for i, w := range with.Waits {
+		if jobs[i].Kind == "gang" {
+			bound, wait = w.RoomBound, w.Wait
+		}
+	}
+	if bound <= 0 || bound > 300 || wait < bound || w0(today, jobs) != bound {
+		t.Errorf("gang's least possible wait %.0f s (today's replay: %.0f s), its wait %.0f s: want 0 < bound <= 300, wait >= bound, the same bound in both",
+			bound, w0(today, jobs), wait)
 	}
 	if with.Reserved != 1 || with.Backfilled == 0 {
 		t.Errorf("held for %d jobs, %d pods backfilled: want 1 and some", with.Reserved, with.Backfilled)
