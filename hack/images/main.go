@@ -22,8 +22,11 @@
 // of Rota and kube-scheduler (the API server, the extender) is checked
 // against the cluster's own CAs, mounted by the pods. Labels: the
 // org.opencontainers.image.* keys title, description, version, source,
-// revision (the git commit), created. Files, times and digests are the
-// same on every build of the same commit: times come from the commit.
+// revision (the git commit, with -dirty when tracked files differ from
+// it), created. Files, times and digests are the same on every build of
+// the same source: times come from the commit (or SOURCE_DATE_EPOCH). The
+// table printed at the end names each image's ID (its config's digest,
+// what `docker images` shows).
 //
 // It lives in hack/ and not cmd/ because it is a build tool, not a program
 // Rota ships: `make build` (./cmd/...) and the release binaries leave it out.
@@ -97,6 +100,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if o.revision == "" {
 		o.revision = gitOutput(ctx, root, "rev-parse", "HEAD")
+		// Tracked files that differ from the commit: the images are not
+		// the commit's.
+		if o.revision != "" && gitOutput(ctx, root, "status", "--porcelain", "--untracked-files=no") != "" {
+			o.revision += "-dirty"
+		}
 	}
 	o.created = time.Unix(0, 0).UTC()
 	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
@@ -127,7 +135,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	defer os.RemoveAll(work)
 
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ARCHIVE\tTAG\tLAYERS\tCOMPRESSED\tFILES")
+	fmt.Fprintln(tw, "ARCHIVE\tTAG\tID\tLAYERS\tCOMPRESSED\tFILES")
 	for _, d := range defs {
 		img, tag, err := d.build(ctx, root, work, o)
 		if err != nil {
@@ -141,7 +149,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", archive, tag, layers, mib(compressed), mib(files))
+		id, err := img.ConfigName()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", archive, tag, id.Hex[:12], layers, mib(compressed), mib(files))
 	}
 	return tw.Flush()
 }
