@@ -13,8 +13,12 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
@@ -290,5 +294,109 @@ func TestQueueJob(t *testing.T) {
 	t.Logf("admission order %v; at most %d admitted; Job events %v; queued for: %s", order, most, reasons, strings.Join(waits, ", "))
 	note(name, "10 Job pods + 1 bare, admitted in queue order 2 at a time, all done %s after room freed; 0 FailedCreate; replacement kept the Job's place",
 		took.Round(100*time.Millisecond))
+	checkInvariants(ctx, t, nil)
+}
+
+// jobSetCRD is a minimal CustomResourceDefinition of JobSet
+// (jobset.x-k8s.io/v1alpha2): the scenario needs the API served, not the
+// JobSet controller.
+var jobSetCRD = &unstructured.Unstructured{Object: map[string]any{
+	"apiVersion": "apiextensions.k8s.io/v1",
+	"kind":       "CustomResourceDefinition",
+	"metadata":   map[string]any{"name": "jobsets.jobset.x-k8s.io"},
+	"spec": map[string]any{
+		"group": "jobset.x-k8s.io",
+		"scope": "Namespaced",
+		"names": map[string]any{"plural": "jobsets", "singular": "jobset", "kind": "JobSet", "listKind": "JobSetList"},
+		"versions": []any{map[string]any{"name": "v1alpha2", "served": true, "storage": true,
+			"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}},
+	},
+}}
+
+// TestQueueJobSet: where the JobSet API is served (installed while
+// rota-extender runs), a pod of a Job that a JobSet controls is as old as
+// the JobSet: it runs before a bare pod created after the JobSet but before
+// the Job (as a JobSet's recreated Jobs keep its place).
+func TestQueueJobSet(t *testing.T) {
+	const name = "qjobset"
+	ctx, ns := setup(t, name, "qjob", 4*time.Minute) // qjob: 2 GPUs, no borrowing
+	queueing(ctx, t)
+	if err := env.StartControllerManager(ctx, "job"); err != nil {
+		t.Fatal(err)
+	}
+	nodes(ctx, t, name, "qjobset", 1, harness.GPUNodeSpec{Model: h100.Model, MemoryMiB: h100.MemoryMiB, Count: 4})
+	dyn, err := dynamic.NewForConfig(env.Cluster.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	if _, err := crds.Create(ctx, jobSetCRD, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	jobSets := dyn.Resource(schema.GroupVersionResource{Group: "jobset.x-k8s.io", Version: "v1alpha2", Resource: "jobsets"}).Namespace(ns)
+	var js *unstructured.Unstructured
+	for { // until the new API is served
+		js, err = jobSets.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": map[string]any{"name": "suite"}}}, metav1.CreateOptions{})
+		if err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("creating JobSet suite: %v", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+
+	create(ctx, t, pod(ns, "hold-0", name).GPUs(1).Obj())
+	create(ctx, t, pod(ns, "hold-1", name).GPUs(1).Obj())
+	waitPods(ctx, t, ns, "hold-0 and hold-1 running", func(p []corev1.Pod) bool { return running(p, "hold-0", "hold-1") })
+	jsCreated := js.GetCreationTimestamp()
+	time.Sleep(time.Until(jsCreated.Add(1100 * time.Millisecond)))
+	create(ctx, t, pod(ns, "late", name).GPUs(1).Obj())
+	time.Sleep(1100 * time.Millisecond) // the Job is younger than late by a clear margin
+
+	one := int32(1)
+	tmpl := pod(ns, "", name).GPUs(1).Obj()
+	tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
+	yes := true
+	if _, err := env.Client.BatchV1().Jobs(ns).Create(ctx, &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "suite-workers-0", Namespace: ns, OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "jobset.x-k8s.io/v1alpha2", Kind: "JobSet", Name: "suite", UID: js.GetUID(), Controller: &yes}}},
+		Spec: batchv1.JobSpec{Parallelism: &one, Completions: &one, Template: corev1.PodTemplateSpec{Spec: tmpl.Spec}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		bg := metav1.DeletePropagationBackground
+		if err := env.Client.BatchV1().Jobs(ns).Delete(dctx, "suite-workers-0", metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
+			t.Logf("deleting Job suite-workers-0: %v", err)
+		}
+	})
+	// The queue learns of the JobSet API when it meets the Job's pod (it
+	// asks discovery again at most every 10 s), then puts the pod first.
+	began := time.Now()
+	pods := waitPods(ctx, t, ns, "the JobSet's pod first in line", func(p []corev1.Pod) bool {
+		jp := jobPods(p, "suite-workers-0")
+		return len(jp) == 1 && gated(&jp[0]) && queuedCondition(&jp[0]) != nil &&
+			strings.HasPrefix(queuedCondition(&jp[0]).Message, "position 1 of 2")
+	})
+	worker := jobPods(pods, "suite-workers-0")[0].Name
+	t.Logf("%s first in line %s after its Job's creation: %s", worker, time.Since(began).Round(100*time.Millisecond),
+		queuedCondition(&jobPods(pods, "suite-workers-0")[0]).Message)
+
+	if err := env.Client.CoreV1().Pods(ns).Delete(ctx, "hold-0", deleteNow); err != nil {
+		t.Fatal(err)
+	}
+	waitPods(ctx, t, ns, worker+" running, late queued", func(p []corev1.Pod) bool {
+		return running(p, worker) && byName(p, "late") != nil && gated(byName(p, "late"))
+	})
+	if err := env.Client.CoreV1().Pods(ns).Delete(ctx, "hold-1", deleteNow); err != nil {
+		t.Fatal(err)
+	}
+	waitPods(ctx, t, ns, "late running", func(p []corev1.Pod) bool { return running(p, "late") })
+	note(name, "a JobSet's Job's pod, queued by the JobSet's age, ran before an older bare pod")
 	checkInvariants(ctx, t, nil)
 }

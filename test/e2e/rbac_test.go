@@ -27,8 +27,6 @@ const rbacScenario = "rbac-least-privilege"
 var rbacAllowlist = map[string]map[harness.Permission]string{
 	harness.ExtenderServiceAccount: {
 		{APIGroup: "scheduling.x-k8s.io", Resource: "podgroups", Verb: "get"}: "PodGroup gangs: the test cluster serves no PodGroup CRD, so the extender never reads one",
-		{APIGroup: "jobset.x-k8s.io", Resource: "jobsets", Verb: "list"}:      "queue age of a JobSet's pods: the test cluster serves no JobSet CRD, so the extender never watches one",
-		{APIGroup: "jobset.x-k8s.io", Resource: "jobsets", Verb: "watch"}:     "as jobsets list",
 	},
 	harness.AdmissionServiceAccount: {
 		{Resource: "namespaces", Verb: "get"}:                                 "a pod's namespace the informer has not delivered yet (webhook learnNamespace); the scenarios create namespaces well before pods",
