@@ -1,9 +1,15 @@
 package remediation
 
-import "time"
+import (
+	"time"
+
+	"golang.org/x/time/rate"
+)
 
 // Bucket is a token bucket: it holds at most Burst tokens and gains
-// PerMinute tokens per minute. The zero value allows nothing.
+// PerMinute tokens per minute, starting full. It is golang.org/x/time/rate's
+// Limiter, always given the caller's time (the *At and *N methods), never
+// the wall clock.
 //
 // Worked example: PerMinute 6, Burst 3 starts full (3 evictions at once),
 // then allows one more every 10 s.
@@ -11,42 +17,24 @@ type Bucket struct {
 	PerMinute float64
 	Burst     float64
 
-	tokens float64
-	last   time.Time
-	init   bool
+	lim *rate.Limiter
 }
 
-// NewBucket returns a full bucket.
+// NewBucket returns a full bucket. A fractional burst is rounded down
+// (Config.Validate asks for whole bursts of at least 1).
 func NewBucket(perMinute, burst float64) *Bucket {
-	return &Bucket{PerMinute: perMinute, Burst: burst}
-}
-
-func (b *Bucket) refill(now time.Time) {
-	if !b.init {
-		b.tokens, b.last, b.init = b.Burst, now, true
-		return
-	}
-	if dt := now.Sub(b.last); dt > 0 {
-		b.tokens = min(b.Burst, b.tokens+dt.Minutes()*b.PerMinute)
-		b.last = now
-	}
+	return &Bucket{PerMinute: perMinute, Burst: burst, lim: rate.NewLimiter(rate.Limit(perMinute/60), int(burst))}
 }
 
 // Tokens returns the tokens available at now.
 func (b *Bucket) Tokens(now time.Time) float64 {
-	b.refill(now)
-	return b.tokens
+	return b.lim.TokensAt(now)
 }
 
 // AllowN takes n tokens at now if the bucket holds them, and reports
 // whether it did. It takes nothing otherwise.
 func (b *Bucket) AllowN(now time.Time, n int) bool {
-	b.refill(now)
-	if float64(n) > b.tokens {
-		return false
-	}
-	b.tokens -= float64(n)
-	return true
+	return b.lim.AllowN(now, n)
 }
 
 // Limiter bounds evictions cluster-wide and per faulty node: an eviction
