@@ -111,6 +111,8 @@ type Controller struct {
 	seen      map[types.UID]bool      // pods that got their Queued event
 	status    map[string]Position     // pod key -> where it stands, from the last pass
 	teams     map[string]TeamStatus
+	// restored is set once the first pass held the recorded reservations.
+	restored bool
 }
 
 type condWrite struct {
@@ -282,7 +284,7 @@ func (c *Controller) Pass(ctx context.Context) {
 			}
 			wl = &workload{w: pkgqueue.Workload{Key: key, Team: team, Accounts: c.accounts(cfg, team, models), Priority: prio,
 				Created: c.o.Owners.Created(pod), Members: members, PerMember: amt, CPUMilli: req.CPUMilli,
-				Shape: shape(req, amt)}}
+				Shape: shape(req, amt, pod, c.o.Names)}}
 			queued[key] = wl
 		}
 		wl.pods = append(wl.pods, pod)
@@ -311,6 +313,7 @@ func (c *Controller) Pass(ctx context.Context) {
 		in.Queued = append(in.Queued, wl.w)
 	}
 	byKey := queued
+	c.restoreClaims(ctx, byKey, now)
 	res := pkgqueue.Plan(in, pkgqueue.FitterFunc(func(w *pkgqueue.Workload, a quota.Account) (bool, string) {
 		wl := byKey[w.Key]
 		slices.SortFunc(wl.pods, func(x, y *corev1.Pod) int { return strings.Compare(x.Name, y.Name) })
@@ -644,8 +647,12 @@ func capacity(s *ledger.Snapshot) pkgqueue.Capacity {
 	return c
 }
 
-func shape(r placement.Request, amt quota.Amount) string {
-	return fmt.Sprintf("%d/%d/%d/%d/%s", amt.GPUs, amt.MemoryMiB, r.CPUMilli, r.HostMemoryMiB, strings.Join(r.Models, ","))
+// shape groups workloads whose room is decided alike (pkg/queue skips a
+// shape that failed in the pass): the same request, and the same declared
+// runtime, since a reservation's held room admits a pod by its end.
+func shape(r placement.Request, amt quota.Amount, pod *corev1.Pod, names contract.Names) string {
+	d, _, _ := podreq.MaxRuntime(pod, names)
+	return fmt.Sprintf("%d/%d/%d/%d/%s/%s", amt.GPUs, amt.MemoryMiB, r.CPUMilli, r.HostMemoryMiB, strings.Join(r.Models, ","), d)
 }
 
 // addVictim records a running admitted pod as reclaimable work: a pod

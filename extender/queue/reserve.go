@@ -101,6 +101,40 @@ func (c *Controller) reserve(ctx context.Context, res pkgqueue.Result, byKey map
 	return plans
 }
 
+// restoreClaims holds, before a new leader's first admissions, the room of
+// the reservations its pods' records name (a restart or a takeover): the
+// ledger starts without holds, and an admission in the first pass would
+// otherwise take the held GPUs before the reservation pass after it.
+func (c *Controller) restoreClaims(ctx context.Context, byKey map[string]*workload, now time.Time) {
+	if c.o.Reserve == nil || c.o.Reserver == nil || c.restored {
+		return
+	}
+	c.restored = true
+	var jobs []reserve.Queued
+	for _, wl := range byKey {
+		rec, has := c.record(wl)
+		if !has || rec.Since.IsZero() {
+			continue
+		}
+		model := ""
+		if len(wl.w.Accounts) > 0 {
+			model = wl.w.Accounts[0].Model
+		}
+		job, candidates, err := c.o.Reserver.ReservationJob(wl.pods, model)
+		if err != nil {
+			continue
+		}
+		jobs = append(jobs, reserve.Queued{Job: job, Priority: wl.w.Priority, Created: wl.w.Created,
+			Status: pkgqueue.Status{Reason: pkgqueue.WaitRoom, Position: 1}, Candidates: candidates, Record: rec})
+	}
+	if len(jobs) == 0 {
+		return
+	}
+	_, claims := c.o.Reserve.Pass(jobs, c.o.Snapshot(), now)
+	c.o.Reserver.SetClaims(claims)
+	klog.FromContext(ctx).Info("Reservations restored from their records", "jobs", len(jobs), "nodes", len(claims))
+}
+
 // record reads a workload's reservation record from its pods (the first
 // that carries a valid one).
 func (c *Controller) record(wl *workload) (reserve.Record, bool) {

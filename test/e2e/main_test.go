@@ -135,7 +135,10 @@ func run(m *testing.M) int {
 	// Rota's processes run as the chart's ServiceAccounts; the audit log
 	// records their requests for the RBAC check after the scenarios.
 	env, err = harness.Start(ctx, harness.Options{Quota: quotaDoc, AuditLog: true,
-		Logf: func(f string, a ...any) { fmt.Printf("e2e: "+f+"\n", a...) }})
+		// Gangs of 16 GPUs are held for at once (TestBackfill*); the
+		// other scenarios' workloads are smaller.
+		ExtenderArgs: []string{fmt.Sprintf("--reserve-large-gpus=%d", reserveLargeGPUs)},
+		Logf:         func(f string, a ...any) { fmt.Printf("e2e: "+f+"\n", a...) }})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: starting the control plane with Rota: %v\n", err)
 		return 1
