@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // PodLister returns what the kubelet's PodResources API (v1 List) reports
@@ -55,23 +57,22 @@ func (a *admission) fetch(ctx context.Context, l PodLister) {
 	}
 	var list []PodDevices
 	var err error
-	for try := range listTries {
-		if try > 0 {
-			select {
-			case <-ctx.Done():
-				a.err = fmt.Errorf("%w (%w)", err, ctx.Err())
-				return
-			case <-time.After(listBackoff):
-			}
-		}
+	retry := wait.Backoff{Duration: listBackoff, Steps: listTries}
+	werr := wait.ExponentialBackoffWithContext(ctx, retry, func(ctx context.Context) (bool, error) {
 		lctx, cancel := context.WithTimeout(ctx, listTimeout)
+		defer cancel()
 		list, err = l(lctx)
-		cancel()
-		if err == nil {
-			break
-		}
-	}
-	if err != nil {
+		return err == nil, nil
+	})
+	switch {
+	case werr == nil:
+	case err == nil: // ctx was done before the first List
+		a.err = werr
+		return
+	case ctx.Err() != nil:
+		a.err = fmt.Errorf("%w (%w)", err, ctx.Err())
+		return
+	default: // every try failed: the last error
 		a.err = err
 		return
 	}

@@ -11,11 +11,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -49,7 +51,7 @@ func (p *Publisher) Run(ctx context.Context, src Source) {
 	var last []byte // published document with generation 0
 	var gen int64
 	known := false
-	backoff := p.MinBackoff
+	retry := p.backoff()
 	for {
 		doc, changed := src()
 		body, err := canonical(doc)
@@ -72,23 +74,29 @@ func (p *Publisher) Run(ctx context.Context, src Source) {
 			}
 			if err != nil {
 				p.metrics.PublishError()
-				logger.Error(err, "Publishing GPU topology failed; retrying", "node", p.node, "retryIn", backoff)
+				delay := retry.Step()
+				logger.Error(err, "Publishing GPU topology failed; retrying", "node", p.node, "retryIn", delay)
 				select {
 				case <-ctx.Done():
 					return
-				case <-time.After(backoff):
+				case <-time.After(delay):
 				}
-				backoff = min(backoff*2, p.MaxBackoff)
 				continue
 			}
 		}
-		backoff = p.MinBackoff
+		retry = p.backoff()
 		select {
 		case <-ctx.Done():
 			return
 		case <-changed:
 		}
 	}
+}
+
+// backoff is the retry delay after API errors: MinBackoff, doubling up to
+// MaxBackoff, for as long as the errors last.
+func (p *Publisher) backoff() wait.Backoff {
+	return wait.Backoff{Duration: p.MinBackoff, Factor: 2, Cap: p.MaxBackoff, Steps: math.MaxInt32}
 }
 
 // current reads the annotation already on the Node: its generation and its
