@@ -1,18 +1,29 @@
 package realnode
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // PluginMetric returns the sum of the device plugin's series of metric name
-// whose labels contain every one of labels (e.g. `result="ok"`), 0 when it
-// has none yet.
+// whose labels include every one of labels (e.g. `result="ok"`), 0 when it
+// has none yet. The exposition is read with Prometheus' own parser (expfmt).
 func (e *Env) PluginMetric(ctx context.Context, name string, labels ...string) (float64, error) {
+	want := map[string]string{}
+	for _, l := range labels {
+		k, quoted, ok := strings.Cut(l, "=")
+		v, err := strconv.Unquote(quoted)
+		if !ok || err != nil {
+			return 0, fmt.Errorf("label %q: want name=\"value\"", l)
+		}
+		want[k] = v
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.PluginMetricsURL+"/metrics", nil)
 	if err != nil {
 		return 0, err
@@ -25,31 +36,32 @@ func (e *Env) PluginMetric(ctx context.Context, name string, labels ...string) (
 	if resp.StatusCode != http.StatusOK {
 		return 0, fmt.Errorf("GET %s/metrics: %s", e.PluginMetricsURL, resp.Status)
 	}
-	var sum float64
-	s := bufio.NewScanner(resp.Body)
-	s.Buffer(make([]byte, 64<<10), 1<<20)
-	for s.Scan() {
-		line := s.Text()
-		if !strings.HasPrefix(line, name) {
-			continue
-		}
-		rest := line[len(name):]
-		if rest == "" || (rest[0] != ' ' && rest[0] != '{') {
-			continue // a longer name with this prefix
-		}
-		matches := true
-		for _, l := range labels {
-			matches = matches && strings.Contains(rest, l)
-		}
-		if !matches {
-			continue
-		}
-		fields := strings.Fields(line)
-		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
-		if err != nil {
-			return 0, fmt.Errorf("metric line %q: %w", line, err)
-		}
-		sum += v
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return 0, fmt.Errorf("GET %s/metrics: %w", e.PluginMetricsURL, err)
 	}
-	return sum, s.Err()
+	var sum float64
+	for _, m := range families[name].GetMetric() {
+		matched := 0
+		for _, l := range m.GetLabel() {
+			if v, ok := want[l.GetName()]; ok && v == l.GetValue() {
+				matched++
+			}
+		}
+		if matched < len(want) {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			sum += m.GetCounter().GetValue()
+		case m.Gauge != nil:
+			sum += m.GetGauge().GetValue()
+		case m.Untyped != nil:
+			sum += m.GetUntyped().GetValue()
+		default:
+			return 0, fmt.Errorf("metric %s is neither a counter nor a gauge", name)
+		}
+	}
+	return sum, nil
 }
