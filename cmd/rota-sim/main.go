@@ -60,6 +60,7 @@ type options struct {
 	factorMax       float64
 	undeclared      float64
 	defaultRuntime  time.Duration
+	reserveQuota    bool
 }
 
 func main() {
@@ -102,6 +103,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.reserveSlack, "reserve-slack", 15*time.Minute, "time mode, --reserve: how much later than the best domain's the held domain's expected start may be and still be kept")
 	fs.StringVar(&o.runtimeFactor, "runtime-factor", "1-3", "time mode, --reserve: declared runtime = real runtime x a factor drawn uniformly from MIN-MAX")
 	fs.Float64Var(&o.undeclared, "undeclared-share", 0.2, "time mode, --reserve: share of jobs that declare no runtime")
+	fs.BoolVar(&o.reserveQuota, "reserve-quota", false, "time mode, --reserve: a large or old head that waits for its team's quota keeps it; later work of the team backfills only by declared runtime")
 	fs.DurationVar(&o.defaultRuntime, "default-runtime", 0, "time mode, --reserve: estimated runtime of a running pod that declared none (0: it never ends as far as reservations go)")
 	if err := fs.Parse(args); err != nil {
 		return o, err

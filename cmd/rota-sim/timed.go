@@ -148,7 +148,7 @@ func runTimed(o options, seeds []uint64, stdout io.Writer) error {
 		}
 	}
 	rsv := &sim.Reservation{Policy: reserve.Policy{LargeGPUs: o.reserveLarge, MaxAge: o.reserveMaxAge, MaxHold: o.maxHold,
-		CoolOff: o.coolOff, Max: o.maxReservations, Slack: o.reserveSlack}, DefaultRuntime: o.defaultRuntime.Seconds()}
+		CoolOff: o.coolOff, Max: o.maxReservations, Slack: o.reserveSlack}, DefaultRuntime: o.defaultRuntime.Seconds(), ProtectQuota: o.reserveQuota}
 	start := time.Now()
 	worlds := make([]world, len(seeds))
 	for i, seed := range seeds {

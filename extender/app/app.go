@@ -543,6 +543,7 @@ func (a *App) addQueue(ctx context.Context, cfg config.Config, names contract.Na
 		o.Reserve = &reserve.Policy{LargeGPUs: r.LargeGPUs, MaxAge: r.MaxAge, MaxHold: r.MaxHold, CoolOff: r.CoolOff, Max: r.Max,
 			Tiers: len(tiers.Tiers)}
 		o.Reserver = a.extender
+		o.ReserveQuota = r.Quota
 	}
 	c, err := queue.New(o)
 	if err != nil {

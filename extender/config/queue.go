@@ -49,6 +49,12 @@ type Reserve struct {
 	CoolOff time.Duration `json:"coolOff"`
 	// Max bounds the holds at once.
 	Max int `json:"max"`
+	// Quota also keeps a large or old head's team quota for it while it
+	// waits for quota: later work of its team is admitted only if it ends
+	// by the time that quota is expected back (off by default: measured in
+	// rota-sim, it lengthens small jobs' waits without shortening the
+	// largest gangs').
+	Quota bool `json:"quota"`
 	// DefaultRuntime estimates the end of a running pod that declares no
 	// maximum runtime (0: such a pod never ends, as far as plans go).
 	DefaultRuntime time.Duration `json:"defaultRuntime"`

@@ -94,6 +94,9 @@ type Options struct {
 	// (reservations and backfill, pkg/reserve) through Reserver.
 	Reserve  *reserve.Policy
 	Reserver Reserver
+	// ReserveQuota keeps a protected head's team quota for it while it
+	// waits for quota (pkgqueue.Input.Protected).
+	ReserveQuota bool
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
 }
@@ -256,6 +259,12 @@ func (c *Controller) Pass(ctx context.Context) {
 				u.Pending = u.Pending.Add(amt)
 			}
 			in.Admitted[acct] = u
+			if ends := podreq.DeclaredEnd(pod, c.o.Names, now); !ends.IsZero() && c.o.ReserveQuota {
+				if in.Releases == nil {
+					in.Releases = map[quota.Account][]pkgqueue.Release{}
+				}
+				in.Releases[acct] = append(in.Releases[acct], pkgqueue.Release{At: ends, Amount: amt})
+			}
 			tu := in.TeamUse[team]
 			tu.GPUs += amt.GPUs
 			tu.MemoryMiB += int64(amt.MemoryMiB)
@@ -284,7 +293,7 @@ func (c *Controller) Pass(ctx context.Context) {
 			}
 			wl = &workload{w: pkgqueue.Workload{Key: key, Team: team, Accounts: c.accounts(cfg, team, models), Priority: prio,
 				Created: c.o.Owners.Created(pod), Members: members, PerMember: amt, CPUMilli: req.CPUMilli,
-				Shape: shape(req, amt, pod, c.o.Names)}}
+				Shape: shape(req, amt, pod, c.o.Names), Ends: podreq.DeclaredEnd(pod, c.o.Names, now)}}
 			queued[key] = wl
 		}
 		wl.pods = append(wl.pods, pod)
@@ -313,6 +322,11 @@ func (c *Controller) Pass(ctx context.Context) {
 		in.Queued = append(in.Queued, wl.w)
 	}
 	byKey := queued
+	if p := c.o.Reserve; p != nil && c.o.ReserveQuota {
+		// A large or long-waiting head that waits for quota keeps it:
+		// later work of its team backfills only by declared runtime.
+		in.Protected = func(w *pkgqueue.Workload) bool { return p.Protects(w, now) }
+	}
 	c.restoreClaims(ctx, byKey, now)
 	res := pkgqueue.Plan(in, pkgqueue.FitterFunc(func(w *pkgqueue.Workload, a quota.Account) (bool, string) {
 		wl := byKey[w.Key]

@@ -81,8 +81,9 @@ func (c *Controller) reserve(ctx context.Context, res pkgqueue.Result, byKey map
 		}
 		if d.Released {
 			c.o.Metrics.ReservationsReleased.Inc()
-			msg := fmt.Sprintf("the room held since %s was released: the job did not start within %s; it is not held for again before %s",
-				old.Since.UTC().Format(time.RFC3339), c.o.Reserve.WithDefaults().MaxHold, d.Record.CooledUntil.UTC().Format(time.RFC3339))
+			msg := fmt.Sprintf("the room held since %s was released: the job did not start by %s; it is not held for again before %s",
+				old.Since.UTC().Format(time.RFC3339), holdUntil(old, c.o.Reserve.WithDefaults().MaxHold).UTC().Format(time.RFC3339),
+				d.Record.CooledUntil.UTC().Format(time.RFC3339))
 			for _, p := range wl.pods {
 				c.event(p, corev1.EventTypeWarning, "ReservationReleased", msg)
 			}
@@ -135,6 +136,13 @@ func (c *Controller) restoreClaims(ctx context.Context, byKey map[string]*worklo
 	klog.FromContext(ctx).Info("Reservations restored from their records", "jobs", len(jobs), "nodes", len(claims))
 }
 
+func holdUntil(r reserve.Record, maxHold time.Duration) time.Time {
+	if !r.Until.IsZero() {
+		return r.Until
+	}
+	return r.Since.Add(maxHold)
+}
+
 // record reads a workload's reservation record from its pods (the first
 // that carries a valid one).
 func (c *Controller) record(wl *workload) (reserve.Record, bool) {
@@ -147,7 +155,7 @@ func (c *Controller) record(wl *workload) (reserve.Record, bool) {
 		if err != nil {
 			continue
 		}
-		return reserve.Record{Since: r.Since, Domain: r.Domain, CooledUntil: r.CooledUntil}, true
+		return reserve.Record{Since: r.Since, Until: r.HoldUntil, Domain: r.Domain, CooledUntil: r.CooledUntil}, true
 	}
 	return reserve.Record{}, false
 }
@@ -158,7 +166,7 @@ func (c *Controller) record(wl *workload) (reserve.Record, bool) {
 func (c *Controller) writeRecord(ctx context.Context, wl *workload, r reserve.Record, start time.Time) {
 	var value any // nil removes the annotation
 	if r != (reserve.Record{}) {
-		data, err := contract.Reservation{Version: contract.Version, Since: r.Since.UTC(), Domain: r.Domain,
+		data, err := contract.Reservation{Version: contract.Version, Since: r.Since.UTC(), HoldUntil: r.Until.UTC(), Domain: r.Domain,
 			ExpectedStart: start.UTC(), CooledUntil: r.CooledUntil.UTC()}.Marshal()
 		if err != nil {
 			klog.FromContext(ctx).Error(err, "Reservation record does not validate", "workload", wl.w.Key)

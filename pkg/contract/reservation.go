@@ -14,6 +14,8 @@ type Reservation struct {
 	Version string `json:"version"`
 	// Since is when room was first held for the job; zero while none is.
 	Since time.Time `json:"since,omitzero"`
+	// HoldUntil is when the hold lapses if its job has not started.
+	HoldUntil time.Time `json:"holdUntil,omitzero"`
 	// Domain names where it is held ("tier 0 leaf-a", "node n1", "cluster").
 	Domain string `json:"domain,omitempty"`
 	// ExpectedStart is the plan's expected start when the record was written

@@ -3,6 +3,7 @@ package queue
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -35,6 +36,18 @@ type Workload struct {
 	// a failed fit is not tried again for the same shape in one pass (the
 	// room only shrinks while Plan runs). Empty disables the shortcut.
 	Shape string
+	// Ends is when it would end if admitted now: now plus its declared
+	// maximum runtime; zero when it declares none. Behind a protected head
+	// that waits for quota, only work that ends before the head's quota is
+	// expected back is admitted (see Input.Protected).
+	Ends time.Time
+}
+
+// Release is admitted work that ends at a declared time, giving its quota
+// back.
+type Release struct {
+	At     time.Time
+	Amount quota.Amount
 }
 
 // Need is what the whole workload asks for.
@@ -82,6 +95,16 @@ type Input struct {
 	Capacity Capacity
 	// MaxAdmissions bounds the admissions of one pass (0: no bound).
 	MaxAdmissions int
+	// Protected, when set, says which workloads must not be starved of
+	// their team's quota (a large or long-waiting job, pkg/reserve): when
+	// one waits for quota, the later workloads of its team that share an
+	// account with it are admitted only if they end (Workload.Ends) by
+	// the time its quota is expected back, from the admitted work's
+	// declared ends (Releases). Quota is then reserved for it as room is
+	// for a reservation, with backfill by declared runtime.
+	Protected func(w *Workload) bool
+	// Releases are the admitted work's declared ends, per account.
+	Releases map[quota.Account][]Release
 }
 
 // Fitter tries to hold room for a workload charged to an account. Hold
@@ -171,6 +194,7 @@ func Plan(in Input, fit Fitter) Result {
 	admitted := map[string]bool{}
 	why := make(map[string]Status, len(in.Queued))
 	failedShape := map[string]string{} // shape+account -> reason, for this pass
+	starts := map[string]time.Time{}   // protected head -> when its quota is expected back
 	open := map[string]bool{}
 	for _, t := range names {
 		open[t] = true
@@ -187,7 +211,7 @@ func Plan(in Input, fit Fitter) Result {
 				best, bestShare = t, s
 			}
 		}
-		adm, ok := in.next(teams[best], admitted, usage, why, failedShape, fit)
+		adm, ok := in.next(teams[best], admitted, usage, why, failedShape, starts, fit)
 		if !ok {
 			delete(open, best)
 			continue
@@ -247,10 +271,18 @@ func (in *Input) share(team string, u Use) float64 {
 // next finds the first workload of one team's ordered queue that can be
 // admitted now, and holds its room.
 func (in *Input) next(ws []*Workload, admitted map[string]bool, usage map[quota.Account]quota.Usage,
-	why map[string]Status, failedShape map[string]string, fit Fitter) (Admission, bool) {
+	why map[string]Status, failedShape map[string]string, starts map[string]time.Time, fit Fitter) (Admission, bool) {
+	var guard *Workload // the protected head that waits for quota, if any
 	for _, w := range ws {
 		if admitted[w.Key] {
 			continue
+		}
+		if guard != nil && sharesAccount(guard, w) {
+			start := starts[guard.Key]
+			if w.Ends.IsZero() || start.IsZero() || w.Ends.After(start) {
+				why[w.Key] = Status{Reason: WaitQuota, Message: guardMessage(guard, start, w)}
+				continue
+			}
 		}
 		if !w.Complete() {
 			why[w.Key] = Status{Reason: WaitMembers,
@@ -290,9 +322,61 @@ func (in *Input) next(ws []*Workload, admitted map[string]bool, usage map[quota.
 				quotaMsg = "waiting for quota"
 			}
 			why[w.Key] = Status{Reason: WaitQuota, Message: quotaMsg}
+			if guard == nil && w.Complete() && in.Protected != nil && in.Protected(w) {
+				guard = w
+				if _, ok := starts[w.Key]; !ok {
+					starts[w.Key] = in.quotaStart(w, usage)
+				}
+			}
 		}
 	}
 	return Admission{}, false
+}
+
+// quotaStart is when a workload's quota is expected back: the first
+// declared end of admitted work after which one of its accounts admits it;
+// zero when the declared ends never give enough back.
+func (in *Input) quotaStart(w *Workload, usage map[quota.Account]quota.Usage) time.Time {
+	var best time.Time
+	for _, a := range w.Accounts {
+		rs := slices.Clone(in.Releases[a])
+		slices.SortFunc(rs, func(x, y Release) int { return x.At.Compare(y.At) })
+		u := maps.Clone(usage)
+		cur := u[a]
+		for _, r := range rs {
+			cur.Running = cur.Running.Sub(r.Amount)
+			u[a] = cur
+			if in.Config.CheckAccount(a, u, w.Need()).Allowed {
+				if best.IsZero() || r.At.Before(best) {
+					best = r.At
+				}
+				break
+			}
+		}
+	}
+	return best
+}
+
+func sharesAccount(a, b *Workload) bool {
+	for _, x := range a.Accounts {
+		if slices.Contains(b.Accounts, x) {
+			return true
+		}
+	}
+	return false
+}
+
+func guardMessage(head *Workload, start time.Time, w *Workload) string {
+	when := "when is not known (admitted work declares no runtime that gives enough back)"
+	if !start.IsZero() {
+		when = "expected by " + start.UTC().Format("2006-01-02 15:04 MST")
+	}
+	why := "this pod declares no maximum runtime"
+	if !w.Ends.IsZero() {
+		why = "this pod may run until " + w.Ends.UTC().Format("2006-01-02 15:04 MST")
+	}
+	return fmt.Sprintf("waiting behind %s, which waits for the team's quota (%s); %s, so it cannot backfill",
+		head.Key, when, why)
 }
 
 func subject(w *Workload) string {

@@ -39,6 +39,11 @@ func TestPolicyPass(t *testing.T) {
 			q.Record = reserve.Record{Since: now.Add(-2 * time.Hour), Domain: "tier 0 leaf0"}
 			return q
 		}()}, released: []string{"ml/stuck"}},
+		{name: "a hold whose expected start is far keeps it past the maximum after it began", jobs: []reserve.Queued{func() reserve.Queued {
+			q := head("ml/far", 2, 8, 5*time.Hour)
+			q.Record = reserve.Record{Since: now.Add(-3 * time.Hour), Until: now.Add(time.Hour), Domain: "tier 0 leaf0"}
+			return q
+		}()}, held: []string{"ml/far"}},
 		{name: "cooling off", jobs: []reserve.Queued{func() reserve.Queued {
 			q := head("ml/cool", 2, 8, 3*time.Hour)
 			q.Record = reserve.Record{CooledUntil: now.Add(time.Minute)}

@@ -63,9 +63,27 @@ func (t *timed) queueOnce() (queue.Result, map[string]*jobState, error) {
 			// cache (reservations.fits) decides what a failure implies.
 			shape = ""
 		}
-		in.Queued = append(in.Queued, queue.Workload{Key: key, Team: team, Accounts: []quota.Account{{Team: team}},
+		w := queue.Workload{Key: key, Team: team, Accounts: []quota.Account{{Team: team}},
 			Priority: js.job.Priority, Members: 1, Present: 1, PerMember: js.job.quotaNeed(),
-			Created: t0.Add(durationOf(js.job.Arrive)), Shape: shape})
+			Created: t0.Add(durationOf(js.job.Arrive)), Shape: shape}
+		if t.rsv != nil && js.job.Declared > 0 {
+			w.Ends = t0.Add(durationOf(t.now + js.job.Declared))
+		}
+		in.Queued = append(in.Queued, w)
+	}
+	if t.rsv != nil && t.rsv.protect {
+		// Protected heads keep their team's quota (queue.Input.Protected),
+		// from the running jobs' declared ends.
+		now := t0.Add(durationOf(t.now))
+		in.Protected = func(w *queue.Workload) bool { return t.rsv.policy.Protects(w, now) }
+		in.Releases = map[quota.Account][]queue.Release{}
+		for _, js := range t.gone {
+			if js.job.Declared > 0 && js.job.Team != "" {
+				a := quota.Account{Team: js.job.Team}
+				in.Releases[a] = append(in.Releases[a], queue.Release{At: t0.Add(durationOf(js.start + js.job.Declared)),
+					Amount: js.job.quotaNeed()})
+			}
+		}
 	}
 	for team, u := range t.usage {
 		in.Admitted[quota.Account{Team: team}] = u

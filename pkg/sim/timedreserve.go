@@ -27,6 +27,10 @@ type Reservation struct {
 	// (an estimate; it still never backfills). 0: such a pod never ends as
 	// far as reservations go.
 	DefaultRuntime float64
+	// ProtectQuota keeps a protected head's team quota for it while it
+	// waits for quota (queue.Input.Protected): later work of its team is
+	// admitted only if it ends before that quota is expected back.
+	ProtectQuota bool
 }
 
 // DeclareOptions say how jobs declare a maximum runtime (DeclareRuntimes).
@@ -72,8 +76,9 @@ func DeclareRuntimes(jobs []Job, o DeclareOptions) ([]Job, error) {
 // reservations is the replay's reservation state: what the policy's
 // records would hold in the API.
 type reservations struct {
-	policy reserve.Policy
-	def    time.Duration
+	policy  reserve.Policy
+	def     time.Duration
+	protect bool
 	// records are the jobs' reservation records (reserve.Record), by job
 	// name; holding the jobs with claims now; ever the jobs ever held.
 	records map[string]reserve.Record
@@ -84,7 +89,7 @@ type reservations struct {
 func newReservations(c Reservation, tiers int) *reservations {
 	p := c.Policy
 	p.Tiers = tiers
-	return &reservations{policy: p.WithDefaults(), def: durationOf(c.DefaultRuntime),
+	return &reservations{policy: p.WithDefaults(), def: durationOf(c.DefaultRuntime), protect: c.ProtectQuota,
 		records: map[string]reserve.Record{}, holding: map[string]bool{}, ever: map[string]bool{}}
 }
 

@@ -129,6 +129,7 @@ func parseFlags(args []string) (config.Config, remediation.Config, error) {
 	fs.DurationVar(&rs.MaxHold, "reserve-max-hold", rs.MaxHold, "a hold whose job has not started after this long is released")
 	fs.DurationVar(&rs.CoolOff, "reserve-cool-off", rs.CoolOff, "after a released hold, the job is not held for again for this long")
 	fs.IntVar(&rs.Max, "reserve-max", rs.Max, "most holds at once")
+	fs.BoolVar(&rs.Quota, "reserve-quota", rs.Quota, "a large or old queue head that waits for its team's quota keeps it: later work of the team is admitted only if its declared runtime ends first")
 	fs.DurationVar(&rs.DefaultRuntime, "default-runtime", rs.DefaultRuntime, "estimated runtime of a running pod that declares none, for expected starts (0: such a pod never ends as far as plans go)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, rcfg, err
