@@ -385,10 +385,17 @@ func (p *printer) liveQueueText(out io.Writer, v report.LiveQueue) error {
 	}
 	lw.printf("\n")
 	pt := &table{}
-	pt.row(plain, "TEAM", "POSITION", "POD", "WAITING", "REASON", "WHERE IT STANDS")
+	pt.row(plain, "TEAM", "POSITION", "POD", "WAITING", "REASON", "EXPECTED START", "WHERE IT STANDS")
 	for _, qp := range v.Pods {
+		start := "-"
+		switch {
+		case qp.ExpectedStart != nil:
+			start = qp.ExpectedStart.UTC().Format("2006-01-02 15:04 MST")
+		case qp.Reservation != "":
+			start = "unknown"
+		}
 		pt.row(plain, qp.Team, fmt.Sprintf("%d/%d", qp.Position, qp.Of), qp.Pod,
-			(time.Duration(qp.Waiting) * time.Second).String(), qp.Reason, qp.Message)
+			(time.Duration(qp.Waiting) * time.Second).String(), qp.Reason, start, qp.Message)
 	}
 	lw.table(pt, p, "")
 	return lw.err
