@@ -29,6 +29,8 @@ func FuzzParseTopology(f *testing.F) {
 	f.Add([]byte(`{"version":"v1","memoryUnitMiB":1024,"gpus":[]}`))
 	f.Add([]byte(`{"version":"v1","memoryUnitMiB":1024,"gpus":[{"index":0,"uuid":"GPU-a","model":"H200","memoryMiB":144384,"numa":-1,"island":0,"health":"Unhealthy","reason":"XID 79"}]}`))
 	f.Add([]byte(`{"version":"v2","memoryUnitMiB":1024,"gpus":[]}`))
+	f.Add([]byte(`{"version":"v1","memoryUnitMiB":1024,"mps":{"available":false,"reason":"no binary"},"gpus":[{"index":0,"uuid":"GPU-a","model":"H200","memoryMiB":140288,"leakedMiB":4096,"numa":0,"island":0,"health":"Healthy"}]}`))
+	f.Add([]byte(`{"version":"v1","memoryUnitMiB":1024,"mps":{"available":true},"gpus":[{"index":0,"uuid":"GPU-a","memoryMiB":1024,"leakedMiB":-1,"health":"Healthy"}]}`))
 	f.Add([]byte(`{"version":"v1","memoryUnitMiB":1024,"gpus":[{"index":0,"uuid":"a","memoryMiB":1024,"health":"Healthy","peers":[1]}]}`))
 	f.Add([]byte(`{}}`))
 	f.Add([]byte(`null`))

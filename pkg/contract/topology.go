@@ -36,7 +36,25 @@ type Topology struct {
 	Rack string `json:"rack,omitempty"`
 	// Generation increases each time the device plugin publishes a change.
 	Generation int64 `json:"generation,omitempty"`
+	// MPS says whether the device plugin runs CUDA MPS control daemons for
+	// memory shares on this node, so a share's memory limit is enforced by
+	// the MPS server. Absent when the plugin does not manage MPS (documents
+	// written before this field existed read the same: nothing is said).
+	MPS *TopologyMPS `json:"mps,omitempty"`
 }
+
+// TopologyMPS is the node's CUDA MPS state as the device plugin sees it.
+type TopologyMPS struct {
+	// Available is true when the plugin can start an MPS control daemon for
+	// a GPU that holds shares (nvidia-cuda-mps-control found and runnable).
+	Available bool `json:"available"`
+	// Reason says why MPS is not available, e.g. "nvidia-cuda-mps-control
+	// not found in $PATH".
+	Reason string `json:"reason,omitempty"`
+}
+
+// MaxReasonBytes bounds the MPS reason of a topology document.
+const MaxReasonBytes = 1024
 
 // TopologyGPU describes one GPU of a node.
 type TopologyGPU struct {
@@ -54,6 +72,14 @@ type TopologyGPU struct {
 	Health Health `json:"health"`
 	// Reason says why the GPU is unhealthy, e.g. "XID 79".
 	Reason string `json:"reason,omitempty"`
+	// LeakedMiB is GPU memory held by processes of no live pod assigned to
+	// this GPU (a container that exited while the driver kept its memory,
+	// a process outside Kubernetes), seen for longer than the device
+	// plugin's grace period. The plugin already subtracts it from MemoryMiB
+	// (never below the memory assigned to the GPU's live pods), so readers
+	// that only count MemoryMiB place nothing into it; MemoryMiB+LeakedMiB
+	// is then at most the GPU's physical memory. 0 (absent): none seen.
+	LeakedMiB MiB `json:"leakedMiB,omitempty"`
 }
 
 // ParseTopology decodes and validates a node topology annotation.
@@ -123,6 +149,12 @@ func (t Topology) Validate() error {
 		if g.Island < 0 {
 			return fieldErr(f+".island", g.Island, "is negative", "number NVLink islands from 0")
 		}
+		if g.LeakedMiB < 0 {
+			return fieldErr(f+".leakedMiB", g.LeakedMiB, "is negative", "write the leaked memory in MiB, or leave it out when none")
+		}
+	}
+	if t.MPS != nil && len(t.MPS.Reason) > MaxReasonBytes {
+		return fieldErr("topology.mps.reason", fmt.Sprintf("%d bytes", len(t.MPS.Reason)), "is too long", fmt.Sprintf("keep it under %d bytes", MaxReasonBytes))
 	}
 	for i, g := range t.GPUs {
 		for j, p := range g.Peers {

@@ -102,6 +102,10 @@ func TestParseTopologyErrors(t *testing.T) {
 		{"NUMA below -1", func(t *Topology) { t.GPUs[1].NUMA = -2 }, "topology.gpus[1].numa", []string{"is negative", "-1 when unknown"}},
 		{"negative island", func(t *Topology) { t.GPUs[1].Island = -1 }, "topology.gpus[1].island", []string{"is negative", "number NVLink islands from 0"}},
 		{"peer that does not exist", func(t *Topology) { t.GPUs[1].Peers = []int{0, 9} }, "topology.gpus[1].peers[1]", []string{`"9" names a GPU that does not exist`, "list only indexes of this node's GPUs"}},
+		{"negative leaked memory", func(t *Topology) { t.GPUs[2].LeakedMiB = -1 }, "topology.gpus[2].leakedMiB", []string{"is negative", "leave it out when none"}},
+		{"MPS reason too long", func(t *Topology) {
+			t.MPS = &TopologyMPS{Reason: strings.Repeat("x", MaxReasonBytes+1)}
+		}, "topology.mps.reason", []string{"is too long", "1024 bytes"}},
 		{"peer is itself", func(t *Topology) { t.GPUs[2].Peers = []int{2} }, "topology.gpus[2].peers[0]", []string{"names the GPU itself", "list only other GPUs"}},
 	}
 	for _, tc := range tests {
@@ -198,5 +202,59 @@ func TestFieldErrorMessage(t *testing.T) {
 				t.Errorf("Error() = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestTopologyMPSAndLeaksOptional: a document without the MPS and leak
+// fields encodes exactly as before they existed (readers built before them
+// reject unknown fields, so a plugin that neither manages MPS nor sees a
+// leak must not write them), and documents with them round-trip.
+func TestTopologyMPSAndLeaksOptional(t *testing.T) {
+	doc := validTopology()
+	b, err := doc.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, field := range []string{"mps", "leakedMiB", "available"} {
+		if strings.Contains(string(b), `"`+field+`"`) {
+			t.Errorf("document without MPS or leaks mentions %q: %s", field, b)
+		}
+	}
+	old := `{"version":"v1","memoryUnitMiB":1024,"gpus":[{"index":0,"uuid":"GPU-a","model":"H200","memoryMiB":144384,"numa":-1,"island":0,"health":"Healthy"}]}`
+	got, err := ParseTopology([]byte(old))
+	if err != nil {
+		t.Fatalf("a document of the earlier shape: %v", err)
+	}
+	if got.MPS != nil || got.GPUs[0].LeakedMiB != 0 {
+		t.Errorf("earlier document read as MPS %+v, leaked %d", got.MPS, got.GPUs[0].LeakedMiB)
+	}
+	if again, _ := got.Marshal(); string(again) != old {
+		t.Errorf("earlier document re-encodes as\n%s\nwant\n%s", again, old)
+	}
+
+	doc.MPS = &TopologyMPS{Available: false, Reason: "nvidia-cuda-mps-control not found"}
+	doc.GPUs[1].LeakedMiB = 2048
+	doc.GPUs[1].MemoryMiB -= 2048
+	b, err = doc.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, part := range []string{`"mps":{"available":false,"reason":"nvidia-cuda-mps-control not found"}`, `"leakedMiB":2048`} {
+		if !strings.Contains(string(b), part) {
+			t.Errorf("document %s lacks %s", b, part)
+		}
+	}
+	back, err := ParseTopology(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, doc) {
+		t.Errorf("round trip:\n got %+v\nwant %+v", back, doc)
+	}
+	// available:true without a reason keeps the explicit false/true.
+	doc.MPS = &TopologyMPS{Available: true}
+	b, _ = doc.Marshal()
+	if !strings.Contains(string(b), `"mps":{"available":true}`) {
+		t.Errorf("document %s lacks the available MPS", b)
 	}
 }
