@@ -22,6 +22,10 @@ type Metrics struct {
 	registrations *prometheus.CounterVec
 	mismatches    prometheus.Counter
 	publishErrors prometheus.Counter
+	mpsUp         *prometheus.GaugeVec
+	mpsRestarts   *prometheus.CounterVec
+	leakedMiB     *prometheus.GaugeVec
+	leakedProcs   *prometheus.GaugeVec
 }
 
 // New creates and registers the collectors.
@@ -51,9 +55,25 @@ func New() *Metrics {
 		publishErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "rota_device_plugin_topology_publish_errors_total", Help: "Failed topology annotation patches.",
 		}),
+		mpsUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "rota_device_plugin_mps_daemon_up",
+			Help: "1 while the CUDA MPS control daemon of a GPU that holds memory shares runs, 0 while it is down (being restarted).",
+		}, []string{"gpu"}),
+		mpsRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rota_device_plugin_mps_daemon_restarts_total",
+			Help: "CUDA MPS control daemons found dead and started again, by GPU.",
+		}, []string{"gpu"}),
+		leakedMiB: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "rota_device_plugin_leaked_memory_mib",
+			Help: "GPU memory held past the grace period by processes of no live pod assigned to the GPU, in MiB.",
+		}, []string{"gpu"}),
+		leakedProcs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "rota_device_plugin_leaked_processes",
+			Help: "Processes holding GPU memory past the grace period that belong to no live pod assigned to the GPU.",
+		}, []string{"gpu"}),
 	}
 	m.reg.MustRegister(m.gpus, m.transitions, m.allocLatency, m.allocFailures, m.registrations, m.mismatches,
-		m.publishErrors, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.publishErrors, m.mpsUp, m.mpsRestarts, m.leakedMiB, m.leakedProcs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
@@ -120,6 +140,35 @@ func (m *Metrics) PublishError() {
 		return
 	}
 	m.publishErrors.Inc()
+}
+
+// MPSDaemon records whether the MPS control daemon of gpu runs.
+func (m *Metrics) MPSDaemon(gpu string, up bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if up {
+		v = 1
+	}
+	m.mpsUp.WithLabelValues(gpu).Set(v)
+}
+
+// MPSRestart counts a dead MPS control daemon of gpu started again.
+func (m *Metrics) MPSRestart(gpu string) {
+	if m == nil {
+		return
+	}
+	m.mpsRestarts.WithLabelValues(gpu).Inc()
+}
+
+// Leaked records the leaked memory and process count of gpu.
+func (m *Metrics) Leaked(gpu string, mib int64, processes int) {
+	if m == nil {
+		return
+	}
+	m.leakedMiB.WithLabelValues(gpu).Set(float64(mib))
+	m.leakedProcs.WithLabelValues(gpu).Set(float64(processes))
 }
 
 // Registry returns the registry the metrics are registered on.
