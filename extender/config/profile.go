@@ -1,6 +1,10 @@
 package config
 
 import (
+	"encoding/json"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	configv1 "k8s.io/kube-scheduler/config/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -53,33 +57,24 @@ var ProfileDisabledScorePlugins = []string{"NodeResourcesBalancedAllocation", "I
 // break the tie itself.
 func SchedulerProfile(extenderURL, kubeconfigPath string, opts ...SchedulerOption) string {
 	opts = append([]SchedulerOption{WithWeight(ProfileWeight), WithGPUFreePods(true)}, opts...)
-	base := SchedulerConfig(extenderURL, kubeconfigPath, opts...)
-	var cfg map[string]any
-	if err := yaml.Unmarshal([]byte(base), &cfg); err != nil {
+	cfg := schedulerConfiguration(extenderURL, kubeconfigPath, opts...)
+	fit, err := json.Marshal(&configv1.NodeResourcesFitArgs{ScoringStrategy: &configv1.ScoringStrategy{
+		Type:      configv1.MostAllocated,
+		Resources: []configv1.ResourceSpec{{Name: "cpu", Weight: 1}, {Name: "memory", Weight: 1}},
+	}})
+	if err != nil {
 		return ""
 	}
-	disabled := make([]any, 0, len(ProfileDisabledScorePlugins))
+	disabled := make([]configv1.Plugin, 0, len(ProfileDisabledScorePlugins))
 	for _, p := range ProfileDisabledScorePlugins {
-		disabled = append(disabled, map[string]any{"name": p})
+		disabled = append(disabled, configv1.Plugin{Name: p})
 	}
-	cfg["percentageOfNodesToScore"] = 100
-	cfg["profiles"] = []any{map[string]any{
-		"schedulerName": "default-scheduler",
-		"plugins": map[string]any{
-			"score": map[string]any{"disabled": disabled},
-		},
-		"pluginConfig": []any{map[string]any{
-			"name": "NodeResourcesFit",
-			"args": map[string]any{
-				"scoringStrategy": map[string]any{
-					"type": "MostAllocated",
-					"resources": []any{
-						map[string]any{"name": "cpu", "weight": 1},
-						map[string]any{"name": "memory", "weight": 1},
-					},
-				},
-			},
-		}},
+	all, name := int32(100), "default-scheduler"
+	cfg.PercentageOfNodesToScore = &all
+	cfg.Profiles = []configv1.KubeSchedulerProfile{{
+		SchedulerName: &name,
+		Plugins:       &configv1.Plugins{Score: configv1.PluginSet{Disabled: disabled}},
+		PluginConfig:  []configv1.PluginConfig{{Name: "NodeResourcesFit", Args: runtime.RawExtension{Raw: fit}}},
 	}}
 	out, err := yaml.Marshal(cfg)
 	if err != nil {

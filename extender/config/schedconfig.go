@@ -4,6 +4,9 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	componentbaseconfigv1alpha1 "k8s.io/component-base/config/v1alpha1"
+	configv1 "k8s.io/kube-scheduler/config/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/rota-sched/rota/pkg/contract"
@@ -119,6 +122,17 @@ func WithTLS(t SchedulerTLS) SchedulerOption { return func(o *SchedulerOptions) 
 // pass "{{.Kubeconfig}}" and use the result as its template. Leader
 // election is off (one scheduler).
 func SchedulerConfig(extenderURL, kubeconfigPath string, opts ...SchedulerOption) string {
+	out, err := yaml.Marshal(schedulerConfiguration(extenderURL, kubeconfigPath, opts...))
+	if err != nil {
+		// A KubeSchedulerConfiguration of strings, numbers and bools always marshals.
+		return ""
+	}
+	return string(out)
+}
+
+// schedulerConfiguration is SchedulerConfig's document as kube-scheduler's
+// own typed configuration (k8s.io/kube-scheduler/config/v1).
+func schedulerConfiguration(extenderURL, kubeconfigPath string, opts ...SchedulerOption) *configv1.KubeSchedulerConfiguration {
 	o := SchedulerOptions{Weight: 10, HTTPTimeout: 5 * time.Second, QPS: 1000, Burst: 2000}
 	for _, f := range opts {
 		f(&o)
@@ -127,48 +141,37 @@ func SchedulerConfig(extenderURL, kubeconfigPath string, opts ...SchedulerOption
 	if err != nil {
 		names = contract.Default
 	}
-	ext := map[string]any{
-		"urlPrefix":        strings.TrimRight(extenderURL, "/"),
-		"filterVerb":       "filter",
-		"bindVerb":         "bind",
-		"nodeCacheCapable": true,
-		"ignorable":        false,
-		"httpTimeout":      o.HTTPTimeout.String(),
+	ext := configv1.Extender{
+		URLPrefix:        strings.TrimRight(extenderURL, "/"),
+		FilterVerb:       "filter",
+		BindVerb:         "bind",
+		NodeCacheCapable: true,
+		Ignorable:        false,
+		HTTPTimeout:      metav1.Duration{Duration: o.HTTPTimeout},
 	}
 	if !o.GPUFreePods {
-		ext["managedResources"] = []any{
-			map[string]any{"name": names.GPU, "ignoredByScheduler": false},
-			map[string]any{"name": names.GPUMemory, "ignoredByScheduler": false},
+		ext.ManagedResources = []configv1.ExtenderManagedResource{
+			{Name: names.GPU, IgnoredByScheduler: false},
+			{Name: names.GPUMemory, IgnoredByScheduler: false},
 		}
 	}
 	if !o.NoPreempt {
-		ext["preemptVerb"] = "preempt"
+		ext.PreemptVerb = "preempt"
 	}
 	if t := o.TLS; t != nil {
-		tc := map[string]any{"certFile": t.CertFile, "keyFile": t.KeyFile, "caFile": t.CAFile}
-		if t.ServerName != "" {
-			tc["serverName"] = t.ServerName
-		}
-		ext["enableHTTPS"], ext["tlsConfig"] = true, tc
+		ext.EnableHTTPS = true
+		ext.TLSConfig = &configv1.ExtenderTLSConfig{CertFile: t.CertFile, KeyFile: t.KeyFile, CAFile: t.CAFile, ServerName: t.ServerName}
 	}
 	if !o.FilterBestOnly {
-		ext["prioritizeVerb"], ext["weight"] = "prioritize", max(o.Weight, 1)
+		ext.PrioritizeVerb, ext.Weight = "prioritize", max(o.Weight, 1)
 	}
-	cfg := map[string]any{
-		"apiVersion": "kubescheduler.config.k8s.io/v1",
-		"kind":       "KubeSchedulerConfiguration",
-		"clientConnection": map[string]any{
-			"kubeconfig": kubeconfigPath,
-			"qps":        o.QPS,
-			"burst":      o.Burst,
+	leaderElect := false
+	return &configv1.KubeSchedulerConfiguration{
+		TypeMeta: metav1.TypeMeta{APIVersion: configv1.SchemeGroupVersion.String(), Kind: "KubeSchedulerConfiguration"},
+		ClientConnection: componentbaseconfigv1alpha1.ClientConnectionConfiguration{
+			Kubeconfig: kubeconfigPath, QPS: float32(o.QPS), Burst: int32(o.Burst),
 		},
-		"leaderElection": map[string]any{"leaderElect": false},
-		"extenders":      []any{ext},
+		LeaderElection: componentbaseconfigv1alpha1.LeaderElectionConfiguration{LeaderElect: &leaderElect},
+		Extenders:      []configv1.Extender{ext},
 	}
-	out, err := yaml.Marshal(cfg)
-	if err != nil {
-		// Maps of strings, numbers and bools always marshal.
-		return ""
-	}
-	return string(out)
 }

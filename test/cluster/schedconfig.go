@@ -6,10 +6,12 @@ import (
 	"text/template"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	configv1 "k8s.io/kube-scheduler/config/v1"
 	"sigs.k8s.io/yaml"
 )
 
-const schedulerConfigAPIVersion = "kubescheduler.config.k8s.io/v1"
+var schedulerConfigAPIVersion = configv1.SchemeGroupVersion.String()
 
 // Extender is the scheduler-extender entry Start adds to the scheduler's
 // configuration (a subset of KubeSchedulerConfiguration's extenders[]).
@@ -45,12 +47,8 @@ type ExtenderTLS struct {
 	ServerName string
 }
 
-func (t *ExtenderTLS) config() map[string]any {
-	m := map[string]any{"certFile": t.CertFile, "keyFile": t.KeyFile, "caFile": t.CAFile}
-	if t.ServerName != "" {
-		m["serverName"] = t.ServerName
-	}
-	return m
+func (t *ExtenderTLS) config() *configv1.ExtenderTLSConfig {
+	return &configv1.ExtenderTLSConfig{CertFile: t.CertFile, KeyFile: t.KeyFile, CAFile: t.CAFile, ServerName: t.ServerName}
 }
 
 // ManagedResource is one extended resource an Extender manages.
@@ -61,35 +59,20 @@ type ManagedResource struct {
 	IgnoredByScheduler bool
 }
 
-func (e *Extender) config() map[string]any {
-	m := map[string]any{"urlPrefix": e.URL, "nodeCacheCapable": e.NodeCacheCapable, "ignorable": e.Ignorable}
-	for key, verb := range map[string]string{"filterVerb": e.FilterVerb, "prioritizeVerb": e.PrioritizeVerb,
-		"bindVerb": e.BindVerb, "preemptVerb": e.PreemptVerb} {
-		if verb != "" {
-			m[key] = verb
-		}
-	}
+func (e *Extender) config() configv1.Extender {
+	x := configv1.Extender{URLPrefix: e.URL, FilterVerb: e.FilterVerb, PrioritizeVerb: e.PrioritizeVerb,
+		BindVerb: e.BindVerb, PreemptVerb: e.PreemptVerb, NodeCacheCapable: e.NodeCacheCapable, Ignorable: e.Ignorable,
+		HTTPTimeout: metav1.Duration{Duration: e.HTTPTimeout}}
 	if e.PrioritizeVerb != "" {
-		w := e.Weight
-		if w == 0 {
-			w = 1
-		}
-		m["weight"] = w
-	}
-	if e.HTTPTimeout > 0 {
-		m["httpTimeout"] = e.HTTPTimeout.String()
+		x.Weight = max(e.Weight, 1)
 	}
 	if e.TLS != nil {
-		m["enableHTTPS"], m["tlsConfig"] = true, e.TLS.config()
+		x.EnableHTTPS, x.TLSConfig = true, e.TLS.config()
 	}
-	if len(e.ManagedResources) > 0 {
-		var rs []any
-		for _, r := range e.ManagedResources {
-			rs = append(rs, map[string]any{"name": r.Name, "ignoredByScheduler": r.IgnoredByScheduler})
-		}
-		m["managedResources"] = rs
+	for _, r := range e.ManagedResources {
+		x.ManagedResources = append(x.ManagedResources, configv1.ExtenderManagedResource{Name: r.Name, IgnoredByScheduler: r.IgnoredByScheduler})
 	}
-	return m
+	return x
 }
 
 // SchedulerTemplateData is what Options.SchedulerConfig templates see.
@@ -103,7 +86,7 @@ type SchedulerTemplateData struct {
 // forced off, and ext appended to extenders. With tlsAll, every extender
 // entry without a tlsConfig of its own gets enableHTTPS and tlsAll.
 func schedulerConfig(tmpl string, kubeconfig string, ext *Extender, tlsAll *ExtenderTLS) ([]byte, error) {
-	cfg := map[string]any{}
+	var cfg configv1.KubeSchedulerConfiguration
 	if tmpl != "" {
 		t, err := template.New("scheduler-config").Option("missingkey=error").Parse(tmpl)
 		if err != nil {
@@ -113,49 +96,34 @@ func schedulerConfig(tmpl string, kubeconfig string, ext *Extender, tlsAll *Exte
 		if err := t.Execute(&buf, SchedulerTemplateData{Kubeconfig: kubeconfig}); err != nil {
 			return nil, fmt.Errorf("rendering Options.SchedulerConfig: %w", err)
 		}
-		if err := yaml.Unmarshal(buf.Bytes(), &cfg); err != nil {
-			return nil, fmt.Errorf("Options.SchedulerConfig is not YAML: %w", err)
-		}
-		if cfg == nil {
-			cfg = map[string]any{}
+		if err := yaml.UnmarshalStrict(buf.Bytes(), &cfg); err != nil {
+			return nil, fmt.Errorf("Options.SchedulerConfig is not a %s KubeSchedulerConfiguration: %w", schedulerConfigAPIVersion, err)
 		}
 	}
-	if _, ok := cfg["apiVersion"]; !ok {
-		cfg["apiVersion"] = schedulerConfigAPIVersion
+	if cfg.APIVersion == "" {
+		cfg.APIVersion = schedulerConfigAPIVersion
 	}
-	if _, ok := cfg["kind"]; !ok {
-		cfg["kind"] = "KubeSchedulerConfiguration"
+	if cfg.Kind == "" {
+		cfg.Kind = "KubeSchedulerConfiguration"
 	}
-	conn, _ := cfg["clientConnection"].(map[string]any)
-	if conn == nil {
-		conn = map[string]any{}
+	if cfg.ClientConnection.Kubeconfig == "" {
+		cfg.ClientConnection.Kubeconfig = kubeconfig
 	}
-	if k, _ := conn["kubeconfig"].(string); k == "" {
-		conn["kubeconfig"] = kubeconfig
-	}
-	if _, ok := conn["qps"]; !ok {
+	if cfg.ClientConnection.QPS == 0 {
 		// The default (50/100) throttles scale tests; the API server is ours.
-		conn["qps"] = 1000
-		conn["burst"] = 2000
+		cfg.ClientConnection.QPS, cfg.ClientConnection.Burst = 1000, 2000
 	}
-	cfg["clientConnection"] = conn
-	le, _ := cfg["leaderElection"].(map[string]any)
-	if le == nil {
-		le = map[string]any{}
-	}
-	le["leaderElect"] = false
-	cfg["leaderElection"] = le
+	leaderElect := false
+	cfg.LeaderElection.LeaderElect = &leaderElect
 	if ext != nil {
-		exts, _ := cfg["extenders"].([]any)
-		cfg["extenders"] = append(exts, ext.config())
+		cfg.Extenders = append(cfg.Extenders, ext.config())
 	}
 	if tlsAll != nil {
-		exts, _ := cfg["extenders"].([]any)
-		for _, x := range exts {
-			if m, ok := x.(map[string]any); ok && m["tlsConfig"] == nil {
-				m["enableHTTPS"], m["tlsConfig"] = true, tlsAll.config()
+		for i := range cfg.Extenders {
+			if cfg.Extenders[i].TLSConfig == nil {
+				cfg.Extenders[i].EnableHTTPS, cfg.Extenders[i].TLSConfig = true, tlsAll.config()
 			}
 		}
 	}
-	return yaml.Marshal(cfg)
+	return yaml.Marshal(&cfg)
 }
