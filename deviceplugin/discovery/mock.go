@@ -48,8 +48,10 @@ type MockEvents struct {
 	s  *server.Server
 	ch chan nvml.EventData
 
-	mu   sync.Mutex
-	lost map[int]bool // GPU index -> answers ERROR_GPU_IS_LOST
+	mu    sync.Mutex
+	lost  map[int]bool // GPU index -> answers ERROR_GPU_IS_LOST
+	procs map[int][2][]nvml.ProcessInfo // GPU index -> compute, MPS client lists
+	mode  map[int]nvml.ComputeMode
 }
 
 // InjectXID delivers an XID critical error for the GPU at index.
@@ -80,7 +82,8 @@ func (m *MockEvents) isLost(index int) bool {
 // set fed by the returned MockEvents, and lost-GPU simulation on the UUID and
 // memory queries. Functions the caller already set are kept.
 func PrepareMock(s *server.Server, o MockOptions) *MockEvents {
-	ev := &MockEvents{s: s, ch: make(chan nvml.EventData, 64), lost: map[int]bool{}}
+	ev := &MockEvents{s: s, ch: make(chan nvml.EventData, 64), lost: map[int]bool{},
+		procs: map[int][2][]nvml.ProcessInfo{}, mode: map[int]nvml.ComputeMode{}}
 	n := len(s.Devices)
 	island := o.IslandSize
 	if island <= 0 {
@@ -113,6 +116,7 @@ func PrepareMock(s *server.Server, o MockOptions) *MockEvents {
 		if md.RegisterEventsFunc == nil {
 			md.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
 		}
+		ev.prepareProcesses(i, md)
 		uuid, mem := md.GetUUIDFunc, md.GetMemoryInfoFunc
 		md.GetUUIDFunc = func() (string, nvml.Return) {
 			if ev.isLost(i) {

@@ -55,6 +55,7 @@ type entry struct {
 	created  time.Time
 	seq      uint64 // order in which this node first saw the pod bound
 	pending  bool   // phase Pending and not being deleted
+	live     bool   // phase neither Succeeded nor Failed: its containers may run
 
 	assign    *contract.Assignment
 	assignErr string // why the annotation is unusable, when assign is nil and it is present
@@ -123,6 +124,7 @@ func (m *Matcher) Upsert(pod *corev1.Pod) {
 	e.key = pod.Namespace + "/" + pod.Name
 	e.created = pod.CreationTimestamp.Time
 	e.pending = (pod.Status.Phase == corev1.PodPending || pod.Status.Phase == "") && pod.DeletionTimestamp == nil
+	e.live = pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
 	e.assign, e.assignErr = nil, ""
 	if v, ok := pod.Annotations[m.names.AssignmentAnnotation]; ok {
 		a, err := contract.ParseAssignment([]byte(v))
