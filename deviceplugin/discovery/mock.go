@@ -49,7 +49,7 @@ type MockEvents struct {
 	ch chan nvml.EventData
 
 	mu    sync.Mutex
-	lost  map[int]bool // GPU index -> answers ERROR_GPU_IS_LOST
+	lost  map[int]bool                  // GPU index -> answers ERROR_GPU_IS_LOST
 	procs map[int][2][]nvml.ProcessInfo // GPU index -> compute, MPS client lists
 	mode  map[int]nvml.ComputeMode
 }

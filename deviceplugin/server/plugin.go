@@ -25,6 +25,8 @@ type Plugin struct {
 	matcher  *handoff.Matcher
 	wait     time.Duration
 	metrics  *metrics.Metrics
+	// containers says what Allocate hands beyond the environment (SetContainers).
+	containers Containers
 }
 
 var _ pluginapi.DevicePluginServer = (*Plugin)(nil)
@@ -131,9 +133,18 @@ func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 		if g.PodResourcesErr != "" {
 			kv = append(kv, "podResourcesErr", g.PodResourcesErr)
 		}
-		logger.Info("Allocated", kv...)
 		granted = append(granted, g)
-		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{Envs: g.Env()})
+		cresp, err := p.containerResponse(ctx, g)
+		if err != nil {
+			for i := len(granted) - 1; i >= 0; i-- {
+				p.matcher.Undo(granted[i])
+			}
+			p.metrics.Allocate(p.resource, time.Since(start), "mps")
+			logger.Error(err, "Allocate refused", "resource", p.resource, "devices", cr.DevicesIds)
+			return nil, status.Error(codes.Unavailable, err.Error())
+		}
+		logger.Info("Allocated", kv...)
+		resp.ContainerResponses = append(resp.ContainerResponses, cresp)
 	}
 	p.metrics.Allocate(p.resource, time.Since(start), "")
 	return resp, nil

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -20,6 +21,16 @@ type State struct {
 	mu      sync.Mutex
 	gpus    []topology.GPU
 	changed chan struct{} // closed and replaced on every change
+	mps     *contract.TopologyMPS
+	leaks   map[string]Leak // by GPU UUID; only GPUs with leaked memory
+}
+
+// Leak is one GPU's leaked memory as published: Leaked MiB held by processes
+// of no pod, and Floor, the memory assigned to the GPU's live pods (the
+// published capacity never goes below it, so the extender never finds its
+// running pods over capacity).
+type Leak struct {
+	Leaked, Floor contract.MiB
 }
 
 // NewState starts from the discovered GPUs.
@@ -48,11 +59,50 @@ func (s *State) Apply(c health.Change) bool {
 			return false
 		}
 		g.Healthy, g.Reason = c.Healthy, c.Reason
-		close(s.changed)
-		s.changed = make(chan struct{})
+		s.notifyLocked()
 		return true
 	}
 	return false
+}
+
+// SetMPS sets the node's MPS state for the topology document (nil: not
+// said).
+func (s *State) SetMPS(m *contract.TopologyMPS) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if (m == nil && s.mps == nil) || (m != nil && s.mps != nil && *m == *s.mps) {
+		return
+	}
+	if m != nil {
+		c := *m
+		m = &c
+	}
+	s.mps = m
+	s.notifyLocked()
+}
+
+// SetLeaks replaces the leaked memory by GPU UUID (GPUs without a leak may
+// be left out); it reports whether anything changed.
+func (s *State) SetLeaks(leaks map[string]Leak) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := map[string]Leak{}
+	for u, l := range leaks {
+		if l.Leaked > 0 {
+			next[u] = l
+		}
+	}
+	if maps.Equal(next, s.leaks) || (len(next) == 0 && len(s.leaks) == 0) {
+		return false
+	}
+	s.leaks = next
+	s.notifyLocked()
+	return true
+}
+
+func (s *State) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
 }
 
 // Snapshot returns a copy of the GPUs and a channel closed at the next change.
@@ -76,11 +126,37 @@ func (s *State) Counts() (healthy, unhealthy int) {
 }
 
 // Document renders the topology annotation (Generation left 0) and returns
-// a channel closed at the next change.
+// a channel closed at the next change. A GPU with leaked memory is
+// published with memoryMiB reduced by it — never below the memory assigned
+// to its live pods, nor below one unit — and leakedMiB set; a GPU whose
+// leak leaves less than one unit free of assignments is published
+// Unhealthy with the leak as its reason.
 func (s *State) Document() (contract.Topology, <-chan struct{}) {
-	gpus, ch := s.Snapshot()
+	s.mu.Lock()
+	gpus, ch := slices.Clone(s.gpus), s.changed
+	mps, leaks := s.mps, maps.Clone(s.leaks)
+	s.mu.Unlock()
 	n := topology.Node{MemoryUnitMiB: s.unitMiB, GPUs: gpus}
-	return n.Document(), ch
+	doc := n.Document()
+	if mps != nil {
+		c := *mps
+		doc.MPS = &c
+	}
+	for i := range doc.GPUs {
+		g := &doc.GPUs[i]
+		l, ok := leaks[g.UUID]
+		if !ok {
+			continue
+		}
+		g.LeakedMiB = l.Leaked
+		free := g.MemoryMiB - l.Leaked
+		if free-l.Floor < s.unitMiB && g.Health == contract.Healthy {
+			g.Health = contract.Unhealthy
+			g.Reason = fmt.Sprintf("GPU memory leaked: %d MiB held by processes of no pod", int64(l.Leaked))
+		}
+		g.MemoryMiB = max(free, l.Floor, s.unitMiB)
+	}
+	return doc, ch
 }
 
 // Units is how many gpu-memory devices a GPU of mem MiB gets.
