@@ -153,6 +153,15 @@ func (a *Allocation) usesSlot(ni *NodeInfo, s int) bool {
 	return false
 }
 
+// declaredEnd is the end a claim lets backfill by: an estimated end never
+// backfills.
+func (a *Allocation) declaredEnd() time.Time {
+	if a.EndsEstimated {
+		return time.Time{}
+	}
+	return a.Ends
+}
+
 // job is the key claims match an allocation by: its gang, else its pod.
 func (a *Allocation) job() string { return cmp.Or(a.Gang, a.Pod) }
 

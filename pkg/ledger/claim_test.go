@@ -59,6 +59,11 @@ func TestClaimReserveRules(t *testing.T) {
 	if err := l.Reserve(long, expires); !errors.Is(err, ledger.ErrNoCapacity) {
 		t.Fatalf("a pod with no end reserved a held GPU: %v", err)
 	}
+	guess := whole("guess", "n1", 0)
+	guess.Ends, guess.EndsEstimated = start.Add(-time.Minute), true
+	if err := l.Reserve(guess, expires); !errors.Is(err, ledger.ErrNoCapacity) {
+		t.Fatalf("a pod whose end is only estimated backfilled a held GPU: %v", err)
+	}
 	short := whole("short", "n1", 0)
 	short.Ends = start.Add(-time.Minute)
 	if err := l.Reserve(short, expires); err != nil {

@@ -386,7 +386,7 @@ func (l *Ledger) ReserveAll(as []Allocation, expires time.Time) error {
 			ni.hold(l.claims[a.Node])
 			staged[a.Node] = ni
 		}
-		if err := ni.For(a.job(), a.Ends).fits(&a); err != nil {
+		if err := ni.For(a.job(), a.declaredEnd()).fits(&a); err != nil {
 			return fmt.Errorf("reserve %s: %w", nameOr(&a), err)
 		}
 		ni.apply(&a, 1)
