@@ -78,6 +78,48 @@ func (l *Ledger) Check() []error {
 			}
 		}
 	}
+	// A claim holds at most what it asks for, only GPUs that are healthy,
+	// of its models and free at its start, and the view other pods see is
+	// the node's own with those GPUs owned whole.
+	for _, name := range names {
+		ni := l.nodes[name]
+		if ni.Claim != l.claims[name] {
+			errs = append(errs, fmt.Errorf("node %s: the node view's claim is not the ledger's", name))
+			continue
+		}
+		c := ni.Claim
+		if c == nil {
+			continue
+		}
+		if len(ni.heldSlots) > c.GPUs {
+			errs = append(errs, fmt.Errorf("node %s: claim of %s holds %d GPUs, asks for %d", name, c.Job, len(ni.heldSlots), c.GPUs))
+		}
+		for _, s := range ni.heldSlots {
+			g := ni.Node.GPUs[s]
+			if !g.Healthy || !c.modelOK(g.Model) {
+				errs = append(errs, fmt.Errorf("node %s: claim of %s holds GPU %d, unhealthy or of another model", name, c.Job, g.Index))
+			}
+			for _, a := range ni.Allocs {
+				if a.usesSlot(ni, s) && (a.Ends.IsZero() || c.Start.IsZero() || a.Ends.After(c.Start)) {
+					errs = append(errs, fmt.Errorf("node %s: claim of %s holds GPU %d, which %s keeps past the start", name, c.Job, g.Index, nameOr(a)))
+				}
+			}
+		}
+		v := ni.held
+		if v == nil || v.Claim != c || len(v.Use) != len(ni.Use) {
+			errs = append(errs, fmt.Errorf("node %s: claim of %s has no consistent held view", name, c.Job))
+			continue
+		}
+		for s := range ni.Use {
+			want := ni.Use[s]
+			if slices.Contains(ni.heldSlots, s) {
+				want.Exclusive = true
+			}
+			if v.Use[s] != want {
+				errs = append(errs, fmt.Errorf("node %s GPU slot %d: held view %+v, want %+v", name, s, v.Use[s], want))
+			}
+		}
+	}
 	// Gang membership counts allocations and orphans (committed pods whose
 	// node is not known): both are pods that hold GPUs.
 	type gangCount struct{ size, held, reserved int }

@@ -63,6 +63,9 @@ func (w *world) anyUID() string {
 // may be out of range for the node, on purpose.
 func (w *world) randomAlloc(uid string) ledger.Allocation {
 	a := ledger.Allocation{PodUID: uid, Pod: "ns/" + uid, Node: w.nodes[w.r.IntN(len(w.nodes))], Priority: int32(w.r.IntN(3))}
+	if w.r.IntN(2) == 0 { // a declared end, for claims
+		a.Ends = w.now.Add(time.Duration(w.r.IntN(120)) * time.Second)
+	}
 	if w.r.IntN(2) == 0 {
 		a.GPUs = []ledger.Share{{Index: w.r.IntN(5), MemoryMiB: ledger.MiB(1024 * (1 + w.r.IntN(12)))}}
 		return a
@@ -116,6 +119,20 @@ func (w *world) step() string {
 	case op < 85:
 		l.RemoveNode(w.nodes[w.r.IntN(len(w.nodes))])
 		return "removeNode"
+	case op < 90:
+		// Reservations: claims on random nodes, sometimes none.
+		var cs []ledger.Claim
+		for _, n := range w.nodes {
+			if w.r.IntN(3) == 0 {
+				c := ledger.Claim{Job: fmt.Sprintf("ns/j%d", w.r.IntN(3)), Node: n, GPUs: w.r.IntN(6), CPUMilli: int64(w.r.IntN(2000))}
+				if w.r.IntN(4) > 0 {
+					c.Start = w.now.Add(time.Duration(w.r.IntN(90)) * time.Second)
+				}
+				cs = append(cs, c)
+			}
+		}
+		l.SetClaims(cs)
+		return "setClaims"
 	case op < 95:
 		uid := w.anyUID()
 		if w.r.IntN(2) == 0 {
