@@ -75,10 +75,25 @@ func Run(ctx context.Context, d Deps) error {
 		}
 	}
 
+	conts, daemons, err := containers(cfg, d.Backend, d.Metrics)
+	if err != nil {
+		return err
+	}
+	if daemons != nil {
+		st := daemons.Status()
+		state.SetMPS(&st)
+		if !st.Available {
+			logger.Error(nil, "MPS is not available: memory shares on this node run without an enforced limit", "reason", st.Reason)
+		}
+	}
+
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	if daemons != nil {
+		wg.Go(func() { daemons.Run(ctx) })
+	}
 
 	if !cfg.NoAPI {
 		if d.Client == nil {
@@ -91,6 +106,8 @@ func Run(ctx context.Context, d Deps) error {
 			// Tells apart same-shape pods the kubelet admits in one batch.
 			matcher.SetPodLister(func(ctx context.Context) ([]handoff.PodDevices, error) { return podwatch.List(ctx, sock) })
 		}
+		ensureShareDaemons(ctx, daemons, matcher)
+		wg.Go(func() { runLeaks(ctx, cfg, d.Backend, state, matcher, d.Client, cfg.NodeName, d.Metrics) })
 		interval := d.ReconcileInterval
 		if interval <= 0 {
 			interval = 10 * time.Second
@@ -115,6 +132,9 @@ func Run(ctx context.Context, d Deps) error {
 	plugins := []*server.Plugin{
 		server.NewPlugin(handoff.KindGPU, names.GPU, state, matcher, cfg.AllocateWait, d.Metrics),
 		server.NewPlugin(handoff.KindMemory, names.GPUMemory, state, matcher, cfg.AllocateWait, d.Metrics),
+	}
+	for _, p := range plugins {
+		p.SetContainers(conts)
 	}
 	err = server.NewManager(cfg.DevicePluginDir, cfg.KubeletPoll, d.Metrics, plugins...).Run(ctx)
 	cancel()

@@ -64,6 +64,11 @@ func start(t *testing.T, objs ...any) *rig {
 	cfg.RecoveryQuiet = 300 * time.Millisecond
 	cfg.KubeletPoll = 50 * time.Millisecond
 	cfg.AllocateWait = 500 * time.Millisecond
+	for _, o := range objs {
+		if f, ok := o.(func(*config.Config)); ok {
+			f(&cfg)
+		}
+	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -78,24 +78,69 @@ type Config struct {
 
 	// MetricsListen is the Prometheus listen address; empty disables it.
 	MetricsListen string `json:"metricsListen,omitempty"`
+
+	// MPS runs a CUDA MPS control daemon for every GPU that holds memory
+	// shares (deviceplugin/mps); off, shares get the environment only.
+	MPS bool `json:"mps,omitempty"`
+	// MPSBinary is nvidia-cuda-mps-control (path or name in $PATH).
+	MPSBinary string `json:"mpsBinary,omitempty"`
+	// MPSRoot is the host folder of the daemons' pipe and log folders; the
+	// plugin must see it at the same path.
+	MPSRoot string `json:"mpsRoot,omitempty"`
+	// MPSContainerPipeDir is where share containers see the pipe folder.
+	MPSContainerPipeDir string `json:"mpsContainerPipeDir,omitempty"`
+	// MPSShmDir is a host folder mounted at /dev/shm in share containers
+	// (and in the plugin's container); empty mounts nothing.
+	MPSShmDir string `json:"mpsShmDir,omitempty"`
+	// MPSActiveThreadPercentage (1..100) caps each share's SMs; 0 leaves it.
+	MPSActiveThreadPercentage int `json:"mpsActiveThreadPercentage,omitempty"`
+	// MPSExclusiveMode sets a GPU's compute mode to EXCLUSIVE_PROCESS while
+	// its daemon runs (NVML, root), so processes that bypass MPS get no
+	// CUDA context; DEFAULT again when the daemon stops.
+	MPSExclusiveMode bool `json:"mpsExclusiveMode,omitempty"`
+
+	// DeviceNodes hands /dev/nvidia* as device specs (NVML backend only).
+	DeviceNodes bool `json:"deviceNodes,omitempty"`
+	// DriverMounts are host paths mounted read-only at the same path.
+	DriverMounts []string `json:"driverMounts,omitempty"`
+	// CDIKind names GPUs as CDI devices <kind>=<uuid>; empty disables.
+	CDIKind string `json:"cdiKind,omitempty"`
+
+	// LeakInterval is the period of the leaked-memory scan (NVML backends);
+	// 0 disables it.
+	LeakInterval time.Duration `json:"leakInterval,omitempty"`
+	// LeakGrace is how long a process must hold memory without an owning
+	// assigned pod before it counts as leaked.
+	LeakGrace time.Duration `json:"leakGrace,omitempty"`
+	// HostPID says the plugin runs in the host's PID namespace (hostPID):
+	// PIDs NVML lists that /proc does not show are then leaks.
+	HostPID bool `json:"hostPID,omitempty"`
+	// ProcRoot is the /proc to read process owners from.
+	ProcRoot string `json:"procRoot,omitempty"`
 }
 
 // Default returns the defaults for every field but NodeName.
 func Default() Config {
 	return Config{
-		Domain:             contract.DefaultDomain,
-		APIQPS:             20,
-		APIBurst:           40,
-		DevicePluginDir:    "/var/lib/kubelet/device-plugins/",
-		PodResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock",
-		MemoryUnitMiB:      contract.DefaultMemoryUnitMiB,
-		Backend:            BackendNVML,
-		IgnoredXIDs:        slices.Clone(DefaultIgnoredXIDs),
-		HealthInterval:     5 * time.Second,
-		RecoveryQuiet:      5 * time.Minute,
-		KubeletPoll:        500 * time.Millisecond,
-		AllocateWait:       5 * time.Second,
-		MetricsListen:      "127.0.0.1:9400",
+		Domain:              contract.DefaultDomain,
+		APIQPS:              20,
+		APIBurst:            40,
+		DevicePluginDir:     "/var/lib/kubelet/device-plugins/",
+		PodResourcesSocket:  "/var/lib/kubelet/pod-resources/kubelet.sock",
+		MemoryUnitMiB:       contract.DefaultMemoryUnitMiB,
+		Backend:             BackendNVML,
+		IgnoredXIDs:         slices.Clone(DefaultIgnoredXIDs),
+		HealthInterval:      5 * time.Second,
+		RecoveryQuiet:       5 * time.Minute,
+		KubeletPoll:         500 * time.Millisecond,
+		AllocateWait:        5 * time.Second,
+		MetricsListen:       "127.0.0.1:9400",
+		MPSBinary:           "nvidia-cuda-mps-control",
+		MPSRoot:             "/run/rota/mps",
+		MPSContainerPipeDir: "/run/nvidia-mps",
+		LeakInterval:        30 * time.Second,
+		LeakGrace:           2 * time.Minute,
+		ProcRoot:            "/proc",
 	}
 }
 
@@ -142,6 +187,36 @@ func (c Config) Validate() error {
 	}
 	if c.APIQPS <= 0 || c.APIBurst <= 0 {
 		add("api-qps/api-burst", "must be positive (got %g/%d)", c.APIQPS, c.APIBurst)
+	}
+	if c.MPS {
+		for name, p := range map[string]string{"mps-root": c.MPSRoot, "mps-container-pipe-dir": c.MPSContainerPipeDir} {
+			if !filepath.IsAbs(p) {
+				add(name, "%q is not an absolute path", p)
+			}
+		}
+		if c.MPSShmDir != "" && !filepath.IsAbs(c.MPSShmDir) {
+			add("mps-shm-dir", "%q is not an absolute path", c.MPSShmDir)
+		}
+		if c.MPSBinary == "" {
+			add("mps-binary", "is empty; nvidia-cuda-mps-control is the default")
+		}
+	}
+	if p := c.MPSActiveThreadPercentage; p < 0 || p > 100 {
+		add("mps-active-thread-percentage", "%d is not in 0..100 (0 leaves it unset)", p)
+	}
+	if (c.MPSExclusiveMode || c.DeviceNodes) && c.Backend != BackendNVML && c.Backend != BackendMock {
+		add("mps-exclusive-mode/device-nodes", "need the nvml (or mock) backend, not %q", c.Backend)
+	}
+	for _, m := range c.DriverMounts {
+		if !filepath.IsAbs(m) {
+			add("driver-mount", "%q is not an absolute path", m)
+		}
+	}
+	if c.CDIKind != "" && !strings.Contains(c.CDIKind, "/") {
+		add("cdi-kind", "%q is not vendor/class, e.g. nvidia.com/gpu", c.CDIKind)
+	}
+	if c.LeakInterval < 0 || c.LeakGrace < 0 {
+		add("leak-interval/leak-grace", "must not be negative (got %s/%s)", c.LeakInterval, c.LeakGrace)
 	}
 	if c.MetricsListen != "" {
 		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {

@@ -158,7 +158,6 @@ func TestAllocateMPSShareAndWholeGPU(t *testing.T) {
 	}
 }
 
-
 // TestAllocateShareWithoutMPS: MPS configured but the binary missing — the
 // share gets its environment only, and the document says why.
 func TestAllocateShareWithoutMPS(t *testing.T) {

@@ -74,9 +74,30 @@ func parseFlags(fs *flag.FlagSet, args []string) (config.Config, error) {
 	fs.DurationVar(&c.KubeletPoll, "kubelet-poll", c.KubeletPoll, "period of the kubelet socket check (restart detection)")
 	fs.DurationVar(&c.AllocateWait, "allocate-wait", c.AllocateWait, "how long Allocate waits for the pod informer to show the pod")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", c.MetricsListen, "Prometheus listen address; empty disables")
+	fs.BoolVar(&c.MPS, "mps", c.MPS, "run a CUDA MPS control daemon for every GPU that holds memory shares (enforces their memory limit)")
+	fs.StringVar(&c.MPSBinary, "mps-binary", c.MPSBinary, "nvidia-cuda-mps-control, a path or a name in $PATH")
+	fs.StringVar(&c.MPSRoot, "mps-root", c.MPSRoot, "host folder of the MPS daemons' pipe and log folders (mounted at the same path)")
+	fs.StringVar(&c.MPSContainerPipeDir, "mps-container-pipe-dir", c.MPSContainerPipeDir, "where share containers see their GPU's MPS pipe folder")
+	fs.StringVar(&c.MPSShmDir, "mps-shm-dir", c.MPSShmDir, "host folder mounted at /dev/shm in share containers (and the plugin's); empty mounts none")
+	fs.IntVar(&c.MPSActiveThreadPercentage, "mps-active-thread-percentage", c.MPSActiveThreadPercentage, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE for shares, 1..100; 0 leaves it unset")
+	fs.BoolVar(&c.MPSExclusiveMode, "mps-exclusive-mode", c.MPSExclusiveMode, "set EXCLUSIVE_PROCESS compute mode on a GPU while its MPS daemon runs")
+	fs.BoolVar(&c.DeviceNodes, "device-nodes", c.DeviceNodes, "hand /dev/nvidia* device nodes to containers (no NVIDIA runtime needed for them)")
+	var driverMounts, cdiKind string
+	fs.StringVar(&driverMounts, "driver-mounts", "", "comma-separated host paths mounted read-only at the same path in GPU containers")
+	fs.StringVar(&cdiKind, "cdi-kind", "", "name each GPU as the CDI device <kind>=<uuid>, e.g. nvidia.com/gpu; empty disables")
+	fs.DurationVar(&c.LeakInterval, "leak-interval", c.LeakInterval, "period of the leaked GPU memory scan (NVML); 0 disables")
+	fs.DurationVar(&c.LeakGrace, "leak-grace", c.LeakGrace, "how long a process holds GPU memory without an owning pod before it is a leak")
+	fs.BoolVar(&c.HostPID, "host-pid", c.HostPID, "the plugin runs with hostPID: PIDs NVML lists and /proc does not show are leaks")
+	fs.StringVar(&c.ProcRoot, "proc-root", c.ProcRoot, "the /proc to read process owners from")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	for m := range strings.SplitSeq(driverMounts, ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			c.DriverMounts = append(c.DriverMounts, m)
+		}
+	}
+	c.CDIKind = cdiKind
 	c.MemoryUnitMiB = contract.MiB(unit)
 	c.APIQPS = float32(qps)
 	var err error
