@@ -25,6 +25,22 @@
 // ROTA_LOAD_PODS (default 5000 per phase) size it; ROTA_LOAD_PHASE_LIMIT (default 5m)
 // bounds the wait for one phase's binds, and ROTA_LOAD_EXTENDER_ARGS adds
 // rota-extender flags (e.g. "--kube-api-qps=1000 --kube-api-burst=2000").
+//
+// Two knobs measure Rota's queue (queue_test.go), as the chart runs it:
+//
+//   - ROTA_LOAD_QUEUEING=1 adds a phase rotaq after rota: the same GPU pods
+//     with the chart's mutating webhook installed, so every pod is gated at
+//     creation and the queue controller admits it. rota-extender is stopped
+//     while the pods are created, so the whole phase is a backlog that the
+//     queue drains (at most MaxAdmissionsPerPass a pass) while
+//     kube-scheduler binds. It reports the API writes per admitted pod, the
+//     queue controller's share of rota-extender's CPU (from CPU profiles,
+//     kept in bin/load-profiles) and the time between admission passes.
+//   - ROTA_LOAD_GATED=N (in the last round) runs the plain phase again
+//     (plainb), then creates N GPU pods of a team whose quota is used up, so
+//     that they stay queued, and runs the plain phase once more with them
+//     present (plaing): kube-scheduler's pods/s with N queued pods against
+//     without them, and the queue controller's passes with N queued.
 package load
 
 import (
@@ -96,13 +112,23 @@ func TestSchedulingThroughput(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), budget+10*time.Minute)
 	defer cancel()
 	extArgs := strings.Fields(os.Getenv("ROTA_LOAD_EXTENDER_ARGS"))
-	schedCfg := ""
+	// Only GPU pods reach the extender (managedResources), so that the
+	// plain phase is kube-scheduler alone; the harness's default sends
+	// every pod through it, as the chart's scheduler.gpuFreePods does.
+	var schedOpts []extconfig.SchedulerOption
 	if slices.Contains(extArgs, "--filter-best-only") {
 		// Prioritize would score every passed node alike: leave it out.
-		schedCfg = extconfig.SchedulerConfig(harness.ExtenderURLPlaceholder, "{{.Kubeconfig}}", extconfig.WithFilterBestOnly())
+		schedOpts = append(schedOpts, extconfig.WithFilterBestOnly())
+	}
+	schedCfg := extconfig.SchedulerConfig(harness.ExtenderURLPlaceholder, "{{.Kubeconfig}}", schedOpts...)
+	queueing := os.Getenv("ROTA_LOAD_QUEUEING") == "1"
+	gated := envInt("ROTA_LOAD_GATED", 0)
+	if (queueing || gated > 0) && !slices.Contains(extArgs, "--profiling") {
+		// The queue's share of the extender's CPU comes from its profiles.
+		extArgs = append(extArgs, "--profiling")
 	}
 	env, err := harness.Start(ctx, harness.Options{RemoveDir: os.Getenv("ROTA_KEEP_CLUSTER") != "1", Logf: t.Logf,
-		ExtenderArgs: extArgs, SchedulerConfig: schedCfg})
+		ExtenderArgs: extArgs, SchedulerConfig: schedCfg, Quota: loadQuota})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,8 +137,10 @@ func TestSchedulingThroughput(t *testing.T) {
 			t.Logf("stopping: %v", err)
 		}
 	}()
-	if err := env.CreateNamespace(ctx, namespace, ""); err != nil {
-		t.Fatal(err)
+	for ns, team := range map[string]string{namespace: loadTeam, parkedNamespace: parkedTeam, probeNamespace: probeTeam} {
+		if err := env.CreateNamespace(ctx, ns, team); err != nil {
+			t.Fatal(err)
+		}
 	}
 	w := newBindWatch(ctx, t, env)
 	// Nodes without lease renewal: the cluster's own simulator renews every
@@ -134,9 +162,9 @@ func TestSchedulingThroughput(t *testing.T) {
 		}
 		r := round{nodes: size, pods: pods, extArgs: strings.Join(extArgs, " ")}
 		before := scrape(ctx, t, env)
-		r.plain = runPhase(ctx, t, env, w, fmt.Sprintf("plain-%d", size), pods, false)
+		r.plain = runPhase(ctx, t, env, w, fmt.Sprintf("plain-%d", size), pods, phaseOpts{})
 		mid := scrape(ctx, t, env)
-		r.rota = runPhase(ctx, t, env, w, fmt.Sprintf("rota-%d", size), pods, true)
+		r.rota = runPhase(ctx, t, env, w, fmt.Sprintf("rota-%d", size), pods, phaseOpts{gpu: true})
 		after := scrape(ctx, t, env)
 		if n := after.count("filter") - mid.count("filter"); n == 0 {
 			t.Errorf("%d nodes: the extender answered no filter call for GPU pods", size)
@@ -149,11 +177,32 @@ func TestSchedulingThroughput(t *testing.T) {
 			r.latency[verb] = [2]float64{after.quantile(mid, verb, 0.5), after.quantile(mid, verb, 0.99)}
 		}
 		r.extRSS, r.admRSS = vmHWM(env.Extender.PID()), vmHWM(env.Admission.PID())
+		if queueing {
+			q := runQueued(ctx, t, env, w, size, pods, extArgs)
+			r.queue = &q
+		}
+		last := i == len(sizes)-1 || time.Since(began) > budget/3
+		if gated > 0 && last {
+			g := runGated(ctx, t, env, w, size, pods, gated, extArgs)
+			r.gated = &g
+		}
 		rounds = append(rounds, r)
 		t.Log(r.String())
+		if r.queue != nil {
+			t.Log(r.queue.String(r))
+		}
+		if r.gated != nil {
+			t.Log(r.gated.String())
+		}
 	}
 	for _, r := range rounds {
 		fmt.Println("LOAD SUMMARY: " + r.String())
+		if r.queue != nil {
+			fmt.Println("LOAD SUMMARY (queue): " + r.queue.String(r))
+		}
+		if r.gated != nil {
+			fmt.Println("LOAD SUMMARY (queued pods present): " + r.gated.String())
+		}
 	}
 	if len(rounds) == 0 {
 		t.Fatal("no round ran")
@@ -172,6 +221,11 @@ type phaseResult struct {
 	// kube-scheduler's start to the phase's last bind; on a machine with few
 	// cores the throughput is bounded by the sum.
 	cpu map[string]float64
+	// profile is rota-extender's CPU profile over the phase (phaseOpts.profile).
+	profile *cpuProfile
+	// passes are the queue controller's admission passes seen in the phase
+	// (phaseOpts.profile, with queueing on).
+	passes passTimes
 }
 
 // perPod formats counts per bound pod, times scale: the total first, then
@@ -201,6 +255,8 @@ type round struct {
 	nodes, pods    int
 	extArgs        string
 	plain, rota    phaseResult
+	queue          *queueResult
+	gated          *gatedResult
 	latency        map[string][2]float64 // verb -> p50, p99 seconds
 	extRSS, admRSS int64                 // KiB
 }
@@ -313,14 +369,80 @@ func jsonPatch(key, value string) ([]byte, error) {
 	return fmt.Appendf(nil, `{"metadata":{"annotations":{%s:%s}}}`, strconv.Quote(key), strconv.Quote(value)), nil
 }
 
+// phaseOpts say what a phase creates and measures.
+type phaseOpts struct {
+	// gpu: the pods ask for GPUs (loadPod).
+	gpu bool
+	// backlog stops rota-extender while the pods are created and starts it
+	// after kube-scheduler, so that the queue controller meets every pod of
+	// the phase queued (with queueing on).
+	backlog bool
+	// profile takes rota-extender's CPU profile and the queue's passes over
+	// the phase.
+	profile bool
+}
+
 // runPhase stops kube-scheduler, creates n pods of the phase in bursts,
 // starts kube-scheduler and waits for them to bind.
-func runPhase(ctx context.Context, t *testing.T, env *harness.Env, w *bindWatch, phase string, n int, gpu bool) phaseResult {
+func runPhase(ctx context.Context, t *testing.T, env *harness.Env, w *bindWatch, phase string, n int, o phaseOpts) phaseResult {
 	t.Helper()
 	if err := env.Cluster.StopScheduler(); err != nil {
 		t.Fatal(err)
 	}
+	if o.backlog {
+		if err := env.Extender.Stop(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
 	created := time.Now()
+	createPods(ctx, t, phase, n, func(i int) *corev1.Pod { return loadPod(env, phase, i, o.gpu) }, env)
+	createRate := float64(n) / time.Since(created).Seconds()
+	w.setExpect(phase, n)
+	started := time.Now()
+	cpu0, req0 := cpuTimes(env), apiRequests(ctx, t, env)
+	if err := env.Cluster.StartScheduler(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if o.backlog {
+		if err := env.StartExtender(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The extender's CPU counts from here: its start (informers
+		// listing every node and pod) is not the queue's work.
+		for k, v := range cpuTimes(env) {
+			if k == "rota-extender" {
+				cpu0[k] = v
+			}
+		}
+	}
+	var prof *profiler
+	if o.profile {
+		prof = startProfiler(ctx, t, env, phase)
+	}
+	limit := 5 * time.Minute
+	if d, err := time.ParseDuration(os.Getenv("ROTA_LOAD_PHASE_LIMIT")); err == nil {
+		limit = d
+	}
+	res := w.wait(ctx, phase, limit)
+	res.createRate = createRate
+	// kube-scheduler was not running at the start: it counts from 0.
+	res.cpu, res.requests = since(cpu0, cpuTimes(env)), since(req0, apiRequests(ctx, t, env))
+	if prof != nil {
+		res.profile, res.passes = prof.stop(ctx, t)
+	}
+	if res.bound < n {
+		t.Errorf("phase %s: %d of %d pods bound within %s of kube-scheduler's start", phase, res.bound, n, limit)
+	}
+	load, _ := os.ReadFile("/proc/loadavg")
+	t.Logf("phase %s: %d pods created at %.0f/s; %d bound at %.1f pods/s (first bind %.1fs after kube-scheduler started); load average %s",
+		phase, n, createRate, res.bound, res.rate, w.first(phase).Sub(started).Seconds(), strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "))
+	return res
+}
+
+// createPods creates pods pod(0) .. pod(n-1) with workers in parallel, in
+// bursts of burst.
+func createPods(ctx context.Context, t *testing.T, what string, n int, pod func(i int) *corev1.Pod, env *harness.Env) {
+	t.Helper()
 	for start := 0; start < n; start += burst {
 		var wg sync.WaitGroup
 		idx := make(chan int)
@@ -328,7 +450,7 @@ func runPhase(ctx context.Context, t *testing.T, env *harness.Env, w *bindWatch,
 		for range workers {
 			wg.Go(func() {
 				for i := range idx {
-					if _, err := env.CreatePod(ctx, loadPod(env, phase, i, gpu)); err != nil {
+					if _, err := env.CreatePod(ctx, pod(i)); err != nil {
 						select {
 						case errs <- err:
 						default:
@@ -344,31 +466,10 @@ func runPhase(ctx context.Context, t *testing.T, env *harness.Env, w *bindWatch,
 		wg.Wait()
 		select {
 		case err := <-errs:
-			t.Fatalf("phase %s: %v", phase, err)
+			t.Fatalf("%s: %v", what, err)
 		default:
 		}
 	}
-	createRate := float64(n) / time.Since(created).Seconds()
-	w.setExpect(phase, n)
-	started := time.Now()
-	cpu0, req0 := cpuTimes(env), apiRequests(ctx, t, env)
-	if err := env.Cluster.StartScheduler(ctx); err != nil {
-		t.Fatal(err)
-	}
-	limit := 5 * time.Minute
-	if d, err := time.ParseDuration(os.Getenv("ROTA_LOAD_PHASE_LIMIT")); err == nil {
-		limit = d
-	}
-	res := w.wait(ctx, phase, limit)
-	res.createRate = createRate
-	// kube-scheduler was not running at the start: it counts from 0.
-	res.cpu, res.requests = since(cpu0, cpuTimes(env)), since(req0, apiRequests(ctx, t, env))
-	if res.bound < n {
-		t.Errorf("phase %s: %d of %d pods bound within %s of kube-scheduler's start", phase, res.bound, n, limit)
-	}
-	t.Logf("phase %s: %d pods created at %.0f/s; %d bound at %.1f pods/s (first bind %.1fs after kube-scheduler started)",
-		phase, n, createRate, res.bound, res.rate, w.first(phase).Sub(started).Seconds())
-	return res
 }
 
 // loadPod is pod i of a phase: GPU-free (100m CPU) or, for Rota, a mix of
