@@ -49,11 +49,11 @@ func (ni *NodeInfo) FreeMiB(s int) MiB {
 	return max(g.MemoryMiB-u.UsedMiB, 0)
 }
 
-// Idle reports whether the GPU at slot s is healthy and holds no allocation,
-// so a pod may own it whole.
+// Idle reports whether the GPU at slot s is healthy and holds no allocation
+// and no leaked memory, so a pod may own it whole.
 func (ni *NodeInfo) Idle(s int) bool {
-	u := &ni.Use[s]
-	return u.Pods == 0 && !u.Exclusive && u.UsedMiB == 0 && ni.Node.GPUs[s].Healthy
+	u, g := &ni.Use[s], &ni.Node.GPUs[s]
+	return u.Pods == 0 && !u.Exclusive && u.UsedMiB == 0 && g.Healthy && g.LeakedMiB == 0
 }
 
 // IdleGPUs counts the GPUs a whole-GPU pod could take now.

@@ -44,3 +44,19 @@ func TestFitHeldRoom(t *testing.T) {
 		t.Errorf("an outsider counts %d slots on a fully held node", n)
 	}
 }
+
+// A GPU with leaked memory (published by the device plugin) is never given
+// whole; shares still fit into what is left.
+func TestFitLeakedGPU(t *testing.T) {
+	n := topology.FromSpec(topology.Spec{Name: "n1", Model: "H100", Count: 1, MemoryMiB: 81920})
+	n.GPUs[0].MemoryMiB, n.GPUs[0].LeakedMiB = 81920-4096, 4096
+	l := ledger.New()
+	l.UpsertNode(n)
+	ni := l.Snapshot().Node("n1")
+	if _, reason := placement.Fit(placement.Request{GPUs: 1}, ni); reason == nil {
+		t.Fatal("a whole-GPU pod was placed on a GPU with leaked memory")
+	}
+	if _, reason := placement.Fit(placement.Request{MemoryUnits: 8}, ni); reason != nil {
+		t.Fatalf("a share does not fit the rest of a leaky GPU: %s", reason.Message())
+	}
+}

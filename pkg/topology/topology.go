@@ -25,6 +25,10 @@ type GPU struct {
 	Peers     []int
 	Healthy   bool
 	Reason    string // why unhealthy, e.g. "XID 79"
+	// LeakedMiB is memory held by processes of no live pod (the device
+	// plugin publishes MemoryMiB lowered by it): such a GPU is never idle,
+	// so no whole-GPU pod is placed on it.
+	LeakedMiB MiB
 }
 
 // Node is one GPU node. Values of Node are never modified after New.
@@ -68,7 +72,7 @@ func New(name string, labels map[string]string, keys Labels, t contract.Topology
 		n.GPUs = append(n.GPUs, GPU{
 			Index: g.Index, UUID: g.UUID, Model: g.Model, MemoryMiB: g.MemoryMiB,
 			NUMA: g.NUMA, Island: g.Island, Peers: slices.Clone(g.Peers),
-			Healthy: g.Health == contract.Healthy, Reason: g.Reason,
+			Healthy: g.Health == contract.Healthy, Reason: g.Reason, LeakedMiB: g.LeakedMiB,
 		})
 	}
 	slices.SortFunc(n.GPUs, func(a, b GPU) int { return cmp.Compare(a.Index, b.Index) })
@@ -135,7 +139,7 @@ func (n *Node) Document() contract.Topology {
 		}
 		t.GPUs = append(t.GPUs, contract.TopologyGPU{
 			Index: g.Index, UUID: g.UUID, Model: g.Model, MemoryMiB: g.MemoryMiB,
-			NUMA: g.NUMA, Island: g.Island, Peers: slices.Clone(g.Peers), Health: h, Reason: g.Reason,
+			NUMA: g.NUMA, Island: g.Island, Peers: slices.Clone(g.Peers), Health: h, Reason: g.Reason, LeakedMiB: g.LeakedMiB,
 		})
 	}
 	return t
