@@ -30,7 +30,8 @@ func PodTransform(names contract.Names) cache.TransformFunc {
 	labels := []string{names.GangLabel, names.PodGroupLabel, names.PreemptibleLabel, names.TeamLabel, names.RemediationLabel}
 	annotations := []string{names.AssignmentAnnotation, names.GangSizeAnnotation,
 		names.CheckpointSignalAnnotation, names.CheckpointGraceAnnotation,
-		names.AdmissionAnnotation, names.GPUModelsAnnotation, names.MaxRuntimeAnnotation, names.ReservationAnnotation}
+		names.AdmissionAnnotation, names.GPUModelsAnnotation, names.MaxRuntimeAnnotation, names.ReservationAnnotation,
+		names.ShareWithoutMPSAnnotation}
 	resources := []corev1.ResourceName{corev1.ResourceName(names.GPU), corev1.ResourceName(names.GPUMemory)}
 	requests := &nodeRequests{}
 	constraints := &placementConstraints{}

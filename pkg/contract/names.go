@@ -113,6 +113,11 @@ type Names struct {
 	// "90m"); Rota writes it into activeDeadlineSeconds at admission and uses
 	// it to plan reservations and backfill.
 	MaxRuntimeAnnotation string
+	// ShareWithoutMPSAnnotation on a Pod ("true") lets its memory share be
+	// placed on a node whose device plugin cannot run CUDA MPS (the
+	// topology's mps.available false), where the share's memory limit is
+	// not enforced.
+	ShareWithoutMPSAnnotation string
 	// ReservationAnnotation on the pods of a queued job is the queue
 	// controller's reservation record (JSON Reservation document).
 	ReservationAnnotation string
@@ -182,14 +187,15 @@ func NewNames(domain string) (Names, error) {
 		QuarantineAnnotation:       domain + "/quarantine",
 		QuarantineTaint:            domain + "/quarantined",
 
-		QueueGate:             domain + "/queue",
-		QueuedCondition:       domain + "/Queued",
-		AdmissionAnnotation:   domain + "/admission",
-		QueueingLabel:         domain + "/queueing",
-		GPUModelsAnnotation:   domain + "/gpu-models",
-		MaxRuntimeAnnotation:  domain + "/max-runtime",
-		LeaderLabel:           domain + "/extender-leader",
-		ReservationAnnotation: domain + "/reservation",
+		QueueGate:                 domain + "/queue",
+		QueuedCondition:           domain + "/Queued",
+		AdmissionAnnotation:       domain + "/admission",
+		QueueingLabel:             domain + "/queueing",
+		GPUModelsAnnotation:       domain + "/gpu-models",
+		MaxRuntimeAnnotation:      domain + "/max-runtime",
+		LeaderLabel:               domain + "/extender-leader",
+		ReservationAnnotation:     domain + "/reservation",
+		ShareWithoutMPSAnnotation: domain + "/share-without-mps",
 	}, nil
 }
 

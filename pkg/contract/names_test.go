@@ -54,7 +54,7 @@ func TestNewNames(t *testing.T) {
 				CheckpointSignalAnnotation: d + "/checkpoint-signal", CheckpointGraceAnnotation: d + "/checkpoint-grace",
 				QuarantineAnnotation: d + "/quarantine", QuarantineTaint: d + "/quarantined",
 				QueueGate: d + "/queue", QueuedCondition: d + "/Queued", AdmissionAnnotation: d + "/admission",
-				QueueingLabel: d + "/queueing", GPUModelsAnnotation: d + "/gpu-models", MaxRuntimeAnnotation: d + "/max-runtime", ReservationAnnotation: d + "/reservation",
+				QueueingLabel: d + "/queueing", GPUModelsAnnotation: d + "/gpu-models", MaxRuntimeAnnotation: d + "/max-runtime", ReservationAnnotation: d + "/reservation", ShareWithoutMPSAnnotation: d + "/share-without-mps",
 				LeaderLabel: d + "/extender-leader"}
 			if n != want {
 				t.Errorf("NewNames(%q) = %+v, want %+v", tc.giveDomain, n, want)

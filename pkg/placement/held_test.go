@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/placement"
 	"github.com/rota-sched/rota/pkg/topology"
@@ -58,5 +59,25 @@ func TestFitLeakedGPU(t *testing.T) {
 	}
 	if _, reason := placement.Fit(placement.Request{MemoryUnits: 8}, ni); reason != nil {
 		t.Fatalf("a share does not fit the rest of a leaky GPU: %s", reason.Message())
+	}
+}
+
+// A node whose device plugin cannot run CUDA MPS takes memory shares only
+// from pods that accept an unenforced limit; whole GPUs are not affected.
+func TestFitShareNeedsMPS(t *testing.T) {
+	n := topology.FromSpec(topology.Spec{Name: "n1", Model: "H100", Count: 2, MemoryMiB: 81920})
+	n.MPS = &contract.TopologyMPS{Available: false, Reason: "nvidia-cuda-mps-control not found"}
+	l := ledger.New()
+	l.UpsertNode(n)
+	ni := l.Snapshot().Node("n1")
+	_, reason := placement.Fit(placement.Request{MemoryUnits: 8}, ni)
+	if reason == nil || reason.Code != placement.NoMPS || !strings.Contains(reason.Message(), "not found") {
+		t.Fatalf("a share on a node without MPS: %v", reason)
+	}
+	if _, reason := placement.Fit(placement.Request{MemoryUnits: 8, ShareWithoutMPS: true}, ni); reason != nil {
+		t.Fatalf("an opted-in share was refused: %s", reason.Message())
+	}
+	if _, reason := placement.Fit(placement.Request{GPUs: 1}, ni); reason != nil {
+		t.Fatalf("a whole GPU was refused for want of MPS: %s", reason.Message())
 	}
 }

@@ -29,6 +29,9 @@ const (
 	// Held: the room is held for a queued job (a reservation) and the pod
 	// does not end before that job's expected start.
 	Held Code = "Held"
+	// NoMPS: the node cannot enforce a memory share's limit (no CUDA MPS)
+	// and the pod did not opt in.
+	NoMPS Code = "NoMPS"
 )
 
 // Reason says why a request does not fit a node, in data; Message formats it
@@ -90,6 +93,13 @@ func (r *Reason) Message() string {
 		return "node has not published its GPU topology yet"
 	case Held:
 		return heldMessage(r.Claim, r.Ends)
+	case NoMPS:
+		why := ""
+		if r.Health != "" {
+			why = " (" + r.Health + ")"
+		}
+		return "node cannot enforce a memory share's limit: CUDA MPS is not available" + why +
+			`; annotate the pod <domain>/share-without-mps: "true" to accept a share whose limit is not enforced`
 	}
 	return string(r.Code)
 }

@@ -41,6 +41,9 @@ type Request struct {
 	// that end by its expected start (ledger.Claim).
 	Job  string
 	Ends time.Time
+	// ShareWithoutMPS lets a memory share go to a node whose device plugin
+	// cannot run CUDA MPS (its limit then is not enforced).
+	ShareWithoutMPS bool
 }
 
 // GPUFree reports whether the request asks for no GPU at all.

@@ -103,11 +103,12 @@ func FromPod(pod *corev1.Pod, o Options) (placement.Request, error) {
 		return placement.Request{}, vs[0]
 	}
 	r := placement.Request{
-		UID:         string(pod.UID),
-		Pod:         pod.Namespace + "/" + pod.Name,
-		GPUs:        int(amount(pod, corev1.ResourceName(o.Names.GPU))),
-		MemoryUnits: amount(pod, corev1.ResourceName(o.Names.GPUMemory)),
-		Preemptible: Preemptible(pod, o.Names),
+		UID:             string(pod.UID),
+		Pod:             pod.Namespace + "/" + pod.Name,
+		GPUs:            int(amount(pod, corev1.ResourceName(o.Names.GPU))),
+		MemoryUnits:     amount(pod, corev1.ResourceName(o.Names.GPUMemory)),
+		Preemptible:     Preemptible(pod, o.Names),
+		ShareWithoutMPS: strings.EqualFold(pod.Annotations[o.Names.ShareWithoutMPSAnnotation], "true"),
 	}
 	r.CPUMilli, r.HostMemoryMiB = NodeResources(pod)
 	if pod.Spec.Priority != nil {

@@ -46,6 +46,10 @@ type Node struct {
 	// extender leaves them to kube-scheduler's own NodeResourcesFit.
 	CPUMilli      int64
 	HostMemoryMiB MiB
+	// MPS is the device plugin's CUDA MPS state (nil: not managed, nothing
+	// said); a node with MPS unavailable takes memory shares only from pods
+	// that opt in (placement.Request.ShareWithoutMPS).
+	MPS *contract.TopologyMPS
 }
 
 // Labels says which node labels give the topology tiers, narrowest first.
@@ -61,6 +65,10 @@ func DefaultLabels(n contract.Names) Labels {
 // New builds a Node from its name, labels and parsed topology document.
 func New(name string, labels map[string]string, keys Labels, t contract.Topology) *Node {
 	n := &Node{Name: name, MemoryUnitMiB: t.MemoryUnitMiB}
+	if t.MPS != nil {
+		m := *t.MPS
+		n.MPS = &m
+	}
 	if n.MemoryUnitMiB <= 0 {
 		n.MemoryUnitMiB = contract.DefaultMemoryUnitMiB
 	}
@@ -132,6 +140,10 @@ func (n *Node) Tier(i int) string {
 // and the device plugin's fake backend).
 func (n *Node) Document() contract.Topology {
 	t := contract.Topology{Version: contract.Version, MemoryUnitMiB: n.MemoryUnitMiB}
+	if n.MPS != nil {
+		m := *n.MPS
+		t.MPS = &m
+	}
 	for _, g := range n.GPUs {
 		h := contract.Healthy
 		if !g.Healthy {
