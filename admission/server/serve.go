@@ -45,7 +45,7 @@ func Run(ctx context.Context, cfg config.Config, ready chan<- net.Addr) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	app, err := NewApp(cfg, client, reg)
+	app, err := NewApp(cfg, client, reg) //nolint:contextcheck // informer handlers get no context; they log through Start's (App.ctx)
 	if err != nil {
 		return err
 	}

@@ -189,9 +189,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.o.Metrics.latency.WithLabelValues(outcome).Observe(h.o.Now().Sub(start).Seconds())
 	}
 	if res.reason != reasonNoGPU && res.reason != reasonNotPod {
-		logger.V(4).Info("Admission", keyPod, klog.KRef(req.Namespace, req.Name), keyUID, req.UID,
-			keyOperation, req.Operation, keyTeam, res.team, keyAllowed, res.allowed, keyReason, res.reason, keyMessage, res.message,
-			keyMutating, h.mutate)
+		logger.V(4).Info("Admission", "pod", klog.KRef(req.Namespace, req.Name), "uid", req.UID,
+			"operation", req.Operation, "team", res.team, "allowed", res.allowed, "reason", res.reason, "message", res.message,
+			"mutating", h.mutate)
 	}
 }
 

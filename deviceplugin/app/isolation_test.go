@@ -45,9 +45,14 @@ func TestMPSAndLeaksEndToEnd(t *testing.T) {
 	}
 	procRoot := t.TempDir()
 	dir := filepath.Join(procRoot, "500")
-	os.MkdirAll(dir, 0o755)
-	os.WriteFile(filepath.Join(dir, "comm"), []byte("python\n"), 0o644)
-	os.WriteFile(filepath.Join(dir, "cgroup"), []byte("0::/kubepods/burstable/pod0d3c5b7e-3333-4a2b-9c3d-cccccccccccc/ctr\n"), 0o644)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string]string{"comm": "python\n", "cgroup": "0::/kubepods/burstable/pod0d3c5b7e-3333-4a2b-9c3d-cccccccccccc/ctr\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	r := start(t, func(c *config.Config) {
 		c.MPS, c.MPSBinary, c.MPSRoot = true, self, root
 		c.LeakInterval, c.LeakGrace, c.HostPID, c.ProcRoot = 20*time.Millisecond, 0, true, procRoot

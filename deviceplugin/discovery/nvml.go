@@ -59,7 +59,7 @@ func NewNVML(lib Library) (*NVML, error) {
 	}
 	n := &NVML{lib: lib}
 	if err := n.discover(); err != nil {
-		lib.Shutdown()
+		_ = lib.Shutdown() // the discovery error is the one to report
 		return nil, err
 	}
 	return n, nil
@@ -131,7 +131,7 @@ func (n *NVML) Watch(ctx context.Context, emit func(Event)) error {
 	if ret != nvml.SUCCESS {
 		return fmt.Errorf("nvml event set: %w", nvmlErr(ret))
 	}
-	defer set.Free()
+	defer func() { _ = set.Free() }()
 	registered := 0
 	for i, d := range n.devs {
 		ret := d.RegisterEvents(watchedEvents, set)

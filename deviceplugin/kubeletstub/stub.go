@@ -165,7 +165,7 @@ func (s *Stub) Register(_ context.Context, r *pluginapi.RegisterRequest) (*plugi
 	s.registrations = append(s.registrations, Registration{Resource: r.ResourceName, Endpoint: r.Endpoint, Options: p.opts, At: time.Now()})
 	s.notifyLocked()
 	s.mu.Unlock()
-	go s.watch(ctx, p)
+	go s.watch(ctx, p) //nolint:contextcheck // the plugin connection outlives this RPC, as the kubelet's does
 	return &pluginapi.Empty{}, nil
 }
 

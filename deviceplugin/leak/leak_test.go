@@ -22,8 +22,11 @@ func proc(t *testing.T, root string, pid int, comm, cgroup string) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(dir, "comm"), []byte(comm+"\n"), 0o644)
-	os.WriteFile(filepath.Join(dir, "cgroup"), []byte(cgroup+"\n"), 0o644)
+	for name, data := range map[string]string{"comm": comm, "cgroup": cgroup} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 const (

@@ -69,14 +69,14 @@ func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_
 func (p *Plugin) GetPreferredAllocation(ctx context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
 	logger := klog.FromContext(ctx)
 	if err := p.checkPreferred(req); err != nil {
-		logger.Info("Malformed GetPreferredAllocation refused", "resource", p.resource, "err", err.Error())
+		logger.Error(err, "Malformed GetPreferredAllocation refused", "resource", p.resource)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	resp := &pluginapi.PreferredAllocationResponse{}
 	for _, cr := range req.ContainerRequests {
 		pref, err := p.matcher.Preferred(ctx, p.kind, cr.AvailableDeviceIDs, cr.MustIncludeDeviceIDs, int(cr.AllocationSize), p.wait)
 		if err != nil {
-			logger.Info("No preferred allocation", "resource", p.resource, "size", cr.AllocationSize, "err", err.Error())
+			logger.Error(err, "No preferred allocation", "resource", p.resource, "size", cr.AllocationSize)
 			return nil, status.Error(codes.FailedPrecondition, err.Error())
 		}
 		switch {
@@ -101,7 +101,7 @@ func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 	start := time.Now()
 	if err := p.checkAllocate(req); err != nil {
 		p.metrics.Allocate(p.resource, time.Since(start), "invalid")
-		logger.Info("Malformed Allocate refused", "resource", p.resource, "err", err.Error())
+		logger.Error(err, "Malformed Allocate refused", "resource", p.resource)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	resp := &pluginapi.AllocateResponse{}
@@ -122,7 +122,7 @@ func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 				reason = "ambiguous"
 			}
 			p.metrics.Allocate(p.resource, time.Since(start), reason)
-			logger.Info("Allocate refused", "resource", p.resource, "devices", cr.DevicesIds, "err", err.Error())
+			logger.Error(err, "Allocate refused", "resource", p.resource, "devices", cr.DevicesIds)
 			return nil, status.Error(codes.FailedPrecondition, err.Error())
 		}
 		kv := []any{"resource", p.resource, "pod", g.Pod, "container", g.Container,

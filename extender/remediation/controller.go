@@ -20,7 +20,6 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
-	"github.com/rota-sched/rota/extender/logkey"
 	"github.com/rota-sched/rota/extender/state"
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/podreq"
@@ -365,7 +364,7 @@ func (c *Controller) observe(ctx context.Context, node *corev1.Node, now time.Ti
 	var faults []remediation.Fault
 	var newQuarantine []remediation.Target
 	changed := false
-	logger := func() klog.Logger { return klog.LoggerWithValues(klog.FromContext(ctx), logkey.Node, klog.KObj(node)) }
+	logger := func() klog.Logger { return klog.LoggerWithValues(klog.FromContext(ctx), "node", klog.KObj(node)) }
 	c.mu.Lock()
 	for _, ob := range o {
 		changed = c.recovery.Observe(ob.t, ob.ok, now) || changed
@@ -494,8 +493,8 @@ func (c *Controller) remediate(ctx context.Context, f remediation.Fault, now tim
 }
 
 func (c *Controller) act(ctx context.Context, f remediation.Fault, d remediation.Decision, now time.Time) {
-	logger := klog.LoggerWithValues(klog.FromContext(ctx), logkey.Pod, klog.KRef(d.Pod.Namespace, d.Pod.Name),
-		logkey.Node, d.Pod.Node, "action", d.Action, "cause", f.Cause)
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pod", klog.KRef(d.Pod.Namespace, d.Pod.Name),
+		"node", d.Pod.Node, "action", d.Action, "cause", f.Cause)
 	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: d.Pod.Namespace, Name: d.Pod.Name, UID: types.UID(d.Pod.UID)}
 	uid := types.UID(d.Pod.UID)
 	grace := c.grace(d.Pod)

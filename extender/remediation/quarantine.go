@@ -10,7 +10,6 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
-	"github.com/rota-sched/rota/extender/logkey"
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/remediation"
 )
@@ -18,7 +17,7 @@ import (
 // quarantined reports a new quarantine and, in on mode, writes it to the
 // Node (annotation, and the taint for a whole node).
 func (c *Controller) quarantined(ctx context.Context, t remediation.Target, why string) {
-	logger := klog.LoggerWithValues(klog.FromContext(ctx), logkey.Node, t.Node)
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "node", t.Node)
 	ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: t.Node}
 	if c.cfg.Mode != remediation.On {
 		c.mu.Lock()
@@ -114,7 +113,7 @@ func (c *Controller) restoreQuarantine(ctx context.Context, node *corev1.Node, n
 	}
 	c.mu.Unlock()
 	if added {
-		klog.FromContext(ctx).V(2).Info("Quarantine restored from the Node", logkey.Node, klog.KObj(node), "value", v)
+		klog.FromContext(ctx).V(2).Info("Quarantine restored from the Node", "node", klog.KObj(node), "value", v)
 		c.reapply(node.Name)
 	}
 }
@@ -129,7 +128,7 @@ func (c *Controller) release(ctx context.Context, node *corev1.Node) bool {
 		c.mu.Unlock()
 		return false
 	}
-	logger := klog.LoggerWithValues(klog.FromContext(ctx), logkey.Node, klog.KObj(node))
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "node", klog.KObj(node))
 	c.mu.Lock()
 	// One release per written annotation: until the informer delivers the
 	// Node without it (or forever in dry-run, where it is not cleared), the

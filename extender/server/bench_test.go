@@ -71,7 +71,7 @@ func realisticPod(i int, nodeName string, uuids []string) *corev1.Pod {
 			Annotations:     map[string]string{"kubectl.kubernetes.io/last-applied-configuration": string(bytes.Repeat([]byte("x"), 600))},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: name, UID: "owner"}},
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager", Operation: "Update",
-				FieldsV1: &metav1.FieldsV1{Raw: bytes.Repeat([]byte(`{"f:spec":{}}`), 40)}}},
+				FieldsV1: metav1.NewFieldsV1(string(bytes.Repeat([]byte(`{"f:spec":{}}`), 40)))}},
 		},
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{

@@ -6,8 +6,6 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
-
-	"github.com/rota-sched/rota/extender/logkey"
 )
 
 // gate refuses the verb while Options.Serving says this replica may not
@@ -32,7 +30,7 @@ func (s *Server) gate(verb string, h httprouter.Handle) httprouter.Handle {
 		if s.o.Metrics != nil {
 			s.o.Metrics.Decisions.WithLabelValues(verb, "error", "Standby").Inc()
 		}
-		s.o.Logger.V(2).Info("Verb refused", logkey.Verb, verb, logkey.Reason, err.Error())
+		s.o.Logger.V(2).Info("Verb refused", "verb", verb, "err", err)
 		w.Header().Set("Connection", "close")
 		switch verb {
 		case "filter":

@@ -39,7 +39,6 @@ import (
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
-	"github.com/rota-sched/rota/extender/logkey"
 	"github.com/rota-sched/rota/extender/metrics"
 	"github.com/rota-sched/rota/extender/scheduling"
 	"github.com/rota-sched/rota/extender/ui"
@@ -161,7 +160,7 @@ func (s *Server) VerbsHandler() http.Handler { return s.verbsRouter }
 func (s *Server) OpsHandler() http.Handler { return s.opsRouter }
 
 func (s *Server) ctx(r *http.Request, verb string) context.Context {
-	return klog.NewContext(r.Context(), klog.LoggerWithValues(s.o.Logger, logkey.Verb, verb))
+	return klog.NewContext(r.Context(), klog.LoggerWithValues(s.o.Logger, "verb", verb))
 }
 
 func (s *Server) observe(verb string, start time.Time) {
@@ -188,7 +187,7 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, verb string, v a
 	if s.o.Metrics != nil {
 		s.o.Metrics.HTTPErrors.WithLabelValues(verb, kind).Inc()
 	}
-	klog.FromContext(r.Context()).V(2).Info("Bad extender request", logkey.Verb, verb, "err", err.Error())
+	klog.FromContext(r.Context()).V(2).Info("Bad extender request", "verb", verb, "err", err)
 	return err
 }
 
@@ -320,7 +319,7 @@ func (s *Server) Run(ctx context.Context, h HTTP, ready chan<- net.Addr) error {
 			IdleTimeout:       2 * time.Minute,
 			// Refused handshakes (no or a foreign client certificate) are
 			// logged here, in the process's log format.
-			ErrorLog: klog.NewStandardLogger("WARNING"),
+			ErrorLog: klog.NewStandardLogger("WARNING"), //nolint:logcheck // net/http takes a *log.Logger, not a logr.Logger
 			// In-flight calls outlive the shutdown signal; Shutdown bounds them.
 			BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 		}
@@ -390,7 +389,7 @@ func (s *Server) Run(ctx context.Context, h HTTP, ready chan<- net.Addr) error {
 	case <-ctx.Done():
 	}
 	logger.Info("Shutting down the HTTP servers")
-	sctx, cancel := context.WithTimeout(context.Background(), h.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.ShutdownTimeout)
 	defer cancel()
 	var errs []error
 	for _, l := range ls {

@@ -282,7 +282,7 @@ func TestCertificatesReloaded(t *testing.T) {
 		defer resp.Body.Close()
 		var out extenderv1.ExtenderFilterResult
 		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("answer %d: %v", resp.StatusCode, err)
+			return fmt.Errorf("answer %d: %w", resp.StatusCode, err)
 		}
 		<-stub.calls
 		return nil

@@ -588,7 +588,7 @@ func (c *Cluster) waitReady(ctx context.Context, p *Process, ready func(context.
 		case <-p.Exited():
 			return p.ExitError()
 		case <-ctx.Done():
-			return fmt.Errorf("%s not ready after %s: %w (last check: %v)\n%s",
+			return fmt.Errorf("%s not ready after %s: %w (last check: %w)\n%s",
 				p.Name, time.Since(began).Round(time.Second), ctx.Err(), last, p.LogTail(30))
 		case <-tick.C:
 		}

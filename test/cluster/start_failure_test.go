@@ -14,7 +14,7 @@ import (
 func TestStartReportsAPIServerFailure(t *testing.T) {
 	c, err := cluster.Start(t.Context(), cluster.Options{Dir: t.TempDir(), APIServerArgs: []string{"--no-such-flag"}})
 	if err == nil {
-		c.Stop()
+		_ = c.Stop()
 		t.Fatal("Start succeeded with a bad API server flag")
 	}
 	if !strings.Contains(err.Error(), "kube-apiserver exited") || !strings.Contains(err.Error(), "no-such-flag") {

@@ -177,9 +177,8 @@ func (d *demo) createFleet(ctx context.Context) error {
 // and adds the training gang and the interns' pods on the way.
 func (d *demo) replay(ctx context.Context, replay time.Duration) error {
 	type event struct {
-		at  time.Duration
-		do  func()
-		why string
+		at time.Duration
+		do func()
 	}
 	var evs []event
 	for _, r := range d.rows {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/csv"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -19,17 +20,16 @@ import (
 
 // traceRow is one pod of the openb trace.
 type traceRow struct {
-	Name                 string
-	CPUMilli, MemoryMiB  int64
-	NumGPU, GPUMilli     int64
-	Creation, Deletion   int64 // seconds from the trace start; Deletion 0: never
-	HasDeletion          bool
-	Kind                 string // "cpu", "share" or "whole"
-	Model                string // for shares: the model whose memory the share is of
-	Units                int64  // for shares: gpu-memory units
-	CreateAt, DeleteAt   time.Duration
-	DeleteDuringReplay   bool
-	createdAt, deletedAt time.Time
+	Name                string
+	CPUMilli, MemoryMiB int64
+	NumGPU, GPUMilli    int64
+	Creation, Deletion  int64 // seconds from the trace start; Deletion 0: never
+	HasDeletion         bool
+	Kind                string // "cpu", "share" or "whole"
+	Model               string // for shares: the model whose memory the share is of
+	Units               int64  // for shares: gpu-memory units
+	CreateAt, DeleteAt  time.Duration
+	DeleteDuringReplay  bool
 }
 
 // readTrace reads the openb pod list (header required).
@@ -56,7 +56,7 @@ func readTrace(path string) ([]*traceRow, error) {
 	var out []*traceRow
 	for line := 2; ; line++ {
 		rec, err := r.Read()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

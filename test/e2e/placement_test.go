@@ -43,7 +43,7 @@ func TestMemoryShares(t *testing.T) {
 	for i := 3; i < 10; i++ {
 		create(ctx, t, pod(ns, fmt.Sprintf("share-%d", i), name).Memory(30).Obj())
 	}
-	pods = waitPods(ctx, t, ns, "8 running shares", func(p []corev1.Pod) bool { return harness.Running(p) == 8 })
+	waitPods(ctx, t, ns, "8 running shares", func(p []corev1.Pod) bool { return harness.Running(p) == 8 })
 	time.Sleep(2 * time.Second) // would a ninth sneak in?
 	pods, _ = env.Pods(ctx, ns)
 	if b := harness.Bound(pods); b != 8 {

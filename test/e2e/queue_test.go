@@ -99,7 +99,7 @@ func TestQueueOrder(t *testing.T) {
 	if err := env.Client.CoreV1().Pods(ns).Delete(ctx, "a", deleteNow); err != nil {
 		t.Fatal(err)
 	}
-	pods = waitPods(ctx, t, ns, "d running, c still queued", func(p []corev1.Pod) bool {
+	waitPods(ctx, t, ns, "d running, c still queued", func(p []corev1.Pod) bool {
 		return running(p, "d") && byName(p, "c") != nil && gated(byName(p, "c"))
 	})
 	if err := env.Client.CoreV1().Pods(ns).Delete(ctx, "b", deleteNow); err != nil {

@@ -140,6 +140,3 @@ func (c *curve) at(x int) (float64, bool) {
 
 // last is the allocation ratio after the last arrival so far.
 func (c *curve) last() float64 { return 100 * float64(c.alloc) / float64(c.capMilli) }
-
-// arrivedPct is the arrived GPU request so far, in percent of capacity.
-func (c *curve) arrivedPct() float64 { return 100 * float64(c.arrived) / float64(c.capMilli) }

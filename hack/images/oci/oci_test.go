@@ -2,6 +2,7 @@ package oci
 
 import (
 	"archive/tar"
+	"errors"
 	"io"
 	"path/filepath"
 	"slices"
@@ -54,7 +55,7 @@ func layerEntries(t *testing.T, r io.Reader) []entry {
 	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return out
 		}
 		if err != nil {

@@ -471,7 +471,7 @@ func (e *Env) waitWebhookCalled(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("the API server does not call the webhook (last answer: %v)\n%s", err, e.Admission.LogTail(20))
+			return fmt.Errorf("the API server does not call the webhook (last answer: %w)\n%s", err, e.Admission.LogTail(20))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -562,7 +562,7 @@ func waitHTTP(ctx context.Context, p *Process, url string, client *http.Client) 
 		case <-p.Exited():
 			return p.ExitError()
 		case <-ctx.Done():
-			return fmt.Errorf("%s not ready: %w (last: %v)\n%s", p.Name, ctx.Err(), last, p.LogTail(30))
+			return fmt.Errorf("%s not ready: %w (last: %w)\n%s", p.Name, ctx.Err(), last, p.LogTail(30))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

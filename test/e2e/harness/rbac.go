@@ -208,7 +208,7 @@ func (r *ChartRBAC) waitEffective(ctx context.Context, client kubernetes.Interfa
 				}
 				select {
 				case <-ctx.Done():
-					return fmt.Errorf("%s: binding %s not in effect (%s): %v %v", sa.Name, g.Binding, g, err, got)
+					return fmt.Errorf("%s: binding %s not in effect (%s): %w %v", sa.Name, g.Binding, g, err, got)
 				case <-time.After(50 * time.Millisecond):
 				}
 			}

@@ -135,9 +135,9 @@ func (e *Env) WaitLeading(ctx context.Context, r *Replica) error {
 		last = err
 		select {
 		case <-r.Exited():
-			return fmt.Errorf("%s exited: %v", r.Pod, r.ExitError())
+			return fmt.Errorf("%s exited: %w", r.Pod, r.ExitError())
 		case <-ctx.Done():
-			return fmt.Errorf("%s does not lead: %w (last: %v)\n%s", r.Pod, ctx.Err(), last, r.LogTail(30))
+			return fmt.Errorf("%s does not lead: %w (last: %w)\n%s", r.Pod, ctx.Err(), last, r.LogTail(30))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

@@ -169,7 +169,7 @@ func (e *Env) waitQueueGate(ctx context.Context, namespace string, want bool) er
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("a GPU pod in namespace %s is not created %s the queue gate %s (last answer: %v)\n%s",
+			return fmt.Errorf("a GPU pod in namespace %s is not created %s the queue gate %s (last answer: %w)\n%s",
 				namespace, map[bool]string{true: "with", false: "without"}[want], e.Names.QueueGate, err, e.Admission.LogTail(20))
 		case <-time.After(200 * time.Millisecond):
 		}
