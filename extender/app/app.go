@@ -527,7 +527,7 @@ func (a *App) addQueue(ctx context.Context, cfg config.Config, names contract.Na
 	o := queue.Options{Names: names, Client: a.client, Pods: pods, Owners: owners, Synced: []cache.InformerSynced{owners.HasSynced},
 		Namespaces: a.nodeFactory.Core().V1().Namespaces().Informer(), Holder: a.extender, Snapshot: a.ledger.Snapshot,
 		TierLabels: tiers.Tiers, Recorder: recorder, Metrics: queue.NewMetrics(a.metrics.Registry),
-		Interval: q.Interval, HoldTTL: q.HoldTTL, ConditionInterval: q.ConditionInterval, ConditionQPS: q.ConditionQPS,
+		Interval: q.Interval, AdmitConcurrency: q.AdmitConcurrency, HoldTTL: q.HoldTTL, ConditionInterval: q.ConditionInterval, ConditionQPS: q.ConditionQPS,
 		UrgentPriority: q.UrgentPriority, Reclaim: q.Reclaim, MaxPreemptibleGangSize: cfg.MaxPreemptibleGangSize,
 		Quota: func() (*quota.Config, bool) { return nil, true }}
 	if q.ConfigMap != "" {

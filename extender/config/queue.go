@@ -18,6 +18,9 @@ type Queue struct {
 	ConfigMapKey string `json:"configMapKey"`
 	// Interval between admission passes.
 	Interval time.Duration `json:"interval"`
+	// AdmitConcurrency is how many admitting updates of one pass are in
+	// flight at once (1: one after the other, in the queue's order).
+	AdmitConcurrency int `json:"admitConcurrency"`
 	// HoldTTL is how long room stays held for an admitted pod that has not
 	// bound; after it the pod goes wherever it fits.
 	HoldTTL time.Duration `json:"holdTTL"`
@@ -63,7 +66,7 @@ type Reserve struct {
 // DefaultQueue is the queue controller's default configuration.
 func DefaultQueue() Queue {
 	return Queue{Enabled: true, Namespace: "rota-system", ConfigMap: "rota-quota", ConfigMapKey: "quota.yaml",
-		Interval: time.Second, HoldTTL: 5 * time.Minute, ConditionInterval: 10 * time.Second, ConditionQPS: 20,
+		Interval: time.Second, AdmitConcurrency: 1, HoldTTL: 5 * time.Minute, ConditionInterval: 10 * time.Second, ConditionQPS: 20,
 		UrgentPriority: 1000000, Reclaim: true,
 		Reserve: Reserve{Enabled: true, LargeGPUs: 64, MaxAge: 30 * time.Minute, MaxHold: 2 * time.Hour, CoolOff: 30 * time.Minute, Max: 4}}
 }
@@ -72,6 +75,9 @@ func (q Queue) validate() []error {
 	var errs []error
 	if q.Interval <= 0 {
 		errs = append(errs, fmt.Errorf("queue-interval: %v is not positive", q.Interval))
+	}
+	if q.AdmitConcurrency < 1 || q.AdmitConcurrency > 256 {
+		errs = append(errs, fmt.Errorf("queue-admit-concurrency: %d is not between 1 and 256", q.AdmitConcurrency))
 	}
 	if q.HoldTTL <= 0 {
 		errs = append(errs, fmt.Errorf("admission-hold-ttl: %v is not positive", q.HoldTTL))
