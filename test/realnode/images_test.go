@@ -148,7 +148,7 @@ func repoRootDir() (string, error) {
 	}
 	if b, err := os.ReadFile(filepath.Join(root, "go.mod")); err != nil ||
 		!strings.HasPrefix(string(b), "module github.com/rota-sched/rota\n") {
-		return "", fmt.Errorf("%s is not the root of github.com/rota-sched/rota (%v)", root, err)
+		return "", fmt.Errorf("%s is not the root of github.com/rota-sched/rota (%w)", root, err)
 	}
 	return root, nil
 }
