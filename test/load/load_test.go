@@ -40,7 +40,10 @@
 //     (plainb), then creates N GPU pods of a team whose quota is used up, so
 //     that they stay queued, and runs the plain phase once more with them
 //     present (plaing): kube-scheduler's pods/s with N queued pods against
-//     without them, and the queue controller's passes with N queued.
+//     without them, and the queue controller's passes with N queued. With
+//     ROTA_LOAD_GATED_FOREIGN=1 it first adds N GPU-free pods held by a
+//     gate that is not Rota's and runs the plain phase with them (plainf):
+//     kube-scheduler's own cost of gated pods, apart from the queue's.
 package load
 
 import (
@@ -177,23 +180,19 @@ func TestSchedulingThroughput(t *testing.T) {
 			r.latency[verb] = [2]float64{after.quantile(mid, verb, 0.5), after.quantile(mid, verb, 0.99)}
 		}
 		r.extRSS, r.admRSS = vmHWM(env.Extender.PID()), vmHWM(env.Admission.PID())
+		t.Log(r.String())
 		if queueing {
 			q := runQueued(ctx, t, env, w, size, pods, extArgs)
 			r.queue = &q
+			t.Log(r.queue.String(r))
 		}
 		last := i == len(sizes)-1 || time.Since(began) > budget/3
 		if gated > 0 && last {
 			g := runGated(ctx, t, env, w, size, pods, gated, extArgs)
 			r.gated = &g
-		}
-		rounds = append(rounds, r)
-		t.Log(r.String())
-		if r.queue != nil {
-			t.Log(r.queue.String(r))
-		}
-		if r.gated != nil {
 			t.Log(r.gated.String())
 		}
+		rounds = append(rounds, r)
 	}
 	for _, r := range rounds {
 		fmt.Println("LOAD SUMMARY: " + r.String())
