@@ -366,7 +366,9 @@ func (a *App) elect(ctx context.Context) {
 		}()
 		select {
 		case term := <-started:
-			a.lead(term)
+			// term is client-go's context for this term, derived from ctx
+			// by the elector (it ends when the lease is lost or ctx ends).
+			a.lead(term) //nolint:contextcheck // derived from ctx by leaderelection, see above
 			<-done
 			a.stepDown(ctx)
 		case <-done:
@@ -403,7 +405,7 @@ func (a *App) lead(ctx context.Context) {
 			return
 		}
 		a.election.setServing(true)
-		gangs := a.extender.RequeueGangs("rota-extender leader " + a.id + " took over")
+		gangs := a.extender.RequeueGangs(ctx, "rota-extender leader "+a.id+" took over")
 		logger.Info("Leading: serving the verbs", "identity", a.id, "takeover", time.Since(began).Round(time.Millisecond),
 			"requeuedGangs", gangs)
 	}

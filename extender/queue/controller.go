@@ -22,7 +22,6 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
-	"github.com/rota-sched/rota/extender/logkey"
 	"github.com/rota-sched/rota/extender/scheduling"
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/ledger"
@@ -392,7 +391,7 @@ func (c *Controller) admit(ctx context.Context, wl *workload, now time.Time) {
 			a = wl.hold.Allocations[i]
 		}
 		if err := c.ungate(ctx, pod, wl, a, now); err != nil {
-			logger.Error(err, "Admitting a queued pod failed; it stays queued", logkey.Pod, klog.KObj(pod))
+			logger.Error(err, "Admitting a queued pod failed; it stays queued", "pod", klog.KObj(pod))
 			c.o.Holder.ReleaseHold(scheduling.Hold{Allocations: []ledger.Allocation{a}})
 			continue
 		}
@@ -416,7 +415,7 @@ func (c *Controller) complete(ctx context.Context, key string, acct quota.Accoun
 	slices.SortFunc(wl.pods, func(x, y *corev1.Pod) int { return strings.Compare(x.Name, y.Name) })
 	h, reason := c.o.Holder.HoldRoom(wl.pods, acct.Model, now.Add(c.o.HoldTTL))
 	if reason != "" {
-		klog.FromContext(ctx).V(2).Info("Completing a partly admitted gang without holding room", "gang", key, logkey.Reason, reason)
+		klog.FromContext(ctx).V(2).Info("Completing a partly admitted gang without holding room", "gang", key, "reason", reason)
 	}
 	wl.hold, wl.acct = h, acct
 	c.admit(ctx, wl, now)
@@ -603,7 +602,7 @@ func (c *Controller) condition(ctx context.Context, pod *corev1.Pod, reason, msg
 	_, err = c.o.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch,
 		metav1.PatchOptions{FieldManager: "rota-queue"}, "status")
 	if err != nil {
-		klog.FromContext(ctx).V(2).Info("Writing the Queued condition failed", logkey.Pod, klog.KObj(pod), logkey.Reason, err.Error())
+		klog.FromContext(ctx).V(2).Info("Writing the Queued condition failed", "pod", klog.KObj(pod), "reason", err.Error())
 		return
 	}
 	c.o.Metrics.ConditionWrites.Inc()
@@ -758,7 +757,7 @@ func (c *Controller) reclaim(ctx context.Context, in pkgqueue.Input, res pkgqueu
 				for _, p := range victimPods[v.Key] {
 					msg := fmt.Sprintf("evicted to return team %s's guarantee (team %s borrows above its own)", a.Team, v.Team)
 					if err := c.evict(ctx, p); err != nil {
-						logger.Error(err, "Reclaim eviction failed", logkey.Pod, klog.KObj(p))
+						logger.Error(err, "Reclaim eviction failed", "pod", klog.KObj(p))
 						continue
 					}
 					c.event(p, corev1.EventTypeWarning, "Reclaimed", msg)

@@ -111,7 +111,7 @@ func (o *Owners) Run(ctx context.Context) {
 			gvr, ok, err := o.jobSetResource()
 			switch {
 			case err != nil:
-				logger.V(2).Info("Discovery of the JobSet API failed; Jobs of JobSets are ordered by their own creation meanwhile", "err", err.Error())
+				logger.V(2).Info("Discovery of the JobSet API failed; Jobs of JobSets are ordered by their own creation meanwhile", "err", err)
 			case ok:
 				inf := metadatainformer.NewFilteredMetadataInformer(o.client, gvr, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
 				if err := inf.SetTransform(trimOwned); err != nil {

@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/rota-sched/rota/extender/logkey"
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/ledger"
 	pkgqueue "github.com/rota-sched/rota/pkg/queue"
@@ -182,8 +181,8 @@ func (c *Controller) writeRecord(ctx context.Context, wl *workload, r reserve.Re
 		}
 		if _, err := c.o.Client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, patch,
 			metav1.PatchOptions{FieldManager: "rota-queue"}); err != nil {
-			klog.FromContext(ctx).V(2).Info("Writing the reservation record failed; the next pass retries", logkey.Pod, klog.KObj(p),
-				logkey.Reason, err.Error())
+			klog.FromContext(ctx).V(2).Info("Writing the reservation record failed; the next pass retries", "pod", klog.KObj(p),
+				"reason", err.Error())
 		}
 	}
 }

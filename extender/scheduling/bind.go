@@ -12,7 +12,6 @@ import (
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
-	"github.com/rota-sched/rota/extender/logkey"
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/placement"
 	"github.com/rota-sched/rota/pkg/podreq"
@@ -74,7 +73,7 @@ func (e *Extender) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 		return &extenderv1.ExtenderBindingResult{Error: fmt.Sprintf(
 			"bind: a pod, namespace or node name longer than %d bytes is not a Kubernetes name", maxNameLen)}
 	}
-	logger := klog.LoggerWithValues(klog.FromContext(ctx), logkey.Pod, klog.KRef(args.PodNamespace, args.PodName), logkey.Node, args.Node)
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pod", klog.KRef(args.PodNamespace, args.PodName), "node", args.Node)
 	ctx = klog.NewContext(ctx, logger)
 	outcome, gang, err := e.bind(ctx, args)
 	code := ""
@@ -90,7 +89,7 @@ func (e *Extender) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 	d.Duration = e.now().Sub(start).String()
 	e.metrics.Decisions.WithLabelValues("bind", d.Outcome, code).Inc()
 	e.decisions.add(args.PodNamespace+"/"+args.PodName, d)
-	logger.V(4).Info("Bind decision", logkey.Outcome, d.Outcome, logkey.Gang, gang, logkey.Reason, code, logkey.Message, d.Message)
+	logger.V(4).Info("Bind decision", "outcome", d.Outcome, "gang", gang, "reason", code, "message", d.Message)
 	if err != nil {
 		return &extenderv1.ExtenderBindingResult{Error: err.Error()}
 	}
@@ -258,7 +257,7 @@ func (e *Extender) reserve(ctx context.Context, pod *corev1.Pod, req placement.R
 		if !errors.Is(err, ledger.ErrNoCapacity) && !errors.Is(err, ledger.ErrUnhealthy) {
 			return ledger.Allocation{}, false, bindErr("ReserveFailed", "bind: reserve on %s: %w", node, err)
 		}
-		klog.FromContext(ctx).V(5).Info("Concurrent bind took the GPUs; fitting again", logkey.Reason, err.Error())
+		klog.FromContext(ctx).V(5).Info("Concurrent bind took the GPUs; fitting again", "reason", err.Error())
 	}
 	if last == nil {
 		return ledger.Allocation{}, false, bindErr("ReserveFailed", "bind: node %s: GPUs taken by concurrent binds %d times in a row", node, fitRetries)

@@ -13,7 +13,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/rota-sched/rota/extender/binder"
-	"github.com/rota-sched/rota/extender/logkey"
 	"github.com/rota-sched/rota/extender/metrics"
 	"github.com/rota-sched/rota/extender/state"
 	"github.com/rota-sched/rota/pkg/contract"
@@ -140,7 +139,7 @@ func (e *Extender) Run(ctx context.Context, expireEvery, checkEvery time.Duratio
 			e.metrics.SetViolations(len(errs))
 			for i, err := range errs {
 				if i == 5 {
-					logger.Error(nil, "More ledger invariant violations", logkey.Count, len(errs)-5)
+					logger.Error(nil, "More ledger invariant violations", "count", len(errs)-5)
 					break
 				}
 				logger.Error(err, "Ledger invariant violated")
@@ -159,7 +158,7 @@ func (e *Extender) Expire(ctx context.Context) []ledger.Allocation {
 			kind = "gang"
 		}
 		e.metrics.Expired.WithLabelValues(kind).Inc()
-		logger.V(2).Info("Reservation expired", logkey.Pod, a.Pod, logkey.Node, a.Node, logkey.Gang, a.Gang)
+		logger.V(2).Info("Reservation expired", "pod", a.Pod, "node", a.Node, "gang", a.Gang)
 	}
 	return out
 }
@@ -207,19 +206,21 @@ type podRef struct {
 	UID             types.UID
 }
 
-// touch writes the requeue annotation on pods, in the background.
-func (e *Extender) touch(pods []podRef, why string) {
+// touch writes the requeue annotation on pods, in the background: the
+// writes outlive the request that caused them (ctx's values, such as its
+// logger, are kept; its end is not), bounded to 30 s.
+func (e *Extender) touch(ctx context.Context, pods []podRef, why string) {
 	if len(pods) == 0 {
 		return
 	}
 	e.bg.Add(1)
 	go func() {
 		defer e.bg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		for _, p := range pods {
 			if err := e.binder.Touch(ctx, p.Namespace, p.Name, p.UID, why, e.now()); err != nil {
-				klog.Background().V(2).Info("Requeue touch failed", logkey.Pod, klog.KRef(p.Namespace, p.Name), "err", err.Error())
+				klog.FromContext(ctx).V(2).Info("Requeue touch failed", "pod", klog.KRef(p.Namespace, p.Name), "err", err)
 				continue
 			}
 			e.metrics.Requeues.Inc()

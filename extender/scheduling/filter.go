@@ -9,7 +9,6 @@ import (
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
-	"github.com/rota-sched/rota/extender/logkey"
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/placement"
 	"github.com/rota-sched/rota/pkg/podreq"
@@ -148,7 +147,7 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *e
 	}
 	pod := args.Pod
 	names := nodeNames(args)
-	logger := klog.LoggerWithValues(klog.FromContext(ctx), logkey.Pod, klog.KObj(pod))
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pod", klog.KObj(pod))
 	f := newFilterState(len(names))
 	switch {
 	case !podreq.Wants(pod, e.names):
@@ -190,11 +189,11 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *e
 		e.refuse(pod, d.Message)
 	}
 	e.decisions.add(pod.Namespace+"/"+pod.Name, d)
-	logger.V(4).Info("Filter decision", logkey.Outcome, outcome, logkey.Nodes, len(names), logkey.Fits, len(f.passed),
-		logkey.Gang, f.gang, logkey.Message, d.Message)
+	logger.V(4).Info("Filter decision", "outcome", outcome, "nodes", len(names), "fits", len(f.passed),
+		"gang", f.gang, "message", d.Message)
 	if v := logger.V(5); v.Enabled() {
 		for _, r := range f.rejected {
-			v.Info("Filter node", logkey.Node, r.node, "fits", false, "resolvable", r.resolvable, logkey.Reason, r.message())
+			v.Info("Filter node", "node", r.node, "fits", false, "resolvable", r.resolvable, "reason", r.message())
 		}
 	}
 	if len(f.passed) > 0 {

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/rota-sched/rota/extender/logkey"
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/placement"
 	"github.com/rota-sched/rota/pkg/podreq"
@@ -84,7 +83,7 @@ func (g *gangs) evicted(key string, v any) {
 	if released > 0 {
 		g.e.metrics.GangPlans.WithLabelValues("expired").Inc()
 		g.e.metrics.Expired.WithLabelValues("gang").Add(float64(released))
-		klog.Background().V(2).Info("Gang plan expired; its reserved slots are released", logkey.Gang, key, logkey.Count, released)
+		klog.Background().V(2).Info("Gang plan expired; its reserved slots are released", "gang", key, "count", released)
 	}
 }
 
@@ -210,9 +209,9 @@ func (g *gangs) filter(ctx context.Context, pod *corev1.Pod, req placement.Reque
 	g.waiting.Delete(key)
 	g.e.metrics.GangPlans.WithLabelValues("planned").Inc()
 	g.e.metrics.GangWait.Observe(now.Sub(wi.since).Seconds())
-	klog.FromContext(ctx).V(4).Info("Gang planned", logkey.Gang, key, "members", need, "level", plan.Level,
-		"where", plan.Where, logkey.Nodes, plan.Nodes())
-	g.e.touch(refs[1:], "gang "+key+" planned")
+	klog.FromContext(ctx).V(4).Info("Gang planned", "gang", key, "members", need, "level", plan.Level,
+		"where", plan.Where, "nodes", plan.Nodes())
+	g.e.touch(ctx, refs[1:], "gang "+key+" planned")
 	return g.slot(pod, key, names, f)
 }
 
@@ -358,5 +357,5 @@ func (g *gangs) retryWaiting() {
 		wi.lastTouch = now
 		refs = append(refs, wi.member)
 	}
-	g.e.touch(refs, "GPUs released")
+	g.e.touch(context.Background(), refs, "GPUs released")
 }

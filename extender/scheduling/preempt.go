@@ -8,7 +8,6 @@ import (
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
-	"github.com/rota-sched/rota/extender/logkey"
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/placement"
 	"github.com/rota-sched/rota/pkg/podreq"
@@ -51,7 +50,7 @@ func (e *Extender) Preempt(ctx context.Context, args *extenderv1.ExtenderPreempt
 		return nil, err
 	}
 	pod := args.Pod
-	logger := klog.LoggerWithValues(klog.FromContext(ctx), logkey.Pod, klog.KObj(pod))
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pod", klog.KObj(pod))
 	in := args.NodeNameToMetaVictims
 	if in == nil && args.NodeNameToVictims != nil {
 		in = make(map[string]*extenderv1.MetaVictims, len(args.NodeNameToVictims))
@@ -86,7 +85,7 @@ func (e *Extender) Preempt(ctx context.Context, args *extenderv1.ExtenderPreempt
 		victims, ok := e.victimsOn(req, prio, snap.Node(node), mv)
 		if !ok {
 			dropped++
-			logger.V(5).Info("Preemption cannot make room on node", logkey.Node, node)
+			logger.V(5).Info("Preemption cannot make room on node", "node", node)
 			continue
 		}
 		res := &extenderv1.MetaVictims{}
@@ -105,8 +104,8 @@ func (e *Extender) Preempt(ctx context.Context, args *extenderv1.ExtenderPreempt
 	e.metrics.Decisions.WithLabelValues("preempt", outcome, "").Inc()
 	e.decisions.add(pod.Namespace+"/"+pod.Name, Decision{Time: start, Verb: "preempt", Outcome: outcome,
 		Nodes: len(in), Fits: len(out.NodeNameToMetaVictims), Duration: e.now().Sub(start).String()})
-	logger.V(4).Info("Preempt decision", logkey.Outcome, outcome, logkey.Nodes, len(in),
-		logkey.Fits, len(out.NodeNameToMetaVictims), "dropped", dropped)
+	logger.V(4).Info("Preempt decision", "outcome", outcome, "nodes", len(in),
+		"fits", len(out.NodeNameToMetaVictims), "dropped", dropped)
 	return out, nil
 }
 

@@ -6,7 +6,6 @@ import (
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
-	"github.com/rota-sched/rota/extender/logkey"
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/placement"
 	"github.com/rota-sched/rota/pkg/podreq"
@@ -28,7 +27,7 @@ func (e *Extender) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs
 	}
 	pod := args.Pod
 	names := nodeNames(args)
-	logger := klog.LoggerWithValues(klog.FromContext(ctx), logkey.Pod, klog.KObj(pod))
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pod", klog.KObj(pod))
 	fine := make([]int64, len(names))
 	outcome := "scored"
 	req, err := e.request(pod)
@@ -75,11 +74,11 @@ func (e *Extender) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs
 	if len(classes) > 0 {
 		best = classes[0].ExampleNode
 	}
-	logger.V(4).Info("Prioritize decision", logkey.Outcome, outcome, logkey.Nodes, len(names), "classes", len(classes),
+	logger.V(4).Info("Prioritize decision", "outcome", outcome, "nodes", len(names), "classes", len(classes),
 		"policy", e.policy.Name(), "best", best)
 	if v := logger.V(5); v.Enabled() {
 		for i, n := range names {
-			v.Info("Prioritize node", logkey.Node, n, logkey.Score, scores[i], "fineScore", fine[i])
+			v.Info("Prioritize node", "node", n, "score", scores[i], "fineScore", fine[i])
 		}
 	}
 	return out, nil

@@ -1,6 +1,8 @@
 package scheduling
 
 import (
+	"context"
+
 	"strings"
 
 	"github.com/rota-sched/rota/pkg/ledger"
@@ -64,7 +66,7 @@ func (e *Extender) Forget() (plans, reservations int) {
 // gang that has unbound members, so that kube-scheduler retries it now
 // instead of at its next unschedulable-pool flush; it returns how many
 // gangs it requeued. The writes run in the background (see touch).
-func (e *Extender) RequeueGangs(why string) int {
+func (e *Extender) RequeueGangs(ctx context.Context, why string) int {
 	var refs []podRef
 	for _, key := range e.cache.GangKeys() {
 		for _, m := range e.cache.GangMembers(key) {
@@ -74,7 +76,7 @@ func (e *Extender) RequeueGangs(why string) int {
 			}
 		}
 	}
-	e.touch(refs, why)
+	e.touch(ctx, refs, why)
 	return len(refs)
 }
 

@@ -133,7 +133,7 @@ func TestTakeoverReplansGangNearBoundMembers(t *testing.T) {
 	if got := len(f.ledger.Allocations()); got != 2 {
 		t.Errorf("after Forget the ledger holds %d allocations, want the 2 bound members'", got)
 	}
-	if n := f.ext.RequeueGangs("rota-extender leader b_2 took over"); n != 1 {
+	if n := f.ext.RequeueGangs(t.Context(), "rota-extender leader b_2 took over"); n != 1 {
 		t.Errorf("RequeueGangs requeued %d gangs, want 1", n)
 	}
 	f.ext.Wait()

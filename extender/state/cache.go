@@ -14,7 +14,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	"github.com/rota-sched/rota/extender/logkey"
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/podreq"
@@ -280,7 +279,7 @@ func (c *Cache) nodeChanged(obj any) {
 	}
 	c.nodeSig[node.Name] = sig
 	c.mu.Unlock()
-	logger := klog.LoggerWithValues(c.logger, logkey.Node, klog.KObj(node))
+	logger := klog.LoggerWithValues(c.logger, "node", klog.KObj(node))
 	if !has {
 		if known && old != "" {
 			logger.V(2).Info("Node lost its GPU topology annotation; no new GPU work goes there")
@@ -292,7 +291,7 @@ func (c *Cache) nodeChanged(obj any) {
 	if err != nil {
 		c.invalidTopology.Add(1)
 		logger.Error(err, "Invalid GPU topology annotation; node gets no new GPU work until it is fixed",
-			logkey.Annotation, c.names.TopologyAnnotation)
+			"annotation", c.names.TopologyAnnotation)
 		c.removeNode(node.Name)
 		return
 	}
@@ -360,7 +359,7 @@ func (c *Cache) accountGPUFree(pod *corev1.Pod, node string, cached bool) bool {
 		a.Priority = *pod.Spec.Priority
 	}
 	if err := c.ledger.Restore(a); err != nil {
-		c.logger.Error(err, "Pod's CPU and memory not accounted", logkey.Pod, klog.KObj(pod), logkey.Node, node)
+		c.logger.Error(err, "Pod's CPU and memory not accounted", "pod", klog.KObj(pod), "node", node)
 		return false
 	}
 	// A delete that raced with this call has already released the pod:
@@ -397,7 +396,7 @@ func (c *Cache) nodeDeleted(obj any) {
 	delete(c.nodeSig, node.Name)
 	c.mu.Unlock()
 	c.removeNode(node.Name)
-	c.logger.V(2).Info("Node deleted", logkey.Node, klog.KObj(node))
+	c.logger.V(2).Info("Node deleted", "node", klog.KObj(node))
 }
 
 // podChanged keeps the pod's committed allocation in step with its
@@ -435,7 +434,7 @@ func (c *Cache) podChanged(oldObj, obj any) {
 		c.restoreHold(pod)
 		return
 	}
-	logger := klog.LoggerWithValues(c.logger, logkey.Pod, klog.KObj(pod), logkey.Node, pod.Spec.NodeName)
+	logger := klog.LoggerWithValues(c.logger, "pod", klog.KObj(pod), "node", pod.Spec.NodeName)
 	as, err := podreq.Assignment(pod, c.names)
 	switch {
 	case err != nil:
@@ -486,11 +485,11 @@ func (c *Cache) restoreHold(pod *corev1.Pod) {
 	a := podreq.ToAllocation(pod, *adm.Hold, c.names)
 	a.Ends = podreq.DeclaredEnd(pod, c.names, c.now())
 	if err := c.ledger.Reserve(a, adm.HoldUntil); err != nil {
-		c.logger.V(2).Info("Admission hold no longer fits; the admitted pod goes where it fits", logkey.Pod, klog.KObj(pod),
-			logkey.Node, adm.Hold.Node, logkey.Reason, err.Error())
+		c.logger.V(2).Info("Admission hold no longer fits; the admitted pod goes where it fits", "pod", klog.KObj(pod),
+			"node", adm.Hold.Node, "reason", err.Error())
 		return
 	}
-	c.logger.V(4).Info("Admission hold restored", logkey.Pod, klog.KObj(pod), logkey.Node, adm.Hold.Node)
+	c.logger.V(4).Info("Admission hold restored", "pod", klog.KObj(pod), "node", adm.Hold.Node)
 }
 
 // setEnds sets when a bound pod is expected to end (reservations plan by
@@ -583,7 +582,7 @@ func (c *Cache) release(uid any) {
 	if len(a.GPUs) == 0 {
 		return // CPU and memory only: no GPU came free
 	}
-	c.logger.V(4).Info("Pod released its GPUs", logkey.Pod, a.Pod, logkey.Node, a.Node, "state", a.State.String())
+	c.logger.V(4).Info("Pod released its GPUs", "pod", a.Pod, "node", a.Node, "state", a.State.String())
 	if c.onRelease != nil {
 		c.onRelease([]ledger.Allocation{a})
 	}

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -479,7 +478,7 @@ func probeWaiting(ctx context.Context, env *harness.Env) (float64, bool) {
 func readProfiles(ctx context.Context, files []string) (*cpuProfile, error) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		return nil, fmt.Errorf("reading CPU profiles needs the go command on PATH: %w", err)
 	}
 	args := append([]string{"tool", "pprof", "-top", "-cum", "-nodecount=100000"}, files...)
 	out, err := exec.CommandContext(ctx, goBin, args...).Output()
