@@ -28,6 +28,9 @@ var rbacAllowlist = map[string]map[harness.Permission]string{
 	harness.ExtenderServiceAccount: {
 		{APIGroup: "scheduling.x-k8s.io", Resource: "podgroups", Verb: "get"}: "PodGroup gangs: the test cluster serves no PodGroup CRD, so the extender never reads one",
 	},
+	harness.DevicePluginServiceAccount: {
+		{Resource: "events", Verb: "create"}: "Node events for GPU memory leaked by processes of no pod (GPUMemoryLeaked, GPUMemoryFreed): the fake backend lists no GPU processes, so no scenario leaks; deviceplugin/app's isolation tests (a fake API server) cover the events",
+	},
 	harness.AdmissionServiceAccount: {
 		{Resource: "namespaces", Verb: "get"}:                                 "a pod's namespace the informer has not delivered yet (webhook learnNamespace); the scenarios create namespaces well before pods",
 		{APIGroup: "coordination.k8s.io", Resource: "leases", Verb: "get"}:    "leader election (chart: admission.replicas > 1); the scenarios run one rota-admission with --leader-elect=false",
