@@ -43,7 +43,7 @@ bench: ## Go benchmarks (medians over BENCHCOUNT runs)
 fuzz: ## run every fuzz target for FUZZTIME each; prints the executions per target and a summary table
 	@GO=$(GO) FUZZTIME=$(FUZZTIME) FUZZLOGS=$(BIN)/fuzz bash hack/fuzz.sh
 
-k8s-tools: ## build etcd, kube-apiserver, kube-scheduler, kubectl once into .cache/k8s/bin
+k8s-tools: ## build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet once into .cache/k8s/bin
 	@bash hack/k8s-tools.sh
 
 bench-sim: ## replay the openb trace: 7 policies x 10 seeds on the default list (about 3 minutes)
