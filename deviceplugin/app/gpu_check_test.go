@@ -93,7 +93,9 @@ func TestGPUCheck(t *testing.T) {
 	cfg.DeviceNodes = true
 	cfg.LeakInterval, cfg.LeakGrace, cfg.HostPID = 200*time.Millisecond, 0, true
 	done := make(chan error, 1)
-	go func() { done <- app.Run(ctx, app.Deps{Config: cfg, Backend: backend, Client: client, Metrics: metrics.New()}) }()
+	go func() {
+		done <- app.Run(ctx, app.Deps{Config: cfg, Backend: backend, Client: client, Metrics: metrics.New()})
+	}()
 	defer func() { cancel(); <-done }()
 	r := &rig{ctx: ctx, stub: stub, client: client, gpus: gpus, done: done}
 	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
