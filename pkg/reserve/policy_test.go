@@ -1,6 +1,7 @@
 package reserve_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -106,21 +107,10 @@ func TestPolicyPassBound(t *testing.T) {
 	}
 }
 
+// sameSet compares as sets (order aside).
 func sameSet(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	m := map[string]int{}
-	for _, x := range a {
-		m[x]++
-	}
-	for _, x := range b {
-		m[x]--
-	}
-	for _, v := range m {
-		if v != 0 {
-			return false
-		}
-	}
-	return true
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }
