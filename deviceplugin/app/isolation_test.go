@@ -20,13 +20,7 @@ import (
 
 // TestMain makes this test binary the nvidia-cuda-mps-control stand-in
 // when run by the MPS daemons.
-func TestMain(m *testing.M) {
-	if os.Getenv(mpsfake.Env) == "1" {
-		os.Exit(mpsfake.Main(os.Args[1:]))
-	}
-	os.Setenv(mpsfake.Env, "1")
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { mpsfake.RunTests(m) }
 
 // TestMPSAndLeaksEndToEnd runs the whole plugin on the dgxh200 mock with
 // the MPS stand-in and a fake /proc: the topology says MPS is available; a

@@ -18,13 +18,7 @@ import (
 
 // TestMain makes this test binary the nvidia-cuda-mps-control stand-in
 // when run by the daemons (mpsfake.Env is set for every child).
-func TestMain(m *testing.M) {
-	if os.Getenv(mpsfake.Env) == "1" {
-		os.Exit(mpsfake.Main(os.Args[1:]))
-	}
-	os.Setenv(mpsfake.Env, "1")
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { mpsfake.RunTests(m) }
 
 type modes struct {
 	mu  sync.Mutex

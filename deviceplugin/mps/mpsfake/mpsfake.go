@@ -27,6 +27,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"testing"
 )
 
 // Env turns a test binary into the stand-in; FailEnv makes "-d" fail.
@@ -36,6 +37,17 @@ const (
 )
 
 const serveArg = "__rota_fake_mps_serve"
+
+// RunTests is a TestMain for packages whose tests start MPS daemons: run
+// as a daemon (Env set), the test binary is the stand-in; otherwise it
+// sets Env for every child and runs the tests.
+func RunTests(m *testing.M) {
+	if os.Getenv(Env) == "1" {
+		os.Exit(Main(os.Args[1:]))
+	}
+	os.Setenv(Env, "1")
+	os.Exit(m.Run())
+}
 
 // Main runs the stand-in with args (os.Args[1:]) and returns the exit code.
 func Main(args []string) int {
