@@ -45,17 +45,12 @@ func (c *Controller) reserve(ctx context.Context, res pkgqueue.Result, byKey map
 		if !has && (st.Reason != pkgqueue.WaitRoom || st.Position != 1) {
 			continue
 		}
-		model := ""
-		if len(wl.w.Accounts) > 0 {
-			model = wl.w.Accounts[0].Model
-		}
-		job, candidates, err := c.o.Reserver.ReservationJob(wl.pods, model)
-		if err != nil {
+		q, ok := c.queuedJob(wl, st, rec)
+		if !ok {
 			continue
 		}
 		records[key] = rec
-		jobs = append(jobs, reserve.Queued{Job: job, Priority: wl.w.Priority, Created: wl.w.Created, Status: st,
-			Candidates: candidates, Record: rec})
+		jobs = append(jobs, q)
 	}
 	decisions, claims := c.o.Reserve.Pass(jobs, c.o.Snapshot(), now)
 	c.o.Reserver.SetClaims(claims)
@@ -81,7 +76,7 @@ func (c *Controller) reserve(ctx context.Context, res pkgqueue.Result, byKey map
 		if d.Released {
 			c.o.Metrics.ReservationsReleased.Inc()
 			msg := fmt.Sprintf("the room held since %s was released: the job did not start by %s; it is not held for again before %s",
-				old.Since.UTC().Format(time.RFC3339), holdUntil(old, c.o.Reserve.WithDefaults().MaxHold).UTC().Format(time.RFC3339),
+				old.Since.UTC().Format(time.RFC3339), c.o.Reserve.Until(old).UTC().Format(time.RFC3339),
 				d.Record.CooledUntil.UTC().Format(time.RFC3339))
 			for _, p := range wl.pods {
 				c.event(p, corev1.EventTypeWarning, "ReservationReleased", msg)
@@ -116,16 +111,9 @@ func (c *Controller) restoreClaims(ctx context.Context, byKey map[string]*worklo
 		if !has || rec.Since.IsZero() {
 			continue
 		}
-		model := ""
-		if len(wl.w.Accounts) > 0 {
-			model = wl.w.Accounts[0].Model
+		if q, ok := c.queuedJob(wl, pkgqueue.Status{Reason: pkgqueue.WaitRoom, Position: 1}, rec); ok {
+			jobs = append(jobs, q)
 		}
-		job, candidates, err := c.o.Reserver.ReservationJob(wl.pods, model)
-		if err != nil {
-			continue
-		}
-		jobs = append(jobs, reserve.Queued{Job: job, Priority: wl.w.Priority, Created: wl.w.Created,
-			Status: pkgqueue.Status{Reason: pkgqueue.WaitRoom, Position: 1}, Candidates: candidates, Record: rec})
 	}
 	if len(jobs) == 0 {
 		return
@@ -135,11 +123,19 @@ func (c *Controller) restoreClaims(ctx context.Context, byKey map[string]*worklo
 	klog.FromContext(ctx).Info("Reservations restored from their records", "jobs", len(jobs), "nodes", len(claims))
 }
 
-func holdUntil(r reserve.Record, maxHold time.Duration) time.Time {
-	if !r.Until.IsZero() {
-		return r.Until
+// queuedJob describes a queued workload for the reservation policy,
+// charged to its first quota account's GPU model.
+func (c *Controller) queuedJob(wl *workload, st pkgqueue.Status, rec reserve.Record) (reserve.Queued, bool) {
+	model := ""
+	if len(wl.w.Accounts) > 0 {
+		model = wl.w.Accounts[0].Model
 	}
-	return r.Since.Add(maxHold)
+	job, candidates, err := c.o.Reserver.ReservationJob(wl.pods, model)
+	if err != nil {
+		return reserve.Queued{}, false
+	}
+	return reserve.Queued{Job: job, Priority: wl.w.Priority, Created: wl.w.Created, Status: st,
+		Candidates: candidates, Record: rec}, true
 }
 
 // record reads a workload's reservation record from its pods (the first

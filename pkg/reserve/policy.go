@@ -101,7 +101,7 @@ func (p Policy) Pass(jobs []Queued, snap *ledger.Snapshot, now time.Time) (decis
 		switch {
 		case !p.wants(q, now):
 			d.Record.Since, d.Record.Until, d.Record.Domain = time.Time{}, time.Time{}, ""
-		case !q.Record.Since.IsZero() && !now.Before(p.until(q.Record)):
+		case !q.Record.Since.IsZero() && !now.Before(p.Until(q.Record)):
 			d.Released = true
 			d.Record = Record{CooledUntil: now.Add(p.CoolOff)}
 		case held >= p.Max:
@@ -131,12 +131,13 @@ func (p Policy) Pass(jobs []Queued, snap *ledger.Snapshot, now time.Time) (decis
 	return decisions, claims
 }
 
-// until is when a hold lapses.
-func (p Policy) until(r Record) time.Time {
+// Until is when a recorded hold lapses: its Until, or for an older
+// record without one, Since plus MaxHold.
+func (p Policy) Until(r Record) time.Time {
 	if !r.Until.IsZero() {
 		return r.Until
 	}
-	return r.Since.Add(p.MaxHold)
+	return r.Since.Add(p.WithDefaults().MaxHold)
 }
 
 // Protects reports whether a queued workload is one the queue must not

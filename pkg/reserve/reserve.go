@@ -350,11 +350,3 @@ func (p Plan) heldGPUs() int {
 	}
 	return n
 }
-
-// Backfills reports whether a pod that ends at ends may run on GPUs held
-// for a job expected to start at start: only a pod with a declared end, by
-// a known start.
-func Backfills(ends, start time.Time) bool {
-	c := ledger.Claim{Start: start}
-	return c.Allows("", ends)
-}
