@@ -267,6 +267,23 @@ type GangRef struct {
 	PodGroup bool
 }
 
+// GangKey returns the pod's gang key ("namespace/name", from the gang label,
+// else scheduler-plugins' pod-group label) or "" when it belongs to none.
+// It reads the labels only, never the size annotation, so a member whose
+// size is broken or missing still counts as one: the extender's gang index,
+// remediation and the invariant checker find every member of a gang, and
+// GangOf reports the size problem on its own. When GangOf returns a gang,
+// its Key is GangKey's.
+func GangKey(pod *corev1.Pod, names contract.Names) string {
+	if n := pod.Labels[names.GangLabel]; n != "" {
+		return pod.Namespace + "/" + n
+	}
+	if n := pod.Labels[names.PodGroupLabel]; n != "" {
+		return pod.Namespace + "/" + n
+	}
+	return ""
+}
+
 // GangOf reads the pod's gang, if any. A gang label without a size
 // annotation is an error unless the pod-group label is used.
 func GangOf(pod *corev1.Pod, names contract.Names) (*GangRef, error) {
@@ -278,10 +295,10 @@ func GangOf(pod *corev1.Pod, names contract.Names) (*GangRef, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &GangRef{Key: pod.Namespace + "/" + name, Name: name, Size: size}, nil
+		return &GangRef{Key: GangKey(pod, names), Name: name, Size: size}, nil
 	}
 	if name, ok := pod.Labels[names.PodGroupLabel]; ok && name != "" {
-		ref := &GangRef{Key: pod.Namespace + "/" + name, Name: name, PodGroup: true}
+		ref := &GangRef{Key: GangKey(pod, names), Name: name, PodGroup: true}
 		if s, ok := pod.Annotations[names.GangSizeAnnotation]; ok {
 			size, err := contract.ParseGangSize("annotation "+names.GangSizeAnnotation, s)
 			if err != nil {
