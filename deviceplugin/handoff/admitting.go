@@ -104,3 +104,26 @@ func (m *Matcher) admittingLocked(k Kind, a *admission, es []*entry) []*entry {
 	}
 	return out
 }
+
+// admittedLocked returns the pods among shape (the pending pods of a
+// request's shape, n devices of k) that the kubelet's PodResources list
+// shows being admitted. It returns nil when there is no lister, and when
+// the list could not be had, saying why in *podResourcesErr: the matcher's
+// own rules decide. An error is the try's (not final) answer: fetch the list
+// first, or none of shape is being admitted yet.
+func (m *Matcher) admittedLocked(k Kind, n int, a *admission, shape []*entry, podResourcesErr *string) ([]*entry, error) {
+	switch {
+	case m.lister == nil:
+		return nil, nil
+	case !a.fetched:
+		return nil, errNeedAdmission
+	case !a.usable():
+		*podResourcesErr = a.err.Error()
+		return nil, nil
+	}
+	adm := m.admittingLocked(k, a, shape)
+	if len(adm) == 0 {
+		return nil, m.noneAdmittingLocked(k, n, shape)
+	}
+	return adm, nil
+}
