@@ -81,6 +81,7 @@ type App struct {
 
 	leaderLoops []LeaderLoop
 	queue       *queue.Controller
+	quotaSynced cache.InformerSynced
 }
 
 // New wires rota-extender from its configuration. It talks to the API
@@ -203,9 +204,20 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 	a.broadcaster = record.NewBroadcaster(record.WithContext(ctx))
 	recorder := a.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "rota-extender"})
 
+	// With the queue on, the quota configuration is read once, by the queue
+	// controller and by the preempt verb's guard alike.
+	var quotaFn func() (*quota.Config, bool)
+	var guard scheduling.PreemptGuard
+	if cfg.Queue.Enabled {
+		if quotaFn, err = a.quotaSource(ctx, cfg.Queue); err != nil {
+			return nil, err
+		}
+		guard = queue.NewGuard(queue.GuardOptions{Names: names, Pods: pods, Quota: quotaFn,
+			Namespaces: a.nodeFactory.Core().V1().Namespaces().Informer()})
+	}
 	a.extender, err = scheduling.New(scheduling.Options{
 		Names: names, SchedulerNames: cfg.SchedulerNames, Tiers: len(tiers.Tiers), Policy: policy, Cache: a.cache, Ledger: a.ledger, Binder: b,
-		Recorder: recorder, Metrics: a.metrics, PodGroups: pg,
+		Recorder: recorder, Metrics: a.metrics, PodGroups: pg, Guard: guard,
 		ReservationTTL: cfg.ReservationTTL, GangTTL: cfg.GangTTL, MaxPreemptibleGangSize: cfg.MaxPreemptibleGangSize,
 		FilterBestOnly: cfg.FilterBestOnly, DebugPods: cfg.DebugPods, DebugTTL: cfg.DebugTTL,
 	})
@@ -238,7 +250,7 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 	// The queue controller admits the pods rota-admission gated; it writes
 	// (gates, conditions), so it runs on the leader only.
 	if cfg.Queue.Enabled {
-		if err := a.addQueue(ctx, cfg, names, tiers, pods, meta, recorder); err != nil {
+		if err := a.addQueue(ctx, cfg, names, tiers, pods, meta, recorder, quotaFn); err != nil {
 			return nil, err
 		}
 	}
@@ -518,9 +530,25 @@ func (h *events) adjust(n *topology.Node) *topology.Node {
 
 func (h *events) gangsWaiting() int { return h.extender.GangsWaiting() }
 
+// quotaSource returns the quota configuration's reader: the ConfigMap's
+// informer when one is named (started with the other informers), else no
+// configuration (every team unlimited).
+func (a *App) quotaSource(ctx context.Context, q config.Queue) (func() (*quota.Config, bool), error) {
+	if q.ConfigMap == "" {
+		return func() (*quota.Config, bool) { return nil, true }, nil
+	}
+	src, err := queue.NewQuotaSource(klog.FromContext(ctx).WithName("quota"), a.client, q.Namespace, q.ConfigMap, q.ConfigMapKey)
+	if err != nil {
+		return nil, err
+	}
+	a.others = append(a.others, src.Factory)
+	a.quotaSynced = src.Factory.Core().V1().ConfigMaps().Informer().HasSynced
+	return src.Current, nil
+}
+
 // addQueue builds the queue controller and registers it as a leader loop.
 func (a *App) addQueue(ctx context.Context, cfg config.Config, names contract.Names, tiers topology.Labels,
-	pods cache.SharedIndexInformer, meta metadata.Interface, recorder record.EventRecorder) error {
+	pods cache.SharedIndexInformer, meta metadata.Interface, recorder record.EventRecorder, quotaFn func() (*quota.Config, bool)) error {
 	q := cfg.Queue
 	// A queued pod's age is its Job's or JobSet's (metadata informers of
 	// their own, on the leader only, as the queue).
@@ -531,15 +559,9 @@ func (a *App) addQueue(ctx context.Context, cfg config.Config, names contract.Na
 		TierLabels: tiers.Tiers, Recorder: recorder, Metrics: queue.NewMetrics(a.metrics.Registry),
 		Interval: q.Interval, AdmitConcurrency: q.AdmitConcurrency, HoldTTL: q.HoldTTL, ConditionInterval: q.ConditionInterval, ConditionQPS: q.ConditionQPS,
 		UrgentPriority: q.UrgentPriority, Reclaim: q.Reclaim, MaxPreemptibleGangSize: cfg.MaxPreemptibleGangSize,
-		Quota: func() (*quota.Config, bool) { return nil, true }}
-	if q.ConfigMap != "" {
-		src, err := queue.NewQuotaSource(klog.FromContext(ctx).WithName("quota"), a.client, q.Namespace, q.ConfigMap, q.ConfigMapKey)
-		if err != nil {
-			return err
-		}
-		a.others = append(a.others, src.Factory)
-		o.Quota = src.Current
-		o.Synced = append(o.Synced, src.Factory.Core().V1().ConfigMaps().Informer().HasSynced)
+		Quota: quotaFn}
+	if a.quotaSynced != nil {
+		o.Synced = append(o.Synced, a.quotaSynced)
 	}
 	if r := q.Reserve; r.Enabled {
 		o.Reserve = &reserve.Policy{LargeGPUs: r.LargeGPUs, MaxAge: r.MaxAge, MaxHold: r.MaxHold, CoolOff: r.CoolOff, Max: r.Max,

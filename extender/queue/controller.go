@@ -259,7 +259,7 @@ func (c *Controller) Pass(ctx context.Context) {
 			cfg = withUnlimited(cfg, team)
 			in.Config = cfg
 		}
-		amt := quota.Amount{GPUs: int64(req.GPUs), MemoryMiB: contract.MiB(req.MemoryUnits) * c.o.MemoryUnitMiB}
+		amt := amountOf(req.GPUs, req.MemoryUnits, c.o.MemoryUnitMiB)
 		ref, _ := podreq.GangOf(pod, c.o.Names)
 		if !podreq.Queued(pod, c.o.Names) {
 			acct := c.account(cfg, pod, team)
@@ -631,6 +631,12 @@ func withUnlimited(cfg quota.Config, team string) quota.Config {
 }
 
 func (c *Controller) accounts(cfg quota.Config, team string, models []string) []quota.Account {
+	return accountsOf(cfg, team, models)
+}
+
+// accountsOf lists the accounts a team's pod asking for models may be
+// charged to: an unknown team's own when unknown teams are unlimited.
+func accountsOf(cfg quota.Config, team string, models []string) []quota.Account {
 	if _, ok := cfg.Teams[team]; !ok {
 		if cfg.Policy() == quota.UnlimitedUnknown {
 			return []quota.Account{{Team: team}}
@@ -643,14 +649,23 @@ func (c *Controller) accounts(cfg quota.Config, team string, models []string) []
 // account is the account an admitted pod is charged to: its admission
 // record's, else the first its team and models allow.
 func (c *Controller) account(cfg quota.Config, pod *corev1.Pod, team string) quota.Account {
-	if adm, err := podreq.AdmissionOf(pod, c.o.Names); err == nil && adm != nil {
+	return accountOf(cfg, c.o.Names, pod, team)
+}
+
+func accountOf(cfg quota.Config, names contract.Names, pod *corev1.Pod, team string) quota.Account {
+	if adm, err := podreq.AdmissionOf(pod, names); err == nil && adm != nil {
 		return quota.Account{Team: adm.Team, Model: adm.Model}
 	}
-	models, _ := podreq.GPUModels(pod, c.o.Names)
-	if as := c.accounts(cfg, team, models); len(as) > 0 {
+	models, _ := podreq.GPUModels(pod, names)
+	if as := accountsOf(cfg, team, models); len(as) > 0 {
 		return as[0]
 	}
 	return quota.Account{Team: team}
+}
+
+// amountOf is what a pod's request counts in quota.
+func amountOf(gpus int, memoryUnits int64, unit contract.MiB) quota.Amount {
+	return quota.Amount{GPUs: int64(gpus), MemoryMiB: contract.MiB(memoryUnits) * unit}
 }
 
 func (c *Controller) namespaces() map[string]map[string]string {

@@ -48,6 +48,10 @@ type Options struct {
 	// gangs then need the gang-size annotation.
 	PodGroups PodGroups
 
+	// Guard keeps the queue's guarantees in priority preemption; nil
+	// applies only the verb's own rules.
+	Guard PreemptGuard
+
 	ReservationTTL         time.Duration
 	GangTTL                time.Duration
 	MaxPreemptibleGangSize int

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
@@ -14,6 +16,13 @@ import (
 )
 
 var errNoPod = errors.New("the request names no pod")
+
+// PreemptGuard keeps the queue's rules in kube-scheduler's own priority
+// preemption (extender/queue.Guard): Spare returns the victims, by pod UID,
+// that must stay however the preemptor's priority compares, and why.
+type PreemptGuard interface {
+	Spare(preemptor *corev1.Pod, victims []*ledger.Allocation) (keep map[string]bool, why string)
+}
 
 // errNotReady answers every verb until the ledger is rebuilt from the API
 // server: kube-scheduler calls the extender whatever /readyz says, and a
@@ -37,8 +46,10 @@ func (e *Extender) notReady(verb string) error {
 // when it is bound (committed), has a lower priority than the preemptor,
 // is not labelled preemptible=false, and is not in a gang larger than
 // MaxPreemptibleGangSize; a gang member takes its whole gang, so a gang is
-// eligible only when all its members run on that node. A node is dropped
-// when no eligible set makes room.
+// eligible only when all its members run on that node. With a Guard, no
+// team is taken below its quota guarantee for another team's pod (the
+// queue's reclaim rule): its victims are dropped and the set chosen again.
+// A node is dropped when no eligible set makes room.
 // The answer names victims by UID, as the scheduler knows them.
 func (e *Extender) Preempt(ctx context.Context, args *extenderv1.ExtenderPreemptionArgs) (*extenderv1.ExtenderPreemptionResult, error) {
 	start := e.now()
@@ -81,11 +92,15 @@ func (e *Extender) Preempt(ctx context.Context, args *extenderv1.ExtenderPreempt
 	}
 	snap := e.ledger.Snapshot()
 	dropped := 0
+	guarded := "" // why the guard kept victims, on one node (they read alike)
 	for node, mv := range in {
-		victims, ok := e.victimsOn(req, prio, snap.Node(node), mv)
+		victims, spared, ok := e.victimsOn(pod, req, prio, snap.Node(node), mv)
+		if spared != "" {
+			guarded = spared
+		}
 		if !ok {
 			dropped++
-			logger.V(5).Info("Preemption cannot make room on node", "node", node)
+			logger.V(5).Info("Preemption cannot make room on node", "node", node, "spared", spared)
 			continue
 		}
 		res := &extenderv1.MetaVictims{}
@@ -102,10 +117,14 @@ func (e *Extender) Preempt(ctx context.Context, args *extenderv1.ExtenderPreempt
 		outcome = "nofit"
 	}
 	e.metrics.Decisions.WithLabelValues("preempt", outcome, "").Inc()
+	msg := ""
+	if guarded != "" {
+		msg = "quota guarantees kept victims: " + guarded
+	}
 	e.decisions.add(pod.Namespace+"/"+pod.Name, Decision{Time: start, Verb: "preempt", Outcome: outcome,
-		Nodes: len(in), Fits: len(out.NodeNameToMetaVictims), Duration: e.now().Sub(start).String()})
+		Nodes: len(in), Fits: len(out.NodeNameToMetaVictims), Message: msg, Duration: e.now().Sub(start).String()})
 	logger.V(4).Info("Preempt decision", "outcome", outcome, "nodes", len(in),
-		"fits", len(out.NodeNameToMetaVictims), "dropped", dropped)
+		"fits", len(out.NodeNameToMetaVictims), "dropped", dropped, "guarantees", guarded)
 	return out, nil
 }
 
@@ -117,9 +136,9 @@ func (e *Extender) Preempt(ctx context.Context, args *extenderv1.ExtenderPreempt
 // wrong GPU. Rota replaces them with placement.Victims over every eligible
 // allocation on the node, which frees one GPU for a share or enough idle
 // GPUs for whole-GPU pods. The scheduler accepts any pod of the node.
-func (e *Extender) victimsOn(req placement.Request, prio int32, ni *ledger.NodeInfo, mv *extenderv1.MetaVictims) ([]string, bool) {
+func (e *Extender) victimsOn(pod *corev1.Pod, req placement.Request, prio int32, ni *ledger.NodeInfo, mv *extenderv1.MetaVictims) ([]string, string, bool) {
 	if ni == nil {
-		return nil, false
+		return nil, "", false
 	}
 	var base []string
 	if mv != nil {
@@ -133,9 +152,9 @@ func (e *Extender) victimsOn(req placement.Request, prio int32, ni *ledger.NodeI
 			base = append(base, p.UID)
 		}
 	}
-	extra, ok := placement.Victims(req, ni, func(a *ledger.Allocation) bool { return e.evictable(a, prio, ni) })
+	extra, spared, ok := e.guardedVictims(pod, req, prio, ni)
 	if !ok || (len(extra) == 0 && len(base) == 0) {
-		return nil, false
+		return nil, spared, false
 	}
 	out := slices.Clone(base)
 	add := func(uid string) {
@@ -153,7 +172,33 @@ func (e *Extender) victimsOn(req placement.Request, prio int32, ni *ledger.NodeI
 			}
 		}
 	}
-	return out, true
+	return out, spared, true
+}
+
+// guardedVictims is placement.Victims under the Guard: while the chosen set
+// would take a team below its guarantee, that team's allocations on the
+// node are kept and the set is chosen again (each round keeps at least one
+// more team, so it ends). It returns why teams were spared.
+func (e *Extender) guardedVictims(pod *corev1.Pod, req placement.Request, prio int32, ni *ledger.NodeInfo) ([]*ledger.Allocation, string, bool) {
+	keep := map[string]bool{}
+	var whys []string
+	for {
+		extra, ok := placement.Victims(req, ni, func(a *ledger.Allocation) bool { return !keep[a.PodUID] && e.evictable(a, prio, ni) })
+		if !ok || e.o.Guard == nil || len(extra) == 0 {
+			return extra, strings.Join(whys, "; "), ok
+		}
+		more, why := e.o.Guard.Spare(pod, extra)
+		grew := false
+		for uid := range more {
+			if !keep[uid] {
+				keep[uid], grew = true, true
+			}
+		}
+		if !grew {
+			return extra, strings.Join(whys, "; "), true
+		}
+		whys = append(whys, why)
+	}
 }
 
 // evictable says whether allocation a on node ni may be evicted for a pod

@@ -76,11 +76,16 @@ const quotaDoc = `teams:
     models: {"Rota Reclaim GPU": {gpus: 4}}
   qreclaim-b:
     models: {"Rota Reclaim GPU": {gpus: 0, borrow: {gpus: 4}}}
+  qguard-a:
+    models: {"Rota Guard GPU": {gpus: 2, borrow: {gpus: 2}}}
+  qguard-u:
+    models: {"Rota Guard GPU": {gpus: 3}}
 sharedPool: {gpus: 2, gpuMemoryGiB: 0}
 # The queue scenarios' own pools (per GPU model), apart from the shared one.
 modelPools:
   "Rota Queue GPU": {gpus: 8}
   "Rota Reclaim GPU": {gpus: 4}
+  "Rota Guard GPU": {gpus: 2}
 unknownTeams: unlimited
 `
 

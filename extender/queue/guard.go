@@ -1,0 +1,132 @@
+package queue
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/ledger"
+	"github.com/rota-sched/rota/pkg/podreq"
+	pkgqueue "github.com/rota-sched/rota/pkg/queue"
+	"github.com/rota-sched/rota/pkg/quota"
+)
+
+// GuardOptions configures a Guard: the same pods, namespaces and quota the
+// queue controller reads.
+type GuardOptions struct {
+	Names         contract.Names
+	MemoryUnitMiB contract.MiB
+	Pods          cache.SharedIndexInformer
+	Namespaces    cache.SharedIndexInformer
+	Quota         func() (cfg *quota.Config, ok bool)
+}
+
+// Guard keeps the queue's guarantees in kube-scheduler's own priority
+// preemption: the extender's preempt verb asks it which victims must stay
+// (pkg/queue.Spared: never a team taken below its guarantee for another
+// team's pod). It reads the informers on each call, so it needs no queue
+// pass and answers on every replica.
+type Guard struct{ o GuardOptions }
+
+// NewGuard builds a Guard.
+func NewGuard(o GuardOptions) *Guard {
+	if o.MemoryUnitMiB <= 0 {
+		o.MemoryUnitMiB = contract.DefaultMemoryUnitMiB
+	}
+	return &Guard{o: o}
+}
+
+// Spare returns the victims (by pod UID) that evicting for preemptor must
+// leave alone, and why; none when the quota configuration names no team or
+// does not parse (nothing was promised, or nothing can be known).
+func (g *Guard) Spare(preemptor *corev1.Pod, victims []*ledger.Allocation) (map[string]bool, string) {
+	q, ok := g.o.Quota()
+	if !ok || q == nil || len(q.Teams) == 0 {
+		return nil, ""
+	}
+	cfg := *q
+	teamOf := func(p *corev1.Pod) string {
+		return podreq.Team(p, g.namespaceLabels(p.Namespace), g.o.Names, cfg.AllowPodTeamOverride)
+	}
+	var vs []pkgqueue.Victim
+	uidsOf := map[quota.Account][]string{}
+	teams := map[string]bool{}
+	for _, a := range victims {
+		obj, exists, err := g.o.Pods.GetStore().GetByKey(a.Pod)
+		p, isPod := obj.(*corev1.Pod)
+		if err != nil || !exists || !isPod {
+			continue
+		}
+		acct, amt, ok := charge(cfg, g.o.Names, g.o.MemoryUnitMiB, p, teamOf(p))
+		if !ok {
+			continue
+		}
+		vs = append(vs, pkgqueue.Victim{Key: a.Pod, Team: acct.Team, Account: acct, Amount: amt})
+		uidsOf[acct] = append(uidsOf[acct], a.PodUID)
+		teams[acct.Team] = true
+	}
+	if len(vs) == 0 {
+		return nil, ""
+	}
+	admitted := map[quota.Account]quota.Usage{}
+	for _, obj := range g.o.Pods.GetStore().List() {
+		p, ok := obj.(*corev1.Pod)
+		if !ok || podreq.Terminal(p) || p.DeletionTimestamp != nil || podreq.Queued(p, g.o.Names) {
+			continue
+		}
+		team := teamOf(p)
+		if !teams[team] {
+			continue
+		}
+		if acct, amt, ok := charge(cfg, g.o.Names, g.o.MemoryUnitMiB, p, team); ok {
+			u := admitted[acct]
+			u.Running = u.Running.Add(amt)
+			admitted[acct] = u
+		}
+	}
+	spared := pkgqueue.Spared(cfg, admitted, teamOf(preemptor), vs)
+	if len(spared) == 0 {
+		return nil, ""
+	}
+	keep := map[string]bool{}
+	why := ""
+	for i, s := range spared {
+		for _, uid := range uidsOf[s.Account] {
+			keep[uid] = true
+		}
+		if i > 0 {
+			why += "; "
+		}
+		why += s.Why
+	}
+	return keep, why
+}
+
+func (g *Guard) namespaceLabels(ns string) map[string]string {
+	obj, exists, err := g.o.Namespaces.GetStore().GetByKey(ns)
+	if err != nil || !exists {
+		return nil
+	}
+	if n, ok := obj.(*corev1.Namespace); ok {
+		return n.Labels
+	}
+	if m, ok := obj.(interface{ GetLabels() map[string]string }); ok {
+		return m.GetLabels()
+	}
+	return nil
+}
+
+// charge is what an admitted GPU pod counts against its team's quota: the
+// account (its admission record's, else the first its team and models
+// allow) and its GPUs and GPU memory. It is false for a pod that asks for
+// none of Rota's resources or whose request does not parse.
+func charge(cfg quota.Config, names contract.Names, unit contract.MiB, pod *corev1.Pod, team string) (quota.Account, quota.Amount, bool) {
+	if !podreq.Wants(pod, names) {
+		return quota.Account{}, quota.Amount{}, false
+	}
+	req, err := podreq.FromPod(pod, podreq.Options{Names: names, MemoryUnitMiB: unit})
+	if err != nil {
+		return quota.Account{}, quota.Amount{}, false
+	}
+	return accountOf(cfg, names, pod, team), amountOf(req.GPUs, req.MemoryUnits, unit), true
+}
