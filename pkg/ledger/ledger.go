@@ -62,6 +62,10 @@ type Allocation struct {
 	// Priority and Preemptible feed preemption decisions.
 	Priority    int32
 	Preemptible bool
+	// Idle is set when the device plugin marked the pod idle (its GPUs'
+	// utilization stayed low for a while); preemption takes idle pods first
+	// among equal priority.
+	Idle bool
 	// CPUMilli and HostMemoryMiB count only on nodes that track them.
 	CPUMilli      int64
 	HostMemoryMiB MiB

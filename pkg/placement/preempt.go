@@ -8,8 +8,8 @@ import (
 )
 
 // Victims picks the pods to evict from node ni so that r fits there: only
-// allocations eligible says may go, lowest priority first, then the smallest
-// holdings. For a memory share it frees one GPU (the GPU whose victims are
+// allocations eligible says may go, lowest priority first, then idle pods
+// (ledger.Allocation.Idle), then the smallest holdings. For a memory share it frees one GPU (the GPU whose victims are
 // fewest and least important); for whole GPUs it evicts greedily and then
 // returns any victim whose eviction turned out unnecessary. It reports false
 // when no eligible set makes room.
@@ -66,6 +66,12 @@ func without(ni *ledger.NodeInfo, as []*ledger.Allocation) *ledger.NodeInfo {
 func victimOrder(a, b *ledger.Allocation) int {
 	if c := cmp.Compare(a.Priority, b.Priority); c != 0 {
 		return c
+	}
+	if a.Idle != b.Idle { // idle pods first among equal priority
+		if a.Idle {
+			return -1
+		}
+		return 1
 	}
 	if c := cmp.Compare(held(a), held(b)); c != 0 {
 		return c
@@ -137,12 +143,27 @@ func shareVictims(r Request, ni *ledger.NodeInfo, cands []*ledger.Allocation) ([
 	return best, found
 }
 
-// better prefers fewer victims, then a lower highest priority.
+// better prefers fewer victims, then a lower highest priority, then fewer
+// busy (not idle) victims.
 func better(a, b []*ledger.Allocation) bool {
 	if len(a) != len(b) {
 		return len(a) < len(b)
 	}
-	return maxPriority(a) < maxPriority(b)
+	if pa, pb := maxPriority(a), maxPriority(b); pa != pb {
+		return pa < pb
+	}
+	return busy(a) < busy(b)
+}
+
+// busy counts the victims not marked idle.
+func busy(as []*ledger.Allocation) int {
+	n := 0
+	for _, a := range as {
+		if !a.Idle {
+			n++
+		}
+	}
+	return n
 }
 
 func maxPriority(as []*ledger.Allocation) int32 {
