@@ -169,164 +169,313 @@ type Result struct {
 
 // Plan runs one pass: it admits what quota and room allow, in the order the
 // package doc states, and says where every other workload stands.
+//
+// Keys are unique (Workload.Key identifies the workload). The pass keeps
+// its bookkeeping in slices indexed by a workload's position in Queued, so
+// that a pass over many queued workloads that admits few costs a sort per
+// team and one entry per workload in Waiting.
 func Plan(in Input, fit Fitter) Result {
-	teams := map[string][]*Workload{}
+	p := newPass(&in)
+	p.run(fit)
+	return p.result()
+}
+
+// pass is one Plan run's state. Workloads are named by their index in
+// in.Queued, teams by their index in names.
+type pass struct {
+	in    *Input
+	names []string  // team names, sorted
+	first []int     // team t's queue is ord[first[t]:first[t+1]]
+	ord   []int32   // workload indices, by team, each team in Less order
+	head  []int     // team t's first entry in ord not admitted
+	use   []Use     // each team's admitted use, for fair share
+	wt    []float64 // each team's effective weight
+	open  []bool
+	usage map[quota.Account]quota.Usage
+	// admitted marks admitted workloads; why[i] is 1 + the index in whys
+	// of workload i's status (0: not tried).
+	admitted []bool
+	why      []int32
+	whys     []Status
+	failed   map[shapeAccount]string // a shape's room failure in this pass
+	starts   map[int32]time.Time     // protected head -> when its quota is expected back
+	res      Result
+}
+
+type shapeAccount struct {
+	shape   string
+	account quota.Account
+}
+
+// orderKey is a workload's place in its team's order (Less), compact so
+// that sorting reads no Workload.
+type orderKey struct {
+	prio int32
+	i    int32
+	sec  int64
+	nsec int32
+}
+
+func newPass(in *Input) *pass {
+	n := len(in.Queued)
+	p := &pass{in: in, admitted: make([]bool, n), why: make([]int32, n),
+		failed: map[shapeAccount]string{}, starts: map[int32]time.Time{}}
+	// Teams, in name order.
+	team := make([]int32, n)
+	ids := map[string]int32{}
+	last, lastID := "", int32(-1)
+	for i := range in.Queued {
+		t := in.Queued[i].Team
+		if lastID < 0 || t != last {
+			id, ok := ids[t]
+			if !ok {
+				id = int32(len(p.names))
+				ids[t] = id
+				p.names = append(p.names, t)
+			}
+			last, lastID = t, id
+		}
+		team[i] = lastID
+	}
+	byName := make([]int32, len(p.names))
+	for i := range byName {
+		byName[i] = int32(i)
+	}
+	slices.SortFunc(byName, func(a, b int32) int { return strings.Compare(p.names[a], p.names[b]) })
+	rank := make([]int32, len(p.names)) // first-seen id -> position in name order
+	sorted := make([]string, len(p.names))
+	for r, id := range byName {
+		rank[id] = int32(r)
+		sorted[r] = p.names[id]
+	}
+	p.names = sorted
+	nt := len(p.names)
+	// Group by team (counting sort), then order each team.
+	p.first = make([]int, nt+1)
+	for i := range team {
+		team[i] = rank[team[i]]
+		p.first[team[i]+1]++
+	}
+	for t := range nt {
+		p.first[t+1] += p.first[t]
+	}
+	keys := make([]orderKey, n)
+	fill := slices.Clone(p.first[:nt])
+	mono := false
 	for i := range in.Queued {
 		w := &in.Queued[i]
-		teams[w.Team] = append(teams[w.Team], w)
+		c := w.Created
+		if c != c.Round(0) {
+			mono = true // monotonic readings: compare as time.Time does
+		}
+		keys[fill[team[i]]] = orderKey{prio: w.Priority, i: int32(i), sec: c.Unix(), nsec: int32(c.Nanosecond())}
+		fill[team[i]]++
 	}
-	names := make([]string, 0, len(teams))
-	for t, ws := range teams {
-		slices.SortFunc(ws, Less)
-		names = append(names, t)
+	cmpKeys := func(a, b orderKey) int {
+		if c := cmp.Compare(b.prio, a.prio); c != 0 {
+			return c
+		}
+		if mono {
+			return Less(&in.Queued[a.i], &in.Queued[b.i])
+		}
+		if c := cmp.Compare(a.sec, b.sec); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.nsec, b.nsec); c != 0 {
+			return c
+		}
+		return strings.Compare(in.Queued[a.i].Key, in.Queued[b.i].Key)
 	}
-	slices.Sort(names)
-
-	usage := make(map[quota.Account]quota.Usage, len(in.Admitted))
+	p.ord = make([]int32, n)
+	for t := range nt {
+		seg := keys[p.first[t]:p.first[t+1]]
+		slices.SortFunc(seg, cmpKeys)
+		for j, k := range seg {
+			p.ord[p.first[t]+j] = k.i
+		}
+	}
+	p.head = slices.Clone(p.first[:nt])
+	p.open = make([]bool, nt)
+	p.use = make([]Use, nt)
+	p.wt = make([]float64, nt)
+	for t, name := range p.names {
+		p.open[t] = true
+		p.use[t] = in.TeamUse[name]
+		p.wt[t] = 1
+		if tm, ok := in.Config.Teams[name]; ok {
+			p.wt[t] = tm.EffectiveWeight()
+		}
+	}
+	p.usage = make(map[quota.Account]quota.Usage, len(in.Admitted))
 	for a, u := range in.Admitted {
-		usage[a] = u
+		p.usage[a] = u
 	}
-	use := make(map[string]Use, len(in.TeamUse))
-	for t, u := range in.TeamUse {
-		use[t] = u
-	}
-	res := Result{Waiting: make(map[string]Status, len(in.Queued))}
-	admitted := map[string]bool{}
-	why := make(map[string]Status, len(in.Queued))
-	failedShape := map[string]string{} // shape+account -> reason, for this pass
-	starts := map[string]time.Time{}   // protected head -> when its quota is expected back
-	open := map[string]bool{}
-	for _, t := range names {
-		open[t] = true
-	}
-	for len(open) > 0 && (in.MaxAdmissions == 0 || len(res.Admitted) < in.MaxAdmissions) {
+	return p
+}
+
+func (p *pass) run(fit Fitter) {
+	in := p.in
+	for open := len(p.names); open > 0 && (in.MaxAdmissions == 0 || len(p.res.Admitted) < in.MaxAdmissions); {
 		// The open team with the lowest weighted dominant share.
-		best, bestShare := "", 0.0
-		for _, t := range names {
-			if !open[t] {
+		best, bestShare := -1, 0.0
+		for t := range p.names {
+			if !p.open[t] {
 				continue
 			}
-			s := in.share(t, use[t])
-			if best == "" || s < bestShare {
+			if s := p.share(t); best < 0 || s < bestShare {
 				best, bestShare = t, s
 			}
 		}
-		adm, ok := in.next(teams[best], admitted, usage, why, failedShape, starts, fit)
+		adm, ok := p.next(best, fit)
 		if !ok {
-			delete(open, best)
+			p.open[best] = false
+			open--
 			continue
 		}
 		adm.Share = bestShare
-		admitted[adm.Workload.Key] = true
-		u := usage[adm.Account]
-		u.Pending = u.Pending.Add(adm.Workload.Need())
-		usage[adm.Account] = u
-		tu := use[best]
-		need := adm.Workload.Need()
+		w := adm.Workload
+		need := w.Need()
+		u := p.usage[adm.Account]
+		u.Pending = u.Pending.Add(need)
+		p.usage[adm.Account] = u
+		tu := &p.use[best]
 		tu.GPUs += need.GPUs
 		tu.MemoryMiB += int64(need.MemoryMiB)
-		tu.CPUMilli += adm.Workload.CPUMilli * int64(adm.Workload.Members)
-		use[best] = tu
-		res.Admitted = append(res.Admitted, adm)
+		tu.CPUMilli += w.CPUMilli * int64(w.Members)
+		p.res.Admitted = append(p.res.Admitted, adm)
 	}
-	for _, t := range names {
-		var left []*Workload
-		for _, w := range teams[t] {
-			if !admitted[w.Key] {
-				left = append(left, w)
+}
+
+// result says where every workload left queued stands.
+func (p *pass) result() Result {
+	res := p.res
+	res.Waiting = make(map[string]Status, len(p.in.Queued)-len(res.Admitted))
+	for t := range p.names {
+		seg := p.ord[p.first[t]:p.first[t+1]]
+		left := len(seg)
+		for _, i := range seg {
+			if p.admitted[i] {
+				left--
 			}
 		}
 		var ahead quota.Amount
-		for i, w := range left {
-			st, ok := why[w.Key]
-			if !ok {
-				st = Status{Reason: WaitTurn, Message: "not considered yet in this pass"}
+		pos := 0
+		for _, i := range seg {
+			if p.admitted[i] {
+				continue
 			}
-			st.Position, st.Of, st.Ahead, st.AheadNeed = i+1, len(left), i, ahead
+			w := &p.in.Queued[i]
+			st := Status{Reason: WaitTurn, Message: "not considered yet in this pass"}
+			if k := p.why[i]; k > 0 {
+				st = p.whys[k-1]
+			}
+			st.Position, st.Of, st.Ahead, st.AheadNeed = pos+1, left, pos, ahead
 			res.Waiting[w.Key] = st
 			ahead = ahead.Add(w.Need())
+			pos++
 		}
 	}
 	return res
 }
 
-// share is a team's weighted dominant share with use u.
-func (in *Input) share(team string, u Use) float64 {
+// share is team t's weighted dominant share now.
+func (p *pass) share(t int) float64 {
+	u, c := p.use[t], p.in.Capacity
 	s := 0.0
 	frac := func(v, c int64) {
 		if c > 0 {
 			s = max(s, float64(v)/float64(c))
 		}
 	}
-	frac(u.GPUs, in.Capacity.GPUs)
-	frac(u.MemoryMiB, in.Capacity.MemoryMiB)
-	frac(u.CPUMilli, in.Capacity.CPUMilli)
-	w := 1.0
-	if t, ok := in.Config.Teams[team]; ok {
-		w = t.EffectiveWeight()
-	}
-	return s / w
+	frac(u.GPUs, c.GPUs)
+	frac(u.MemoryMiB, c.MemoryMiB)
+	frac(u.CPUMilli, c.CPUMilli)
+	return s / p.wt[t]
 }
 
-// next finds the first workload of one team's ordered queue that can be
+// wait records why workload i waits.
+func (p *pass) wait(i int32, st Status) {
+	if k := p.why[i]; k > 0 {
+		p.whys[k-1] = st
+		return
+	}
+	p.whys = append(p.whys, st)
+	p.why[i] = int32(len(p.whys))
+}
+
+// next finds the first workload of team t's ordered queue that can be
 // admitted now, and holds its room.
-func (in *Input) next(ws []*Workload, admitted map[string]bool, usage map[quota.Account]quota.Usage,
-	why map[string]Status, failedShape map[string]string, starts map[string]time.Time, fit Fitter) (Admission, bool) {
+func (p *pass) next(t int, fit Fitter) (Admission, bool) {
+	in := p.in
 	var guard *Workload // the protected head that waits for quota, if any
-	for _, w := range ws {
-		if admitted[w.Key] {
+	var guardStart time.Time
+	seg := p.ord[p.head[t]:p.first[t+1]]
+	for j, i := range seg {
+		if p.admitted[i] {
 			continue
 		}
+		w := &in.Queued[i]
 		if guard != nil && sharesAccount(guard, w) {
-			start := starts[guard.Key]
-			if w.Ends.IsZero() || start.IsZero() || w.Ends.After(start) {
-				why[w.Key] = Status{Reason: WaitQuota, Message: guardMessage(guard, start, w)}
+			if w.Ends.IsZero() || guardStart.IsZero() || w.Ends.After(guardStart) {
+				p.wait(i, Status{Reason: WaitQuota, Message: guardMessage(guard, guardStart, w)})
 				continue
 			}
 		}
 		if !w.Complete() {
-			why[w.Key] = Status{Reason: WaitMembers,
-				Message: fmt.Sprintf("gang %s: %d of %d members exist; it is admitted whole once all do", w.Key, w.Present, w.Members)}
+			p.wait(i, Status{Reason: WaitMembers,
+				Message: fmt.Sprintf("gang %s: %d of %d members exist; it is admitted whole once all do", w.Key, w.Present, w.Members)})
 			continue
 		}
 		if len(w.Accounts) == 0 {
-			why[w.Key] = Status{Reason: WaitNoAccount, Message: fmt.Sprintf("team %s has no quota for the GPU models this pod accepts", w.Team)}
+			p.wait(i, Status{Reason: WaitNoAccount, Message: fmt.Sprintf("team %s has no quota for the GPU models this pod accepts", w.Team)})
 			continue
 		}
 		var quotaMsg, roomMsg string
 		for _, a := range w.Accounts {
-			d := in.Config.CheckAccount(a, usage, w.Need())
+			d := in.Config.CheckAccount(a, p.usage, w.Need())
 			if !d.Allowed {
 				if quotaMsg == "" && len(d.Shortfalls) > 0 {
 					quotaMsg = "waiting for quota: " + d.Shortfalls[0].Message(subject(w))
 				}
 				continue
 			}
-			key := w.Shape + "|" + a.String()
-			if r, failed := failedShape[key]; failed && w.Shape != "" {
+			key := shapeAccount{w.Shape, a}
+			if r, failed := p.failed[key]; failed && w.Shape != "" {
 				roomMsg = r
 				continue
 			}
 			ok, reason := fit.Hold(w, a)
 			if !ok {
 				roomMsg = "waiting for room: " + reason
-				failedShape[key] = roomMsg
+				p.failed[key] = roomMsg
 				continue
+			}
+			p.admitted[i] = true
+			if j == 0 {
+				// The team's head moves past what is admitted.
+				h := p.head[t]
+				for h < p.first[t+1] && p.admitted[p.ord[h]] {
+					h++
+				}
+				p.head[t] = h
 			}
 			return Admission{Workload: w, Account: a, Borrowed: d.Borrowed}, true
 		}
 		if roomMsg != "" {
-			why[w.Key] = Status{Reason: WaitRoom, Message: roomMsg}
+			p.wait(i, Status{Reason: WaitRoom, Message: roomMsg})
 		} else {
 			if quotaMsg == "" {
 				quotaMsg = "waiting for quota"
 			}
-			why[w.Key] = Status{Reason: WaitQuota, Message: quotaMsg}
+			p.wait(i, Status{Reason: WaitQuota, Message: quotaMsg})
 			if guard == nil && w.Complete() && in.Protected != nil && in.Protected(w) {
 				guard = w
-				if _, ok := starts[w.Key]; !ok {
-					starts[w.Key] = in.quotaStart(w, usage)
+				start, ok := p.starts[i]
+				if !ok {
+					start = in.quotaStart(w, p.usage)
+					p.starts[i] = start
 				}
+				guardStart = start
 			}
 		}
 	}
