@@ -445,7 +445,7 @@ func (c *Controller) podsFor(f remediation.Fault) []remediation.Pod {
 
 func (c *Controller) toPod(p *corev1.Pod) remediation.Pod {
 	return remediation.Pod{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), Node: p.Spec.NodeName,
-		Gang: state.GangKey(p, c.names), MarkOnly: p.Labels[c.names.RemediationLabel] == contract.RemediationMarkOnly}
+		Gang: podreq.GangKey(p, c.names), MarkOnly: p.Labels[c.names.RemediationLabel] == contract.RemediationMarkOnly}
 }
 
 func (c *Controller) members(gang string) []remediation.Pod {

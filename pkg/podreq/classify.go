@@ -53,6 +53,12 @@ func (k Kind) String() string {
 // a bound pod whose GPUs the ledger cannot account.
 func (k Kind) Problem() bool { return k == KindInvalid || k == KindUnaccounted || k == KindWrongNode }
 
+// CPUOnly reports whether the ledger holds only the pod's CPU and host
+// memory (KindGPUFree, KindUnaccounted): a record without GPUs, kept only
+// on nodes the ledger knows (a GPU allocation on an unknown node waits for
+// the node instead).
+func (k Kind) CPUOnly() bool { return k == KindGPUFree || k == KindUnaccounted }
+
 // Message is the problem kind's one-line description, "" for kinds that
 // are no problem. The extender logs it (with the details as values) and
 // kubectl-rota prints it (Classification.Problem), so both say the same.
