@@ -20,8 +20,9 @@ import (
 	"github.com/rota-sched/rota/pkg/topology"
 )
 
-// GangIndex is the pod indexer that maps a gang key ("namespace/name", from
-// the gang label or scheduler-plugins' pod-group label) to its pods.
+// GangIndex is the pod indexer that maps a gang key (podreq.GangKey:
+// "namespace/name", from the gang label or scheduler-plugins' pod-group
+// label) to its pods.
 const GangIndex = "rota-gang"
 
 // NodeIndex is the pod indexer that maps a node name to the pods bound there.
@@ -235,23 +236,10 @@ func (c *Cache) gangIndex(obj any) ([]string, error) {
 	if !ok {
 		return nil, nil
 	}
-	if k := GangKey(pod, c.names); k != "" {
+	if k := podreq.GangKey(pod, c.names); k != "" {
 		return []string{k}, nil
 	}
 	return nil, nil
-}
-
-// GangKey returns the pod's gang key ("namespace/name") or "" when it
-// belongs to none. It reads the labels only, so pods with a broken size
-// annotation still count as members.
-func GangKey(pod *corev1.Pod, names contract.Names) string {
-	if n := pod.Labels[names.GangLabel]; n != "" {
-		return pod.Namespace + "/" + n
-	}
-	if n := pod.Labels[names.PodGroupLabel]; n != "" {
-		return pod.Namespace + "/" + n
-	}
-	return ""
 }
 
 // nodeChanged applies a node's topology to the ledger when it changed.
@@ -261,7 +249,7 @@ func (c *Cache) nodeChanged(obj any) {
 		return
 	}
 	raw, has := node.Annotations[c.names.TopologyAnnotation]
-	cpu, mem := node.Status.Allocatable.Cpu(), node.Status.Allocatable.Memory()
+	cpu, mem := podreq.Allocatable(node)
 	sig := ""
 	if has {
 		var b strings.Builder
@@ -270,7 +258,7 @@ func (c *Cache) nodeChanged(obj any) {
 			b.WriteByte(0)
 			b.WriteString(node.Labels[k])
 		}
-		fmt.Fprintf(&b, "\x00%d\x00%d", cpu.MilliValue(), mem.Value())
+		fmt.Fprintf(&b, "\x00%d\x00%d", cpu, mem)
 		sig = b.String()
 	}
 	c.mu.Lock()
@@ -301,10 +289,8 @@ func (c *Cache) nodeChanged(obj any) {
 	}
 	c.health.set(node.Name, t.GPUs)
 	n := topology.New(node.Name, node.Labels, c.tiers, t)
-	// Allocatable, as kube-scheduler's NodeResourcesFit reads it; a node
-	// that reports none is not tracked (0).
-	n.CPUMilli = cpu.MilliValue()
-	n.HostMemoryMiB = contract.MiB(mem.Value() >> 20)
+	// A node that reports no allocatable CPU or memory is not tracked (0).
+	n.CPUMilli, n.HostMemoryMiB = cpu, mem
 	if c.adjust != nil {
 		n = c.adjust(n)
 	}
@@ -337,8 +323,14 @@ func (c *Cache) accountNode(name string) {
 		return
 	}
 	for _, o := range objs {
-		if pod, ok := o.(*corev1.Pod); ok && !podreq.Terminal(pod) && pod.Annotations[c.names.AssignmentAnnotation] == "" {
-			c.accountGPUFree(pod, name, true)
+		pod, ok := o.(*corev1.Pod)
+		if !ok {
+			continue
+		}
+		// Pods with an assignment came back with the node (orphans the
+		// ledger applied on UpsertNode).
+		if cl := podreq.Classify(pod, c.names); cl.Kind.CPUOnly() && cl.Allocation != nil {
+			c.accountGPUFree(pod, *cl.Allocation, true)
 		}
 	}
 }
@@ -348,23 +340,19 @@ func (c *Cache) accountNode(name string) {
 // node; it reports whether it recorded anything. The ledger never refuses
 // CPU on a restore: kube-scheduler and the kubelet decide what fits.
 func (c *Cache) AccountGPUFree(pod *corev1.Pod, node string) bool {
-	return c.accountGPUFree(pod, node, false)
+	a, ok := podreq.GPUFreeAllocation(pod, node, c.names)
+	return ok && c.accountGPUFree(pod, a, false)
 }
 
-// accountGPUFree is AccountGPUFree; cached says the pod came from the
-// informer's store, so its absence there now means it was deleted.
-func (c *Cache) accountGPUFree(pod *corev1.Pod, node string, cached bool) bool {
-	cpu, mem := podreq.NodeResources(pod)
-	if (cpu <= 0 && mem <= 0) || !c.ledger.HasNode(node) {
+// accountGPUFree is AccountGPUFree with the pod's record
+// (podreq.GPUFreeAllocation); cached says the pod came from the informer's
+// store, so its absence there now means it was deleted.
+func (c *Cache) accountGPUFree(pod *corev1.Pod, a ledger.Allocation, cached bool) bool {
+	if !c.ledger.HasNode(a.Node) {
 		return false
 	}
-	a := ledger.Allocation{PodUID: string(pod.UID), Pod: pod.Namespace + "/" + pod.Name, Node: node,
-		CPUMilli: cpu, HostMemoryMiB: mem, Preemptible: podreq.Preemptible(pod, c.names)}
-	if pod.Spec.Priority != nil {
-		a.Priority = *pod.Spec.Priority
-	}
 	if err := c.ledger.Restore(a); err != nil {
-		c.logger.Error(err, "Pod's CPU and memory not accounted", "pod", klog.KObj(pod), "node", node)
+		c.logger.Error(err, "Pod's CPU and memory not accounted", "pod", klog.KObj(pod), "node", a.Node)
 		return false
 	}
 	// A delete that raced with this call has already released the pod:
@@ -426,48 +414,47 @@ func (c *Cache) podChanged(oldObj, obj any) {
 		old.Annotations[c.names.AdmissionAnnotation] == pod.Annotations[c.names.AdmissionAnnotation] {
 		return // nothing the ledger reads changed
 	}
-	if podreq.Terminal(pod) {
+	cl := podreq.Classify(pod, c.names)
+	switch cl.Kind {
+	case podreq.KindTerminal:
 		c.failed(old, pod)
 		c.release(pod.UID)
 		return
-	}
-	if pod.Spec.NodeName == "" {
-		// Unbound pods hold only reservations: an assignment annotation
-		// without a binding (a bind that failed half-way) holds nothing
-		// until the scheduler binds the pod again; the queue controller's
-		// admission hold is restored from its record (a restart, or a
-		// takeover by another replica).
+	case podreq.KindUnbound:
+		// The queue controller's admission hold is restored from its
+		// record (a restart, or a takeover by another replica).
 		c.restoreHold(pod)
 		return
 	}
-	logger := klog.LoggerWithValues(c.logger, "pod", klog.KObj(pod), "node", pod.Spec.NodeName)
-	as, err := podreq.Assignment(pod, c.names)
-	switch {
-	case err != nil:
+	logger := klog.LoggerWithValues(c.logger, "pod", klog.KObj(pod), "node", cl.Node)
+	switch cl.Kind {
+	case podreq.KindInvalid:
 		c.invalidAssignment.Add(1)
-		logger.Error(err, "Invalid GPU assignment annotation on a bound pod; its GPUs are not accounted")
+		logger.Error(cl.Err, cl.Kind.Message())
 		return
-	case as == nil:
-		if podreq.Wants(pod, c.names) {
-			c.unaccounted.Add(1)
-			logger.Info("Bound pod asks for GPUs but carries no assignment; it was not bound through Rota")
-		}
-		c.accountGPUFree(pod, pod.Spec.NodeName, true)
-		return
-	case as.Node != pod.Spec.NodeName:
+	case podreq.KindUnaccounted:
+		c.unaccounted.Add(1)
+		logger.Info(cl.Kind.Message())
+	case podreq.KindWrongNode:
 		c.invalidAssignment.Add(1)
-		logger.Error(nil, "GPU assignment names another node than the pod is bound to; its GPUs are not accounted",
-			"assignedNode", as.Node)
+		logger.Error(nil, cl.Kind.Message(), "assignedNode", cl.Assignment.Node)
 		return
 	}
-	a := podreq.ToAllocation(pod, *as, c.names)
+	if cl.Allocation == nil {
+		return // a bound pod that takes nothing
+	}
+	if cl.Kind.CPUOnly() {
+		c.accountGPUFree(pod, *cl.Allocation, true)
+		return
+	}
+	a := *cl.Allocation
 	c.setEnds(&a, pod)
 	if err := c.ledger.Restore(a); err != nil {
 		c.restoreConflicts.Add(1)
 		logger.Error(err, "GPU assignment conflicts with the ledger; not accounted")
 		return
 	}
-	logger.V(5).Info("Pod GPU assignment restored", "gpus", as.UUIDs())
+	logger.V(5).Info("Pod GPU assignment restored", "gpus", cl.Assignment.UUIDs())
 }
 
 // restoreHold reserves again the room the queue controller held for an
