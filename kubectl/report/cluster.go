@@ -78,7 +78,7 @@ type Cluster struct {
 
 	pods     map[string]*corev1.Pod // by namespace/name
 	byUID    map[string]*corev1.Pod
-	allocs   map[string]ledger.Allocation // accounted allocations by pod UID
+	allocs   map[string]ledger.Allocation // accounted GPU allocations by pod UID
 	problems map[string][]string          // per node: allocations not accounted
 	checks   []error                      // ledger.Check after the rebuild
 
@@ -141,9 +141,12 @@ func (c *Cluster) readQuota() {
 }
 
 // rebuildLedger does what the extender's cache does on start-up: every node
-// with a valid topology annotation, then every non-terminal bound pod with an
-// assignment for its node, restored in pod UID order. Allocations that cannot
-// be restored are recorded as problems of their node.
+// with a valid topology annotation and its allocatable CPU and memory, then
+// every pod as podreq.Classify reads it, restored in pod UID order: a bound
+// pod's assignment for its node, and the CPU and host memory of bound pods
+// without an assignment on nodes the ledger knows. Pods whose GPUs cannot be
+// accounted are recorded as problems of their node, in the words the
+// extender logs them with.
 func (c *Cluster) rebuildLedger() {
 	l := ledger.New()
 	for i := range c.in.Nodes {
@@ -159,30 +162,21 @@ func (c *Cluster) rebuildLedger() {
 			c.topoErr[n.Name] = err
 			continue
 		}
-		l.UpsertNode(topology.New(n.Name, n.Labels, c.o.Tiers, t))
+		tn := topology.New(n.Name, n.Labels, c.o.Tiers, t)
+		tn.CPUMilli, tn.HostMemoryMiB = podreq.Allocatable(n)
+		l.UpsertNode(tn)
 	}
 	var allocs []ledger.Allocation
 	for i := range c.in.Pods {
 		p := &c.in.Pods[i]
-		if podreq.Terminal(p) || p.Spec.NodeName == "" {
+		cl := podreq.Classify(p, c.o.Names)
+		if cl.Kind.Problem() {
+			c.problem(cl.Node, fmt.Sprintf("pod %s/%s: %s", p.Namespace, p.Name, cl.Problem()))
+		}
+		if cl.Allocation == nil || (cl.Kind.CPUOnly() && !l.HasNode(cl.Node)) {
 			continue
 		}
-		as, err := podreq.Assignment(p, c.o.Names)
-		switch {
-		case err != nil:
-			c.problem(p.Spec.NodeName, fmt.Sprintf("pod %s/%s: invalid assignment annotation, its GPUs are not accounted: %v", p.Namespace, p.Name, err))
-			continue
-		case as == nil:
-			if podreq.Wants(p, c.o.Names) {
-				c.problem(p.Spec.NodeName, fmt.Sprintf("pod %s/%s asks for GPUs but has no assignment: it was not bound through Rota", p.Namespace, p.Name))
-			}
-			continue
-		case as.Node != p.Spec.NodeName:
-			c.problem(p.Spec.NodeName, fmt.Sprintf("pod %s/%s: assignment names node %s, but the pod is bound to %s; its GPUs are not accounted",
-				p.Namespace, p.Name, as.Node, p.Spec.NodeName))
-			continue
-		}
-		allocs = append(allocs, podreq.ToAllocation(p, *as, c.o.Names))
+		allocs = append(allocs, *cl.Allocation)
 	}
 	slices.SortFunc(allocs, func(a, b ledger.Allocation) int { return cmp.Compare(a.PodUID, b.PodUID) })
 	for _, a := range allocs {
@@ -190,7 +184,9 @@ func (c *Cluster) rebuildLedger() {
 			c.problem(a.Node, fmt.Sprintf("pod %s: assignment conflicts with pods restored before it (by UID), not accounted: %v", a.Pod, err))
 			continue
 		}
-		c.allocs[a.PodUID] = a
+		if len(a.GPUs) > 0 {
+			c.allocs[a.PodUID] = a
+		}
 	}
 	c.snap = l.Snapshot()
 	c.checks = l.Check()

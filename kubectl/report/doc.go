@@ -4,8 +4,10 @@
 // per-node and per-GPU use, per-team quota, and one node's GPU ledger.
 //
 // It reads the cluster the way Rota's own components do, through pkg/:
-// nodes' topology annotations and pods' assignment annotations rebuild a
-// ledger (pkg/ledger) as the extender does; team usage is counted like the
+// nodes' topology annotations and allocatable CPU and memory, and pods as
+// podreq.Classify reads them (assignments, and the CPU and memory of pods
+// without one), rebuild a ledger (pkg/ledger) as the extender's cache does,
+// with its problems in the extender's words; team usage is counted like the
 // admission webhook counts it (pkg/podreq, pkg/quota); "what would make it
 // fit" runs the extender's placement engine (pkg/placement) on that ledger.
 //

@@ -213,7 +213,7 @@ func pinned(ni *ledger.NodeInfo) int {
 // (4 GPUs), vision/detector-serve (60 GiB share, not preemptible)".
 func holders(ni *ledger.NodeInfo) string {
 	as := make([]*ledger.Allocation, 0, len(ni.Allocs))
-	for _, a := range ni.Allocs {
+	for _, a := range gpuAllocs(ni) {
 		as = append(as, a)
 	}
 	slices.SortFunc(as, func(a, b *ledger.Allocation) int {

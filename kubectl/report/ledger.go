@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/ledger"
 )
 
 // LedgerEntry is one pod's allocation on a node.
@@ -37,14 +38,15 @@ type NodeLedger struct {
 	Violations []string `json:"violations,omitempty"`
 }
 
-// Ledger rebuilds node's allocations from the pods' assignment annotations.
+// Ledger rebuilds node's GPU allocations from the pods' assignment
+// annotations (the CPU and memory records of GPU-free pods are left out).
 func (c *Cluster) Ledger(node string) (NodeLedger, error) {
 	ni := c.snap.Node(node)
 	if ni == nil {
 		return NodeLedger{}, c.nodeNotFound(node)
 	}
 	out := NodeLedger{Node: node, GPUs: c.gpuUse(ni)}
-	for uid, a := range ni.Allocs {
+	for uid, a := range gpuAllocs(ni) {
 		e := LedgerEntry{Pod: a.Pod, UID: uid, Whole: a.Whole, Gang: a.Gang, GangSize: a.GangSize, Priority: a.Priority,
 			Preemptible: a.Preemptible, State: a.State.String()}
 		if p := c.byUID[uid]; p != nil {
@@ -69,4 +71,17 @@ func (c *Cluster) Ledger(node string) (NodeLedger, error) {
 		}
 	}
 	return out, nil
+}
+
+// gpuAllocs is the node's allocations that hold GPUs, by pod UID; the
+// ledger also records the CPU and host memory of GPU-free pods
+// (podreq.Kind.CPUOnly), which hold none.
+func gpuAllocs(ni *ledger.NodeInfo) map[string]*ledger.Allocation {
+	out := make(map[string]*ledger.Allocation, len(ni.Allocs))
+	for uid, a := range ni.Allocs {
+		if len(a.GPUs) > 0 {
+			out[uid] = a
+		}
+	}
+	return out
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rota-sched/rota/kubectl/clustertest"
 	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/podreq"
 	"github.com/rota-sched/rota/pkg/quota"
 )
 
@@ -169,8 +170,9 @@ func TestLedgerMatchesExtenderRules(t *testing.T) {
 	if len(l.Entries) != 0 {
 		t.Errorf("h100-b1 entries = %+v, want none", l.Entries)
 	}
-	if len(l.Violations) != 2 || !strings.Contains(l.Violations[0]+l.Violations[1], "names node h100-b2") ||
-		!strings.Contains(l.Violations[0]+l.Violations[1], "invalid assignment") {
+	if all := strings.Join(l.Violations, "\n"); len(l.Violations) != 2 ||
+		!strings.Contains(all, "pod research/notebook-kim: "+podreq.KindWrongNode.Message()+" (assigned node h100-b2, bound to h100-b1)") ||
+		!strings.Contains(all, "pod vision/notebook-ana: "+podreq.KindInvalid.Message()) {
 		t.Errorf("h100-b1 violations = %q, want a misdirected and an invalid assignment", l.Violations)
 	}
 }

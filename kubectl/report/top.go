@@ -27,7 +27,9 @@ type NodeUse struct {
 	MemoryMiB contract.MiB `json:"memoryMiB"`
 	UsedMiB   contract.MiB `json:"usedMiB"`
 	FreeMiB   contract.MiB `json:"freeMiB"`
-	Pods      int          `json:"pods"`
+	// Pods counts the pods holding GPUs (GPU-free pods count only in the
+	// CPU and memory the placement engine sees).
+	Pods int `json:"pods"`
 	// FragmentGPUs is the free GPU capacity the default workload could not
 	// use (placement.DefaultWorkload().NodeFragmentation), in GPUs.
 	FragmentGPUs float64 `json:"fragmentGPUs"`
@@ -94,7 +96,7 @@ type GPUs struct {
 func (c *Cluster) nodeUse(ni *ledger.NodeInfo, w placement.Workload) NodeUse {
 	n := ni.Node
 	u := NodeUse{Node: n.Name, Leaf: n.Tier(0), Models: n.Models(), GPUs: len(n.GPUs), Healthy: ni.HealthyGPUs(),
-		Idle: ni.IdleGPUs(), UsedMiB: ni.UsedMiB(), Pods: len(ni.Allocs), FragmentGPUs: round2(w.NodeFragmentation(ni)),
+		Idle: ni.IdleGPUs(), UsedMiB: ni.UsedMiB(), Pods: len(gpuAllocs(ni)), FragmentGPUs: round2(w.NodeFragmentation(ni)),
 		Problems: c.problems[n.Name]}
 	var islands []int
 	for s, g := range n.GPUs {

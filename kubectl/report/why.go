@@ -142,12 +142,14 @@ func (c *Cluster) WhyGang(namespace, name string) (Why, error) {
 	return c.why(rep, true), nil
 }
 
-// gangMembers returns the gang's pods, by name.
+// gangMembers returns the gang's pods, by name: those with its key
+// (podreq.GangKey, as the extender's gang index), a size annotation that
+// does not parse included.
 func (c *Cluster) gangMembers(key string) []*corev1.Pod {
 	var out []*corev1.Pod
 	for i := range c.in.Pods {
 		p := &c.in.Pods[i]
-		if g, _ := podreq.GangOf(p, c.o.Names); g != nil && g.Key == key {
+		if podreq.GangKey(p, c.o.Names) == key {
 			out = append(out, p)
 		}
 	}
