@@ -411,7 +411,8 @@ func (c *Cache) podChanged(oldObj, obj any) {
 	}
 	if old != nil && old.Spec.NodeName == pod.Spec.NodeName && old.Status.Phase == pod.Status.Phase &&
 		old.Annotations[c.names.AssignmentAnnotation] == pod.Annotations[c.names.AssignmentAnnotation] &&
-		old.Annotations[c.names.AdmissionAnnotation] == pod.Annotations[c.names.AdmissionAnnotation] {
+		old.Annotations[c.names.AdmissionAnnotation] == pod.Annotations[c.names.AdmissionAnnotation] &&
+		old.Annotations[c.names.IdleSinceAnnotation] == pod.Annotations[c.names.IdleSinceAnnotation] {
 		return // nothing the ledger reads changed
 	}
 	cl := podreq.Classify(pod, c.names)

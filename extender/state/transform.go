@@ -31,7 +31,7 @@ func PodTransform(names contract.Names) cache.TransformFunc {
 	annotations := []string{names.AssignmentAnnotation, names.GangSizeAnnotation,
 		names.CheckpointSignalAnnotation, names.CheckpointGraceAnnotation,
 		names.AdmissionAnnotation, names.GPUModelsAnnotation, names.MaxRuntimeAnnotation, names.ReservationAnnotation,
-		names.ShareWithoutMPSAnnotation}
+		names.ShareWithoutMPSAnnotation, names.IdleSinceAnnotation}
 	resources := []corev1.ResourceName{corev1.ResourceName(names.GPU), corev1.ResourceName(names.GPUMemory)}
 	requests := &nodeRequests{}
 	constraints := &placementConstraints{}

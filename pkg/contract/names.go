@@ -124,6 +124,15 @@ type Names struct {
 	// LeaderLabel on an extender Pod marks the replica that holds the lease;
 	// the chart's Service selects it.
 	LeaderLabel string
+	// IdleSinceAnnotation on a Pod (RFC 3339) is when the device plugin
+	// last saw its GPUs' utilization rise above the idle threshold, set once
+	// the pod stayed idle long enough; GPUIdleCondition says the same as a
+	// pod condition. Preemption takes idle pods first (ledger.Allocation.Idle).
+	IdleSinceAnnotation string
+	GPUIdleCondition    string
+	// GPUUtilizationAnnotation on a Pod is the device plugin's rounded SM
+	// utilization of the pod's GPUs and its memory used (PodUtilization), for kubectl.
+	GPUUtilizationAnnotation string
 }
 
 // QueueingOff is the value of QueueingLabel that turns queueing off.
@@ -196,6 +205,9 @@ func NewNames(domain string) (Names, error) {
 		LeaderLabel:               domain + "/extender-leader",
 		ReservationAnnotation:     domain + "/reservation",
 		ShareWithoutMPSAnnotation: domain + "/share-without-mps",
+		IdleSinceAnnotation:       domain + "/idle-since",
+		GPUIdleCondition:          domain + "/GPUIdle",
+		GPUUtilizationAnnotation:  domain + "/gpu-utilization",
 	}, nil
 }
 

@@ -55,6 +55,7 @@ func TestNewNames(t *testing.T) {
 				QuarantineAnnotation: d + "/quarantine", QuarantineTaint: d + "/quarantined",
 				QueueGate: d + "/queue", QueuedCondition: d + "/Queued", AdmissionAnnotation: d + "/admission",
 				QueueingLabel: d + "/queueing", GPUModelsAnnotation: d + "/gpu-models", MaxRuntimeAnnotation: d + "/max-runtime", ReservationAnnotation: d + "/reservation", ShareWithoutMPSAnnotation: d + "/share-without-mps",
+				IdleSinceAnnotation: d + "/idle-since", GPUIdleCondition: d + "/GPUIdle", GPUUtilizationAnnotation: d + "/gpu-utilization",
 				LeaderLabel: d + "/extender-leader"}
 			if n != want {
 				t.Errorf("NewNames(%q) = %+v, want %+v", tc.giveDomain, n, want)

@@ -508,10 +508,11 @@ func (l *Ledger) Restore(a Allocation) error {
 		old, ok = l.orphans[a.PodUID]
 	}
 	if ok && sameGPUs(old, &a) {
-		if old.State != Committed || !old.Ends.Equal(a.Ends) || old.EndsEstimated != a.EndsEstimated {
+		if old.State != Committed || !old.Ends.Equal(a.Ends) || old.EndsEstimated != a.EndsEstimated || old.Idle != a.Idle {
 			c := *old
 			c.State, c.Expires = Committed, time.Time{}
 			c.Ends, c.EndsEstimated = a.Ends, a.EndsEstimated
+			c.Idle = a.Idle
 			l.replace(&c)
 			l.changed()
 		}

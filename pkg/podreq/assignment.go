@@ -26,6 +26,7 @@ func ToAllocation(pod *corev1.Pod, as contract.Assignment, names contract.Names)
 	a := ledger.Allocation{
 		PodUID: string(pod.UID), Pod: pod.Namespace + "/" + pod.Name, Node: as.Node, Whole: as.Whole,
 		Gang: "", Preemptible: Preemptible(pod, names), State: ledger.Committed,
+		Idle: pod.Annotations[names.IdleSinceAnnotation] != "", // the device plugin's idle mark
 	}
 	a.CPUMilli, a.HostMemoryMiB = NodeResources(pod)
 	if pod.Spec.Priority != nil {
