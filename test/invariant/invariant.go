@@ -141,31 +141,38 @@ func Evaluate(nodes []corev1.Node, pods []corev1.Pod, namespaces []corev1.Namesp
 	inScope := func(p *corev1.Pod) bool { return o.Namespace == "" || p.Namespace == o.Namespace }
 	for i := range pods {
 		p := &pods[i]
-		if podreq.Terminal(p) {
-			continue
-		}
 		key := "pod " + p.Namespace + "/" + p.Name
-		a, err := podreq.Assignment(p, o.Names)
-		if err != nil {
-			if inScope(p) {
+		// The pod as the extender and kubectl-rota read it.
+		cl := podreq.Classify(p, o.Names)
+		switch cl.Kind {
+		case podreq.KindUnbound:
+			// An assignment written before Binding holds nothing until
+			// the pod is bound, but must still be readable.
+			if _, err := podreq.Assignment(p, o.Names); err != nil && inScope(p) {
 				add(BadAssignment, key, "%v", err)
 			}
 			continue
-		}
-		bound := p.Spec.NodeName != ""
-		if a == nil {
-			if bound && podreq.Wants(p, o.Names) && inScope(p) {
-				add(MissingAssign, key, "bound to %s and asks for Rota GPUs but carries no %s annotation",
-					p.Spec.NodeName, o.Names.AssignmentAnnotation)
+		case podreq.KindInvalid:
+			if inScope(p) {
+				add(BadAssignment, key, "%v", cl.Err)
 			}
 			continue
+		case podreq.KindUnaccounted:
+			if inScope(p) {
+				add(MissingAssign, key, "bound to %s and asks for Rota GPUs but carries no %s annotation",
+					cl.Node, o.Names.AssignmentAnnotation)
+			}
+			continue
+		case podreq.KindWrongNode:
+			if inScope(p) {
+				add(NodeMismatch, key, "bound to %s but its assignment names node %s", cl.Node, cl.Assignment.Node)
+			}
+			// Its GPUs still count on the node it runs on (capacity).
+		case podreq.KindAllocated:
+		default: // terminal, or GPU-free
+			continue
 		}
-		if !bound {
-			continue // written before Binding; holds nothing until bound
-		}
-		if a.Node != p.Spec.NodeName && inScope(p) {
-			add(NodeMismatch, key, "bound to %s but its assignment names node %s", p.Spec.NodeName, a.Node)
-		}
+		a := cl.Assignment
 		t, haveTopo := topo[p.Spec.NodeName]
 		for _, g := range a.GPUs {
 			if haveTopo {
@@ -242,9 +249,9 @@ func checkGangs(pods []corev1.Pod, o Options) []Violation {
 		if ref == nil && err == nil {
 			continue
 		}
-		key := p.Namespace + "/" + p.Labels[o.Names.GangLabel]
-		if ref != nil {
-			key = ref.Key
+		key := podreq.GangKey(p, o.Names)
+		if key == "" {
+			key = p.Namespace + "/" // an empty gang label: no gang to name, its error is reported
 		}
 		g := gangs[key]
 		if g == nil {
