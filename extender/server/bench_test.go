@@ -31,6 +31,7 @@ import (
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/placement"
 	"github.com/rota-sched/rota/pkg/topology"
+	"github.com/rota-sched/rota/test/fixture"
 )
 
 // staticLW lists a generated list once and never sends watch events.
@@ -171,8 +172,8 @@ func loadBigClusterWith(tb testing.TB, nodes, pods, assigned int, bestOnly bool)
 
 func benchVerb(b *testing.B, path string) { benchVerbMem(b, path, 40) }
 
-func benchVerbMem(b *testing.B, path string, gib int64) {
-	benchVerbPod(b, path, pod("bench").mem(gib).obj(), false)
+func benchVerbMem(b *testing.B, path string, units int64) {
+	benchVerbPod(b, path, fixture.Pod("default", "bench").MemoryMiB(contract.MiB(units)*gib).Obj(), false)
 }
 
 func benchVerbPod(b *testing.B, path string, p *corev1.Pod, bestOnly bool) {
@@ -213,13 +214,13 @@ func BenchmarkHTTPFilter5kNodesNoFit(b *testing.B) { benchVerbMem(b, "/filter", 
 // BenchmarkHTTPFilter5kNodesBestOnly is the same with --filter-best-only
 // (the chart's default): the share pod's nodes scored, the best kept.
 func BenchmarkHTTPFilter5kNodesBestOnly(b *testing.B) {
-	benchVerbPod(b, "/filter", pod("bench").mem(40).obj(), true)
+	benchVerbPod(b, "/filter", fixture.Pod("default", "bench").MemoryMiB(40*gib).Obj(), true)
 }
 
 // BenchmarkHTTPFilter5kNodesGPUFree is the same for a pod that asks for 4
 // cores and no GPU: every node scored by the GPUs its CPU would strand.
 func BenchmarkHTTPFilter5kNodesGPUFree(b *testing.B) {
-	benchVerbPod(b, "/filter", pod("bench").res("cpu", 4).obj(), true)
+	benchVerbPod(b, "/filter", fixture.Pod("default", "bench").CPU("4").Obj(), true)
 }
 
 // BenchmarkHTTPPrioritize5kNodes is the same for prioritize.

@@ -8,12 +8,14 @@ import (
 	"testing"
 
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/rota-sched/rota/test/fixture"
 )
 
 // fuzzFixture is one extender with a used node, a free node and a bound
 // low-priority pod, shared by a fuzz target's runs.
-func fuzzFixture(f *testing.F) *fixture {
-	objs := append(halfUsed(), node("empty", 8, 80, 4, "leaf-a"), pod("pending").mem(10).obj(),
+func fuzzFixture(f *testing.F) *served {
+	objs := append(halfUsed(), node("empty", 8, 80, 4, "leaf-a"), pending(),
 		member("g0", 2), member("g1", 2))
 	return newFixture(f, fixtureOpts{}, objs...)
 }
@@ -33,7 +35,7 @@ func mustJSON(v any) []byte {
 // beside the next input, so the engine saw coverage change under the same
 // input and kept minimizing instead of fuzzing. The listeners' own
 // behaviour (body limits, TLS) is TestHostileBodies' and tls_test.go's.
-func fuzzPost(t *testing.T, fx *fixture, path string, body []byte, hasErrorField bool) {
+func fuzzPost(t *testing.T, fx *served, path string, body []byte, hasErrorField bool) {
 	rec := httptest.NewRecorder()
 	fx.handler.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body)))
 	raw := rec.Body.Bytes()
@@ -60,28 +62,28 @@ func seeds(f *testing.F, extra ...[]byte) {
 }
 
 func FuzzFilter(f *testing.F) {
-	seeds(f, mustJSON(args(pod("a").mem(40).obj(), "half", "empty", "nowhere")),
+	seeds(f, mustJSON(args(fixture.Pod("default", "a").MemoryMiB(40*gib).Obj(), "half", "empty", "nowhere")),
 		mustJSON(args(member("g0", 2), "half", "empty")),
-		mustJSON(&extenderv1.ExtenderArgs{Pod: pod("x").gpus(2).obj()}))
+		mustJSON(&extenderv1.ExtenderArgs{Pod: fixture.Pod("default", "x").GPUs(2).Obj()}))
 	fx := fuzzFixture(f)
 	f.Fuzz(func(t *testing.T, body []byte) { fuzzPost(t, fx, "/filter", body, true) })
 }
 
 func FuzzPrioritize(f *testing.F) {
-	seeds(f, mustJSON(args(pod("a").mem(4).obj(), "half", "empty")), mustJSON(args(pod("b").gpus(1).obj(), "empty")))
+	seeds(f, mustJSON(args(fixture.Pod("default", "a").MemoryMiB(4*gib).Obj(), "half", "empty")), mustJSON(args(fixture.Pod("default", "b").GPUs(1).Obj(), "empty")))
 	fx := fuzzFixture(f)
 	f.Fuzz(func(t *testing.T, body []byte) { fuzzPost(t, fx, "/prioritize", body, false) })
 }
 
 func FuzzBind(f *testing.F) {
-	seeds(f, mustJSON(bindArgs(pod("pending").obj(), "empty")), mustJSON(bindArgs(pod("pending").obj(), "half")),
-		mustJSON(bindArgs(pod("ghost").obj(), "empty")), mustJSON(bindArgs(member("g0", 2), "empty")))
+	seeds(f, mustJSON(bindArgs(pending(), "empty")), mustJSON(bindArgs(pending(), "half")),
+		mustJSON(bindArgs(fixture.Pod("default", "ghost").Obj(), "empty")), mustJSON(bindArgs(member("g0", 2), "empty")))
 	fx := fuzzFixture(f)
 	f.Fuzz(func(t *testing.T, body []byte) { fuzzPost(t, fx, "/bind", body, true) })
 }
 
 func FuzzPreempt(f *testing.F) {
-	seeds(f, mustJSON(&extenderv1.ExtenderPreemptionArgs{Pod: pod("hi").mem(40).prio(10).obj(),
+	seeds(f, mustJSON(&extenderv1.ExtenderPreemptionArgs{Pod: fixture.Pod("default", "hi").MemoryMiB(40 * gib).Priority(10).Obj(),
 		NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{"half": {Pods: []*extenderv1.MetaPod{{UID: "uid-p1"}}}, "x": nil}}))
 	fx := fuzzFixture(f)
 	f.Fuzz(func(t *testing.T, body []byte) { fuzzPost(t, fx, "/preempt", body, false) })

@@ -6,16 +6,18 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/rota-sched/rota/pkg/ledger"
+	"github.com/rota-sched/rota/test/fixture"
 )
 
 // hostileBodies are malformed bodies for any JSON endpoint: empty,
@@ -57,10 +59,10 @@ func hostileBodies(valid []byte, max int) map[string][]byte {
 // malformed bodies plus verb-specific wrong-typed and meaningless ones.
 func extenderHostile(path string) map[string][]byte {
 	valid := map[string][]byte{
-		"/filter":     mustJSON(args(pod("pending").mem(10).obj(), "half", "empty")),
-		"/prioritize": mustJSON(args(pod("pending").mem(10).obj(), "half", "empty")),
-		"/bind":       mustJSON(bindArgs(pod("pending").obj(), "empty")),
-		"/preempt": mustJSON(&extenderv1.ExtenderPreemptionArgs{Pod: pod("hi").mem(40).prio(10).obj(),
+		"/filter":     mustJSON(args(pending(), "half", "empty")),
+		"/prioritize": mustJSON(args(pending(), "half", "empty")),
+		"/bind":       mustJSON(bindArgs(pending(), "empty")),
+		"/preempt": mustJSON(&extenderv1.ExtenderPreemptionArgs{Pod: fixture.Pod("default", "hi").MemoryMiB(40 * gib).Priority(10).Obj(),
 			NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{"half": {Pods: []*extenderv1.MetaPod{{UID: "uid-p1"}}}}}),
 	}[path]
 	out := hostileBodies(valid, 16<<20)
@@ -137,16 +139,18 @@ func extenderHostile(path string) map[string][]byte {
 // (no node has it), node "tainted" has a taint no pod tolerates, "hog" asks
 // for more GPUs than any node has, and "cruncher" (no GPU, 64 cores,
 // selecting zone a) fits no node's CPU: node "small" (zone a) has 2 cores.
-func refusedPods() []runtimeObj {
-	foreign := pod("foreign").mem(10).obj()
-	foreign.Spec.SchedulerName = "other-scheduler"
+func refusedPods() []runtime.Object {
+	share := func(name string) *fixture.PodBuilder { return fixture.Pod("default", name).MemoryMiB(10 * gib) }
 	tainted := node("tainted", 8, 80, 4, "leaf-a")
 	tainted.Spec.Taints = []corev1.Taint{{Key: "dedicated", Value: "infra", Effect: corev1.TaintEffectNoSchedule}}
-	small := withResources(&corev1.Node{ObjectMeta: metaName("small")}, "2", "4Gi")
-	small.Labels = map[string]string{"zone": "a"}
-	return []runtimeObj{foreign, pod("picky").mem(10).selector("zone", "b").obj(), tainted, pod("hog").gpus(16).obj(),
-		small, pod("cruncher").requests("64", "1Gi").selector("zone", "a").obj()}
+	return []runtime.Object{share("foreign").SchedulerName("other-scheduler").Obj(), share("picky").NodeSelector("zone", "b").Obj(),
+		tainted, fixture.Pod("default", "hog").GPUs(16).Obj(),
+		fixture.Node("small").Allocatable("2", "4Gi").Label("zone", "a").Obj(),
+		fixture.Pod("default", "cruncher").Requests("64", "1Gi").NodeSelector("zone", "a").Obj()}
 }
+
+// pending is the 10 GiB share the hostile bodies name.
+func pending() *corev1.Pod { return fixture.Pod("default", "pending").MemoryMiB(10 * gib).Obj() }
 
 // bindRefusals are the reasons the well-formed hostile binds must give.
 var bindRefusals = map[string]string{
@@ -171,7 +175,7 @@ type extenderView struct {
 	Writes      []string
 }
 
-func viewExtender(f *fixture) extenderView {
+func viewExtender(f *served) extenderView {
 	v := extenderView{Generation: f.ledger.Snapshot().Generation, Allocations: f.ledger.Allocations()}
 	for _, a := range f.client.Actions() {
 		switch a.GetVerb() {
@@ -188,7 +192,7 @@ func viewExtender(f *fixture) extenderView {
 // (filter and bind: 200 with Error set; prioritize and preempt: 400) and
 // the ledger, its generation and the API objects are unchanged.
 func TestHostileBodies(t *testing.T) {
-	objs := append(halfUsed(), node("empty", 8, 80, 4, "leaf-a"), pod("pending").mem(10).obj(),
+	objs := append(halfUsed(), node("empty", 8, 80, 4, "leaf-a"), pending(),
 		member("g0", 2), member("g1", 2))
 	objs = append(objs, refusedPods()...)
 	f := newFixture(t, fixtureOpts{}, objs...)
@@ -263,8 +267,8 @@ func TestHostileBodies(t *testing.T) {
 			if errs := f.ledger.Check(); len(errs) > 0 {
 				t.Fatalf("%s %s: ledger.Check() = %v", path, name, errs)
 			}
-			if after := viewExtender(f); !reflect.DeepEqual(before, after) {
-				t.Fatalf("%s %s changed the ledger or the API:\nbefore %+v\nafter  %+v", path, name, before, after)
+			if diff := cmp.Diff(before, viewExtender(f)); diff != "" {
+				t.Fatalf("%s %s changed the ledger or the API (-before +after):\n%s", path, name, diff)
 			}
 		}
 		total += len(bodies)

@@ -6,10 +6,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/rota-sched/rota/pkg/contract"
 	pkgqueue "github.com/rota-sched/rota/pkg/queue"
 	"github.com/rota-sched/rota/pkg/quota"
+	"github.com/rota-sched/rota/test/fixture"
 )
 
 // BenchmarkQueueAdmission5kNodes10kQueued is one admission decision of the
@@ -31,14 +32,13 @@ func BenchmarkQueueAdmission5kNodes10kQueued(b *testing.B) {
 	}
 	for i := range 10000 {
 		team := fmt.Sprintf("team-%02d", i%20)
-		gib := int64(10 + 10*(i%4))
-		p := pod(fmt.Sprintf("q-%05d", i)).mem(gib).obj()
-		p.UID = types.UID(fmt.Sprintf("uid-q-%05d", i))
+		units := contract.MiB(10 + 10*(i%4))
+		p := fixture.Pod("default", fmt.Sprintf("q-%05d", i)).MemoryMiB(units * gib).UID(fmt.Sprintf("uid-q-%05d", i)).Obj()
 		key := "default/" + p.Name
 		pods[key] = p
 		queued = append(queued, pkgqueue.Workload{Key: key, Team: team, Accounts: []quota.Account{{Team: team}},
 			Priority: int32(i % 3), Created: t0.Add(time.Duration(i) * time.Second), Members: 1, Present: 1,
-			PerMember: quota.Amount{MemoryMiB: contractMiB(1024 * gib)}, Shape: fmt.Sprint(gib)})
+			PerMember: quota.Amount{MemoryMiB: units * gib}, Shape: fmt.Sprint(int64(units))})
 	}
 	in := pkgqueue.Input{Config: cfg, Queued: queued, Capacity: pkgqueue.Capacity{GPUs: 40000, MemoryMiB: 40000 * 80 * 1024},
 		MaxAdmissions: 1}
