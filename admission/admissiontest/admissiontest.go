@@ -1,134 +1,98 @@
 // Package admissiontest builds pods, namespaces, nodes and AdmissionReview
-// bodies for the webhook's tests and benchmarks.
+// bodies for the webhook's tests and benchmarks. Pods and nodes come from
+// test/fixture; PodBuilder keeps the spelling the admission tests use
+// (quantities as strings, as a user writes them in a manifest).
 package admissiontest
 
 import (
 	"encoding/json"
-	"fmt"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/test/fixture"
 )
 
 // PodBuilder builds a pod: admissiontest.Pod("ns", "p").GPUs(2).Obj().
-type PodBuilder struct {
-	names contract.Names
-	pod   *corev1.Pod
-}
+type PodBuilder struct{ b *fixture.PodBuilder }
 
-// Pod starts a pod with one container and no resources, in the default
-// domain's names.
+// Pod starts fixture.Pod with the UID "uid-<namespace>-<name>".
 func Pod(namespace, name string) *PodBuilder {
-	return &PodBuilder{names: contract.Default, pod: &corev1.Pod{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: types.UID("uid-" + namespace + "-" + name)},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "train"}}},
-	}}
+	return &PodBuilder{fixture.Pod(namespace, name).UID("uid-" + namespace + "-" + name)}
 }
 
-func (b *PodBuilder) set(res, q string, requests, limits bool) *PodBuilder {
-	c := &b.pod.Spec.Containers[0]
-	if requests {
-		if c.Resources.Requests == nil {
-			c.Resources.Requests = corev1.ResourceList{}
-		}
-		c.Resources.Requests[corev1.ResourceName(res)] = resource.MustParse(q)
-	}
-	if limits {
-		if c.Resources.Limits == nil {
-			c.Resources.Limits = corev1.ResourceList{}
-		}
-		c.Resources.Limits[corev1.ResourceName(res)] = resource.MustParse(q)
-	}
-	return b
-}
+// with returns p after one of its fixture builder's calls.
+func (p *PodBuilder) with(*fixture.PodBuilder) *PodBuilder { return p }
 
 // GPUs asks for n whole GPUs (requests and limits).
-func (b *PodBuilder) GPUs(n int) *PodBuilder { return b.set(b.names.GPU, fmt.Sprint(n), true, true) }
+func (p *PodBuilder) GPUs(n int) *PodBuilder { return p.with(p.b.GPUs(n)) }
 
 // Memory asks for a memory share written as q (requests and limits).
-func (b *PodBuilder) Memory(q string) *PodBuilder { return b.set(b.names.GPUMemory, q, true, true) }
-
-// Resource sets one resource on the first container's requests and/or limits.
-func (b *PodBuilder) Resource(name, q string, requests, limits bool) *PodBuilder {
-	return b.set(name, q, requests, limits)
+func (p *PodBuilder) Memory(q string) *PodBuilder {
+	return p.with(p.b.Resource(contract.Default.GPUMemory, q))
 }
 
-// Gang makes the pod a member of a gang of size members ("" omits the size).
-func (b *PodBuilder) Gang(name, size string) *PodBuilder {
-	b.Label(b.names.GangLabel, name)
-	if size != "" {
-		b.Annotation(b.names.GangSizeAnnotation, size)
+// Resource sets one resource on the first container's requests and/or limits.
+func (p *PodBuilder) Resource(name, q string, requests, limits bool) *PodBuilder {
+	if requests {
+		p.b.Request(name, q)
 	}
-	return b
+	if limits {
+		p.b.Limit(name, q)
+	}
+	return p
+}
+
+// Gang makes the pod a member of a gang of size members, the size written
+// as given ("" omits it).
+func (p *PodBuilder) Gang(name, size string) *PodBuilder {
+	p.b.Label(contract.Default.GangLabel, name)
+	if size != "" {
+		p.b.Annotation(contract.Default.GangSizeAnnotation, size)
+	}
+	return p
 }
 
 // Label sets a label.
-func (b *PodBuilder) Label(k, v string) *PodBuilder {
-	if b.pod.Labels == nil {
-		b.pod.Labels = map[string]string{}
-	}
-	b.pod.Labels[k] = v
-	return b
-}
+func (p *PodBuilder) Label(k, v string) *PodBuilder { return p.with(p.b.Label(k, v)) }
 
 // Annotation sets an annotation.
-func (b *PodBuilder) Annotation(k, v string) *PodBuilder {
-	if b.pod.Annotations == nil {
-		b.pod.Annotations = map[string]string{}
-	}
-	b.pod.Annotations[k] = v
-	return b
-}
+func (p *PodBuilder) Annotation(k, v string) *PodBuilder { return p.with(p.b.Annotation(k, v)) }
 
 // Priority sets the resolved priority.
-func (b *PodBuilder) Priority(p int32) *PodBuilder { b.pod.Spec.Priority = &p; return b }
+func (p *PodBuilder) Priority(v int32) *PodBuilder { return p.with(p.b.Priority(v)) }
 
 // Node binds the pod to a node (it counts as running).
-func (b *PodBuilder) Node(n string) *PodBuilder { b.pod.Spec.NodeName = n; return b }
+func (p *PodBuilder) Node(n string) *PodBuilder { return p.with(p.b.Node(n)) }
 
 // Phase sets the pod's phase.
-func (b *PodBuilder) Phase(p corev1.PodPhase) *PodBuilder { b.pod.Status.Phase = p; return b }
+func (p *PodBuilder) Phase(ph corev1.PodPhase) *PodBuilder { return p.with(p.b.Phase(ph)) }
 
 // UID sets the UID ("" clears it).
-func (b *PodBuilder) UID(uid string) *PodBuilder { b.pod.UID = types.UID(uid); return b }
+func (p *PodBuilder) UID(uid string) *PodBuilder { return p.with(p.b.UID(uid)) }
 
 // Gated adds Rota's queue gate, as the mutating webhook does.
-func (b *PodBuilder) Gated() *PodBuilder { return b.SchedulingGate(b.names.QueueGate) }
+func (p *PodBuilder) Gated() *PodBuilder { return p.with(p.b.Gated()) }
 
 // SchedulingGate adds a scheduling gate.
-func (b *PodBuilder) SchedulingGate(name string) *PodBuilder {
-	b.pod.Spec.SchedulingGates = append(b.pod.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: name})
-	return b
-}
+func (p *PodBuilder) SchedulingGate(name string) *PodBuilder { return p.with(p.b.SchedulingGate(name)) }
 
 // InitGPUs adds an init container that asks for n whole GPUs.
-func (b *PodBuilder) InitGPUs(n int) *PodBuilder {
-	q := resource.MustParse(fmt.Sprint(n))
-	b.pod.Spec.InitContainers = append(b.pod.Spec.InitContainers, corev1.Container{Name: "init", Image: "prep",
-		Resources: corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceName(b.names.GPU): q},
-			Limits:   corev1.ResourceList{corev1.ResourceName(b.names.GPU): q}}})
-	return b
-}
+func (p *PodBuilder) InitGPUs(n int) *PodBuilder { return p.with(p.b.InitGPUs(n)) }
 
-// Obj returns the pod.
-func (b *PodBuilder) Obj() *corev1.Pod { return b.pod.DeepCopy() }
+// Obj returns the pod, with its TypeMeta set (it goes into review bodies).
+func (p *PodBuilder) Obj() *corev1.Pod {
+	pod := p.b.Obj()
+	pod.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
+	return pod
+}
 
 // Namespace returns a namespace with the team label set (none when team is "").
-func Namespace(name, team string) *corev1.Namespace {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if team != "" {
-		ns.Labels = map[string]string{contract.Default.TeamLabel: team}
-	}
-	return ns
-}
+func Namespace(name, team string) *corev1.Namespace { return fixture.Namespace(name, team) }
 
 // QueueingOff labels a namespace with queueing off.
 func QueueingOff(ns *corev1.Namespace) *corev1.Namespace {
@@ -147,17 +111,7 @@ func Node(name string, n int, memMiB contract.MiB) *corev1.Node {
 
 // ModelNode returns a node with n GPUs of one model, memMiB each.
 func ModelNode(name, model string, n int, memMiB contract.MiB) *corev1.Node {
-	t := contract.Topology{Version: contract.Version, MemoryUnitMiB: contract.DefaultMemoryUnitMiB}
-	for i := range n {
-		t.GPUs = append(t.GPUs, contract.TopologyGPU{Index: i, UUID: fmt.Sprintf("GPU-%s-%d", name, i), Model: model,
-			MemoryMiB: memMiB, Health: contract.Healthy, Island: 0})
-	}
-	data, err := t.Marshal()
-	if err != nil {
-		panic(err) // fixtures are literals
-	}
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
-		Annotations: map[string]string{contract.Default.TopologyAnnotation: string(data)}}}
+	return fixture.GPUNode(name).Model(model).GPUs(n, memMiB).Obj()
 }
 
 // Review returns an AdmissionReview request body for op on pod (old is the
