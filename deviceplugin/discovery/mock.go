@@ -52,6 +52,7 @@ type MockEvents struct {
 	lost  map[int]bool                  // GPU index -> answers ERROR_GPU_IS_LOST
 	procs map[int][2][]nvml.ProcessInfo // GPU index -> compute, MPS client lists
 	mode  map[int]nvml.ComputeMode
+	util  map[int][]nvml.ProcessUtilizationSample // GPU index -> samples (AddUtilization)
 }
 
 // InjectXID delivers an XID critical error for the GPU at index.
@@ -83,7 +84,7 @@ func (m *MockEvents) isLost(index int) bool {
 // memory queries. Functions the caller already set are kept.
 func PrepareMock(s *server.Server, o MockOptions) *MockEvents {
 	ev := &MockEvents{s: s, ch: make(chan nvml.EventData, 64), lost: map[int]bool{},
-		procs: map[int][2][]nvml.ProcessInfo{}, mode: map[int]nvml.ComputeMode{}}
+		procs: map[int][2][]nvml.ProcessInfo{}, mode: map[int]nvml.ComputeMode{}, util: map[int][]nvml.ProcessUtilizationSample{}}
 	n := len(s.Devices)
 	island := o.IslandSize
 	if island <= 0 {
@@ -117,6 +118,7 @@ func PrepareMock(s *server.Server, o MockOptions) *MockEvents {
 			md.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
 		}
 		ev.prepareProcesses(i, md)
+		ev.prepareUtilization(i, md)
 		uuid, mem := md.GetUUIDFunc, md.GetMemoryInfoFunc
 		md.GetUUIDFunc = func() (string, nvml.Return) {
 			if ev.isLost(i) {
