@@ -1,7 +1,8 @@
 package scheduling
 
 import (
-	"reflect"
+	"github.com/google/go-cmp/cmp"
+
 	"testing"
 )
 
@@ -21,8 +22,8 @@ func TestRankScores(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got := RankScores(tc.giveScores, 10)
-			if !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("RankScores(%v) = %v, want %v", tc.giveScores, got, tc.want)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("RankScores(%v) (-want +got):\n%s", tc.giveScores, diff)
 			}
 		})
 	}

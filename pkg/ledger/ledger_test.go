@@ -3,11 +3,12 @@ package ledger_test
 import (
 	"errors"
 	"fmt"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/topology"
@@ -133,8 +134,8 @@ func TestReserveErrors(t *testing.T) {
 					t.Errorf("error %q does not contain %q", err, tc.wantMsg)
 				}
 				// All or nothing: a failed reservation changes nothing.
-				if got := l.Allocations(); !reflect.DeepEqual(got, before) {
-					t.Errorf("failed ReserveAll changed the ledger: %+v, was %+v", got, before)
+				if diff := cmp.Diff(before, l.Allocations()); diff != "" {
+					t.Errorf("failed ReserveAll changed the ledger (-before +after):\n%s", diff)
 				}
 				if l.Snapshot() != snap {
 					t.Errorf("failed ReserveAll replaced the snapshot")
@@ -353,8 +354,8 @@ func TestRestore(t *testing.T) {
 				t.Fatalf("Restore() = %v, want %v", err, tc.wantErr)
 			}
 			if err != nil {
-				if got := l.Allocations(); !reflect.DeepEqual(got, before) {
-					t.Errorf("refused Restore recorded something: %+v", got)
+				if diff := cmp.Diff(before, l.Allocations()); diff != "" {
+					t.Errorf("refused Restore recorded something (-before +after):\n%s", diff)
 				}
 			} else if got, ok := l.Get("p"); !ok || got.State != ledger.Committed {
 				t.Errorf("Get() after Restore = %+v, %v", got, ok)
@@ -546,8 +547,8 @@ func TestRebuild(t *testing.T) {
 	if len(errs) != 1 || !errors.Is(errs[0], ledger.ErrNoCapacity) || !strings.Contains(errs[0].Error(), "ns/zz") {
 		t.Errorf("Rebuild() errors = %v, want one ErrNoCapacity for ns/zz", errs)
 	}
-	if !reflect.DeepEqual(allocs, given) {
-		t.Errorf("Rebuild() reordered its input")
+	if diff := cmp.Diff(given, allocs); diff != "" {
+		t.Errorf("Rebuild() reordered its input (-given +after):\n%s", diff)
 	}
 	if got := uidsOf(l.Allocations()); !slices.Equal(got, []string{"a", "o", "w", "z"}) {
 		t.Errorf("after Rebuild: %v", got)
@@ -624,8 +625,8 @@ func TestNodeInfo(t *testing.T) {
 		{"FreeHostMemoryMiB", ni.FreeHostMemoryMiB(), ledger.MiB(65536 - 1024)},
 	}
 	for _, tc := range tests {
-		if !reflect.DeepEqual(tc.got, tc.want) {
-			t.Errorf("%s = %v, want %v", tc.name, tc.got, tc.want)
+		if diff := cmp.Diff(tc.want, tc.got); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", tc.name, diff)
 		}
 	}
 	// With/Without are what-ifs: ni is not changed.

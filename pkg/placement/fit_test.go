@@ -1,9 +1,10 @@
 package placement_test
 
 import (
-	"reflect"
 	"slices"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/placement"
@@ -193,8 +194,8 @@ func TestFitReasons(t *testing.T) {
 			if reason == nil {
 				t.Fatalf("Fit() = %+v, want a refusal", ch)
 			}
-			if !reflect.DeepEqual(*reason, tc.want) {
-				t.Errorf("Fit() reason = %+v\nwant %+v", *reason, tc.want)
+			if diff := cmp.Diff(tc.want, *reason); diff != "" {
+				t.Errorf("Fit() reason (-want +got):\n%s", diff)
 			}
 			if got := reason.Message(); got != tc.wantMs {
 				t.Errorf("Message() = %q, want %q", got, tc.wantMs)

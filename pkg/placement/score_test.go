@@ -3,10 +3,11 @@ package placement_test
 import (
 	"math"
 	"math/rand/v2"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/placement"
@@ -238,8 +239,8 @@ func TestToExtenderScore(t *testing.T) {
 func TestRank(t *testing.T) {
 	names := []string{"b", "a", "c", "d"}
 	got := placement.Rank(names, []int64{5, 5, 9, 0})
-	if want := []int{2, 1, 0, 3}; !reflect.DeepEqual(got, want) {
-		t.Errorf("Rank() = %v, want %v", got, want)
+	if diff := cmp.Diff([]int{2, 1, 0, 3}, got); diff != "" {
+		t.Errorf("Rank() (-want +got):\n%s", diff)
 	}
 	if got := placement.Rank(nil, nil); len(got) != 0 {
 		t.Errorf("Rank(nil) = %v", got)

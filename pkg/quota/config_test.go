@@ -3,9 +3,10 @@ package quota
 import (
 	"encoding/json"
 	"errors"
-	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/rota-sched/rota/pkg/contract"
 )
@@ -56,8 +57,8 @@ func TestParse(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Parse() error = %v", err)
 				}
-				if !reflect.DeepEqual(tc.want, got) {
-					t.Errorf("Parse() = %+v, want %+v", got, tc.want)
+				if diff := cmp.Diff(tc.want, got); diff != "" {
+					t.Errorf("Parse() (-want +got):\n%s", diff)
 				}
 				return
 			}
@@ -121,8 +122,8 @@ func TestParseRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Parse(Marshal(c)) error = %v", err)
 	}
-	if !reflect.DeepEqual(c, got) {
-		t.Errorf("round trip = %+v, want %+v", got, c)
+	if diff := cmp.Diff(c, got); diff != "" {
+		t.Errorf("round trip (-want +got):\n%s", diff)
 	}
 }
 
@@ -148,8 +149,8 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-Parse(%s) error = %v", out, err)
 		}
-		if !reflect.DeepEqual(c, c2) {
-			t.Fatalf("round trip changed the config: %+v != %+v", c, c2)
+		if diff := cmp.Diff(c, c2); diff != "" {
+			t.Fatalf("round trip changed the config (-before +after):\n%s", diff)
 		}
 		// Reachable never overflows into negative numbers.
 		for name := range c.Teams {

@@ -3,9 +3,10 @@ package sim
 import (
 	"errors"
 	"fmt"
-	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/rota-sched/rota/pkg/placement"
 )
@@ -96,8 +97,8 @@ func TestRunDeterministic(t *testing.T) {
 	for _, policy := range PolicyNames {
 		t.Run(policy, func(t *testing.T) {
 			a, b := runSmall(t, policy, 7, false), runSmall(t, policy, 7, false)
-			if !reflect.DeepEqual(a, b) {
-				t.Errorf("Run() not deterministic:\nfirst  %+v\nsecond %+v", a, b)
+			if diff := cmp.Diff(a, b); diff != "" {
+				t.Errorf("Run() not deterministic (-first +second):\n%s", diff)
 			}
 		})
 	}
@@ -130,8 +131,8 @@ func TestArrivals(t *testing.T) {
 			t.Errorf("seed %d: first %d arrivals are not a permutation: %v", seed, len(pods), order[:len(pods)])
 		}
 	}
-	if a, b := Arrivals(pods, 3, 1.3, capMilli), Arrivals(pods, 3, 1.3, capMilli); !reflect.DeepEqual(a, b) {
-		t.Errorf("Arrivals not deterministic:\n%v\n%v", a, b)
+	if diff := cmp.Diff(Arrivals(pods, 3, 1.3, capMilli), Arrivals(pods, 3, 1.3, capMilli)); diff != "" {
+		t.Errorf("Arrivals not deterministic (-first +second):\n%s", diff)
 	}
 }
 
@@ -213,14 +214,14 @@ func TestWorkloadOf(t *testing.T) {
 		{GPUs: 2, CPUMilli: 2000, Weight: 0.25},
 		{CPUMilli: 3000, Weight: 0.25},
 	}
-	if !reflect.DeepEqual(want, got) {
-		t.Errorf("WorkloadOf() = %+v, want %+v", got, want)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("WorkloadOf() (-want +got):\n%s", diff)
 	}
 	if err := got.Validate(); err != nil {
 		t.Errorf("Validate() = %v", err)
 	}
 	top := WorkloadOf(pods, WorkloadOptions{Popularity: 0.5})
-	if want := (placement.Workload{{Milli: 500, CPUMilli: 1000, Weight: 1}}); !reflect.DeepEqual(want, top) {
-		t.Errorf("WorkloadOf(popularity 0.5) = %+v, want %+v", top, want)
+	if diff := cmp.Diff(placement.Workload{{Milli: 500, CPUMilli: 1000, Weight: 1}}, top); diff != "" {
+		t.Errorf("WorkloadOf(popularity 0.5) (-want +got):\n%s", diff)
 	}
 }

@@ -1,12 +1,13 @@
 package sim
 
 import (
+	"github.com/google/go-cmp/cmp"
+
 	"errors"
 	"fmt"
 	"github.com/rota-sched/rota/pkg/quota"
 	"math"
 	"os"
-	"reflect"
 	"strings"
 	"testing"
 )
@@ -90,8 +91,8 @@ func TestRunTimedQueue(t *testing.T) {
 				for _, k := range r.Kinds {
 					got[k.Group] = arrive[k.Group] + k.Max
 				}
-				if !reflect.DeepEqual(tc.wantStart, got) {
-					t.Errorf("starts = %v, want %v", got, tc.wantStart)
+				if diff := cmp.Diff(tc.wantStart, got); diff != "" {
+					t.Errorf("starts (-want +got):\n%s", diff)
 				}
 				if r.Placed != len(tc.giveJobs) || r.Unplaced != 0 {
 					t.Errorf("placed %d, unplaced %d; want all %d placed", r.Placed, r.Unplaced, len(tc.giveJobs))
@@ -229,8 +230,8 @@ func TestGangLoadGenerate(t *testing.T) {
 		t.Fatalf("Generate: %v", err)
 	}
 	again, _ := g.Generate(rt)
-	if !reflect.DeepEqual(jobs, again) {
-		t.Fatal("Generate is not deterministic")
+	if diff := cmp.Diff(jobs, again); diff != "" {
+		t.Fatalf("Generate is not deterministic (-first +second):\n%s", diff)
 	}
 	count := map[string]int{}
 	for i, j := range jobs {
@@ -294,8 +295,8 @@ func TestReadRuntimes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ReadRuntimes: %v", err)
 	}
-	if want := []float64{61, 1186.5}; !reflect.DeepEqual(want, got) {
-		t.Errorf("ReadRuntimes = %v, want %v", got, want)
+	if diff := cmp.Diff([]float64{61, 1186.5}, got); diff != "" {
+		t.Errorf("ReadRuntimes (-want +got):\n%s", diff)
 	}
 	for _, in := range []string{"runtime\nabc\n", "runtime\n0\n", "other\n1\n"} {
 		if _, err := ReadRuntimes(strings.NewReader(in)); err == nil {

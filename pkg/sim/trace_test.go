@@ -1,8 +1,9 @@
 package sim
 
 import (
+	"github.com/google/go-cmp/cmp"
+
 	"errors"
-	"reflect"
 	"strings"
 	"testing"
 )
@@ -48,8 +49,8 @@ func TestReadPods(t *testing.T) {
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("ReadPods() error = %v, want %v", err, tc.wantErr)
 			}
-			if !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("ReadPods() = %+v, want %+v", got, tc.want)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("ReadPods() (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -81,8 +82,8 @@ func TestReadNodes(t *testing.T) {
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("ReadNodes() error = %v, want %v", err, tc.wantErr)
 			}
-			if !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("ReadNodes() = %+v, want %+v", got, tc.want)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("ReadNodes() (-want +got):\n%s", diff)
 			}
 		})
 	}

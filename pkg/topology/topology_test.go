@@ -1,10 +1,11 @@
 package topology
 
 import (
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/rota-sched/rota/pkg/contract"
 )
@@ -22,8 +23,8 @@ func TestNew(t *testing.T) {
 		{Index: 1, UUID: "GPU-b", Model: "H100", MemoryMiB: 81920, Island: 0, Peers: []int{0}, Healthy: true},
 		{Index: 2, UUID: "GPU-c", Model: "A100", MemoryMiB: 40960, NUMA: 1, Island: 1, Healthy: false, Reason: "XID 79"},
 	}}
-	if !reflect.DeepEqual(n, want) {
-		t.Fatalf("New() = %+v\nwant %+v", n, want)
+	if diff := cmp.Diff(want, n); diff != "" {
+		t.Fatalf("New() (-want +got):\n%s", diff)
 	}
 	// The node does not share memory with the document.
 	doc.GPUs[0].Peers[0] = 9
@@ -47,8 +48,8 @@ func TestNew(t *testing.T) {
 		{"Tier(5)", n.Tier(5), ""},
 	}
 	for _, tc := range tests {
-		if !reflect.DeepEqual(tc.got, tc.want) {
-			t.Errorf("%s = %v, want %v", tc.name, tc.got, tc.want)
+		if diff := cmp.Diff(tc.want, tc.got); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", tc.name, diff)
 		}
 	}
 }
@@ -73,8 +74,8 @@ func TestDocumentRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	back := New("node-7", nil, Labels{}, parsed)
-	if !reflect.DeepEqual(back, n) {
-		t.Errorf("New(Document()) = %+v\nwant %+v", back, n)
+	if diff := cmp.Diff(n, back); diff != "" {
+		t.Errorf("New(Document()) (-want +got):\n%s", diff)
 	}
 }
 
@@ -114,7 +115,7 @@ func TestFromSpec(t *testing.T) {
 				}
 				islands, numa, peers = append(islands, g.Island), append(numa, g.NUMA), append(peers, g.Peers)
 			}
-			if !slices.Equal(islands, tc.wantIslands) || !slices.Equal(numa, tc.wantNUMA) || !reflect.DeepEqual(peers, tc.wantPeers) {
+			if !slices.Equal(islands, tc.wantIslands) || !slices.Equal(numa, tc.wantNUMA) || !cmp.Equal(peers, tc.wantPeers) {
 				t.Errorf("islands %v numa %v peers %v; want %v %v %v", islands, numa, peers, tc.wantIslands, tc.wantNUMA, tc.wantPeers)
 			}
 			if n.MemoryUnitMiB != 1024 {
