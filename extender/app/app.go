@@ -65,7 +65,7 @@ type App struct {
 	client kubernetes.Interface // fenced: every part's reads and writes
 	// Informer factories: nodes, and pods that can still run (a pod that
 	// finishes leaves the watch as a delete, which releases its GPUs).
-	// Remediation's (full Nodes, node Leases) are in others. Run starts
+	// Remediation's node Leases are in others. Run starts
 	// every informer that was asked for by then.
 	nodeFactory, podFactory informers.SharedInformerFactory
 	others                  []informers.SharedInformerFactory
@@ -226,24 +226,25 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 	}
 	hub.extender = a.extender
 
-	// Remediation has informers of its own for full Nodes and node Leases
-	// (state's are trimmed to the topology) and shares state's pod
-	// informer. Its reconcile loop writes (conditions, deletions, taints),
-	// so it runs on the leader only.
+	// Remediation shares state's Node and pod informers (the Node
+	// transform keeps what it reads of a node) and reads GPU health from
+	// the cache's parse of the topology annotation; node Leases have an
+	// informer of their own. Its reconcile loop writes (conditions,
+	// deletions, taints), so it runs on the leader only.
 	if rcfg.Mode != pkgremediation.Off {
-		rnf := informers.NewSharedInformerFactory(client, 0)
 		lf := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(corev1.NamespaceNodeLease))
 		c, err := remediation.New(remediation.Options{
 			Config: rcfg, Names: names, Client: client, Recorder: recorder,
-			Nodes: rnf.Core().V1().Nodes().Informer(), Leases: lf.Coordination().V1().Leases().Informer(),
-			Pods: pods, Metrics: remediation.NewMetrics(a.metrics.Registry),
+			Nodes: a.nodeFactory.Core().V1().Nodes().Informer(), GPUHealth: a.cache.GPUHealth,
+			Leases: lf.Coordination().V1().Leases().Informer(),
+			Pods:   pods, Metrics: remediation.NewMetrics(a.metrics.Registry),
 			Reapply: a.cache.Reapply,
 		})
 		if err != nil {
 			return nil, err
 		}
 		hub.remediation = c
-		a.others = append(a.others, rnf, lf)
+		a.others = append(a.others, lf)
 		a.AddLeaderLoop("remediation", c.Run)
 	}
 

@@ -9,7 +9,8 @@ import (
 
 // BenchmarkSync5kNodes is one remediation pass (every --remediation-interval,
 // default 1s) over 5,000 healthy nodes of 4 GPUs: it reads each node's
-// Ready condition and Lease and parses its topology annotation.
+// Ready condition and Lease and the GPU health the state cache parsed from
+// its topology annotation.
 func BenchmarkSync5kNodes(b *testing.B) {
 	objs := make([]runtime.Object, 0, 5000)
 	for i := range 5000 {

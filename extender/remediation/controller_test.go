@@ -3,11 +3,11 @@ package remediation
 import (
 	"context"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/ktesting"
@@ -117,7 +116,7 @@ func (f *fixture) start(cfg Config) *fixture {
 	}
 	f.cache = c
 	ctl, err = New(Options{Config: cfg, Names: names, Client: f.client, Recorder: f.rec,
-		Nodes: rf.Core().V1().Nodes().Informer(), Leases: rf.Coordination().V1().Leases().Informer(),
+		Nodes: sf.Core().V1().Nodes().Informer(), GPUHealth: c.GPUHealth, Leases: rf.Coordination().V1().Leases().Informer(),
 		Pods: sf.Core().V1().Pods().Informer(), Reapply: c.Reapply, Now: f.clock})
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +130,8 @@ func (f *fixture) start(cfg Config) *fixture {
 	return f
 }
 
-// setNode updates the node and waits until both node informers see it.
+// setNode updates the node and waits until the node informer holds it and
+// the state cache has parsed its topology.
 func (f *fixture) setNode(n *corev1.Node) {
 	f.t.Helper()
 	cur, err := f.client.CoreV1().Nodes().Get(f.ctx, n.Name, metav1.GetOptions{})
@@ -157,8 +157,28 @@ func (f *fixture) setNode(n *corev1.Node) {
 				return false
 			}
 		}
-		return len(got.Status.Conditions) == 1 && got.Status.Conditions[0].Status == n.Status.Conditions[0].Status
+		return len(got.Status.Conditions) == 1 && got.Status.Conditions[0].Status == n.Status.Conditions[0].Status &&
+			cmp.Equal(f.parsed(n), f.health(n.Name))
 	})
+}
+
+// parsed is the GPU health n's topology annotation states.
+func (f *fixture) parsed(n *corev1.Node) []state.GPUHealth {
+	t, err := contract.ParseTopology([]byte(n.Annotations[names.TopologyAnnotation]))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	out := make([]state.GPUHealth, 0, len(t.GPUs))
+	for _, g := range t.GPUs {
+		out = append(out, state.GPUHealth{UUID: g.UUID, Healthy: g.Health == contract.Healthy, Reason: g.Reason})
+	}
+	return out
+}
+
+// health is what the state cache says of the node's GPUs.
+func (f *fixture) health(node string) []state.GPUHealth {
+	gs, _ := f.cache.GPUHealth(node)
+	return gs
 }
 
 func (f *fixture) waitFor(what string, cond func() bool) {
@@ -240,233 +260,6 @@ func onConfig() Config {
 	return c
 }
 
-func TestGPUFaultDeletesWholeGangAndMarksMarkOnly(t *testing.T) {
-	f := newFixture(t, onConfig(), scenarioObjects()...)
-	f.ctl.Sync(f.ctx)
-	if w := f.writes(); len(w) != 0 {
-		t.Fatalf("a healthy cluster got writes: %v", w)
-	}
-	f.setNode(nodeObj("n1", 0))
-	f.ctl.Sync(f.ctx)
-
-	pods := f.pods()
-	var names []string
-	for n := range pods {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	if want := []string{"keep", "other"}; !slices.Equal(names, want) {
-		t.Errorf("pods left = %v, want %v (the whole gang deleted)", names, want)
-	}
-	if !hasCondition(pods["keep"]) {
-		t.Errorf("mark-only pod has no %s condition: %+v", contract.Default.GPUFailureCondition, pods["keep"].Status.Conditions)
-	}
-	if hasCondition(pods["other"]) {
-		t.Errorf("pod on a healthy GPU was marked")
-	}
-	ev := strings.Join(f.events(), "\n")
-	for _, want := range []string{"Warning GPUFailure GPU " + topo("n1").GPUs[0].UUID + " on node n1 is unhealthy (XID 79)",
-		"gang member ns/g-0 was running on it", "grace 30s"} {
-		if !strings.Contains(ev, want) {
-			t.Errorf("events lack %q:\n%s", want, ev)
-		}
-	}
-	// A second pass does nothing more.
-	before := len(f.writes())
-	f.ctl.Sync(f.ctx)
-	if after := f.writes(); len(after) != before {
-		t.Errorf("a second pass wrote again: %v", after[before:])
-	}
-}
-
-func TestCheckpointGraceBecomesDeletionGrace(t *testing.T) {
-	p := podOn("ckpt", "n1", 0, nil)
-	p.Annotations[names.CheckpointGraceAnnotation] = "90s"
-	p.Annotations[names.CheckpointSignalAnnotation] = "SIGUSR1"
-	f := newFixture(t, onConfig(), nodeObj("n1"), p)
-	var grace int64 = -1
-	f.client.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if d, ok := a.(k8stesting.DeleteActionImpl); ok && d.DeleteOptions.GracePeriodSeconds != nil {
-			grace = *d.DeleteOptions.GracePeriodSeconds
-		}
-		return false, nil, nil
-	})
-	f.setNode(nodeObj("n1", 0))
-	f.ctl.Sync(f.ctx)
-	if grace != 90 {
-		t.Errorf("deletion grace = %d s, want 90 (from %s)", grace, names.CheckpointGraceAnnotation)
-	}
-}
-
-func TestDryRunChangesNothing(t *testing.T) {
-	cfg := onConfig()
-	cfg.Mode = remediation.DryRun
-	cfg.QuarantineThreshold = 1
-	f := newFixture(t, cfg, scenarioObjects()...)
-	f.setNode(nodeObj("n1", 0))
-	f.ctl.Sync(f.ctx)
-	f.ctl.Sync(f.ctx)
-	if w := f.writes(); len(w) != 1 || w[0] != "update nodes" { // the test's own update
-		t.Errorf("dry-run wrote %v", w)
-	}
-	if got := len(f.pods()); got != 6 {
-		t.Errorf("dry-run left %d pods, want 6", got)
-	}
-	ev := f.events()
-	dry := 0
-	for _, e := range ev {
-		if strings.Contains(e, ReasonDryRun) {
-			dry++
-		}
-	}
-	// 4 gang members + keep (would delete / mark) + the GPU's would-be quarantine, each once.
-	if dry != 6 {
-		t.Errorf("dry-run events = %d, want 6:\n%s", dry, strings.Join(ev, "\n"))
-	}
-	if q := f.ctl.Quarantined(); len(q) != 0 {
-		t.Errorf("dry-run quarantined %v", q)
-	}
-	// Recovery does not hold a healthy GPU back in dry-run.
-	f.setNode(nodeObj("n1"))
-	f.ctl.Sync(f.ctx)
-	if !f.led.Snapshot().Node("n1").Node.GPUs[0].Healthy {
-		t.Errorf("dry-run kept a recovered GPU out of placement")
-	}
-}
-
-func TestRateLimitDefersThenDeletes(t *testing.T) {
-	cfg := onConfig()
-	cfg.NodeEvictionsPerMinute, cfg.NodeEvictionBurst = 1, 1
-	f := newFixture(t, cfg, nodeObj("n1"), podOn("a", "n1", 0, nil), podOn("b", "n1", 0, nil))
-	f.setNode(nodeObj("n1", 0))
-	f.ctl.Sync(f.ctx)
-	if got := len(f.pods()); got != 1 {
-		t.Fatalf("after the first pass %d pods left, want 1 (one token)", got)
-	}
-	left := f.pods()
-	for _, p := range left {
-		if !hasCondition(p) {
-			t.Errorf("deferred pod %s is not marked", p.Name)
-		}
-	}
-	f.advance(30 * time.Second)
-	f.ctl.Sync(f.ctx)
-	if got := len(f.pods()); got != 1 {
-		t.Errorf("deleted before the bucket refilled")
-	}
-	f.advance(31 * time.Second)
-	f.ctl.Sync(f.ctx)
-	if got := len(f.pods()); got != 0 {
-		t.Errorf("after a minute %d pods left, want 0", got)
-	}
-}
-
-func TestRecoveryQuietPeriod(t *testing.T) {
-	f := newFixture(t, onConfig(), nodeObj("n1"))
-	gpu0 := func() bool { return f.led.Snapshot().Node("n1").Node.GPUs[0].Healthy }
-	f.ctl.Sync(f.ctx)
-	f.setNode(nodeObj("n1", 0))
-	f.ctl.Sync(f.ctx)
-	if gpu0() {
-		t.Fatal("unhealthy GPU is placeable")
-	}
-	f.advance(10 * time.Second)
-	f.setNode(nodeObj("n1"))
-	f.ctl.Sync(f.ctx)
-	if gpu0() {
-		t.Errorf("recovered GPU placeable before the quiet period")
-	}
-	f.advance(time.Minute)
-	f.ctl.Sync(f.ctx)
-	if !gpu0() {
-		t.Errorf("recovered GPU not placeable after the quiet period")
-	}
-}
-
-func TestNodeNotReadyDeletesItsPodsAndRecovers(t *testing.T) {
-	f := newFixture(t, onConfig(), nodeObj("n1"), nodeObj("n2"), podOn("a", "n1", 0, nil), podOn("b", "n1", 3, nil), podOn("c", "n2", 0, nil))
-	down := nodeObj("n1")
-	down.Status.Conditions[0].Status = corev1.ConditionUnknown
-	f.setNode(down)
-	f.ctl.Sync(f.ctx)
-	pods := f.pods()
-	if len(pods) != 1 || pods["c"] == nil {
-		t.Errorf("pods left %v, want only c", keys(pods))
-	}
-	snap := f.led.Snapshot()
-	for _, g := range snap.Node("n1").Node.GPUs {
-		if g.Healthy {
-			t.Errorf("GPU %d of a NotReady node is placeable", g.Index)
-		}
-	}
-	f.setNode(nodeObj("n1"))
-	f.advance(61 * time.Second)
-	f.ctl.Sync(f.ctx) // Ready seen: quiet period starts
-	f.advance(61 * time.Second)
-	f.ctl.Sync(f.ctx)
-	if !f.led.Snapshot().Node("n1").Node.GPUs[0].Healthy {
-		t.Errorf("node not placeable after recovery")
-	}
-}
-
-func TestQuarantineAndRelease(t *testing.T) {
-	cfg := onConfig()
-	cfg.QuarantineThreshold = 2
-	cfg.RecoveryQuiet = 0
-	f := newFixture(t, cfg, nodeObj("n1"))
-	uuid := topo("n1").GPUs[1].UUID
-	for range 2 {
-		f.setNode(nodeObj("n1", 1))
-		f.ctl.Sync(f.ctx)
-		f.advance(time.Second)
-		f.setNode(nodeObj("n1"))
-		f.ctl.Sync(f.ctx)
-	}
-	if q := f.ctl.Quarantined(); len(q) != 1 || q[0] != remediation.GPUTarget("n1", uuid) {
-		t.Fatalf("quarantined = %v, want GPU 1 of n1", q)
-	}
-	if f.led.Snapshot().Node("n1").Node.GPUs[1].Healthy {
-		t.Errorf("quarantined GPU is placeable though healthy")
-	}
-	n, _ := f.client.CoreV1().Nodes().Get(f.ctx, "n1", metav1.GetOptions{})
-	if got := n.Annotations[names.QuarantineAnnotation]; got != uuid {
-		t.Errorf("quarantine annotation = %q, want %q", got, uuid)
-	}
-	// failed GPU pods quarantine the node: taint.
-	for range 2 {
-		f.ctl.PodFailed(f.ctx, "n1")
-	}
-	n, _ = f.client.CoreV1().Nodes().Get(f.ctx, "n1", metav1.GetOptions{})
-	if !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool {
-		return t.Key == names.QuarantineTaint && t.Effect == corev1.TaintEffectNoSchedule
-	}) || n.Annotations[names.QuarantineAnnotation] != uuid+",node" && n.Annotations[names.QuarantineAnnotation] != "node,"+uuid {
-		t.Errorf("node quarantine not written: taints %v annotation %q", n.Spec.Taints, n.Annotations[names.QuarantineAnnotation])
-	}
-	f.waitFor("metric", func() bool { f.ctl.Sync(f.ctx); return len(f.ctl.Quarantined()) == 2 })
-
-	// A restarted controller reads the quarantine back from the Node.
-	g := &fixture{t: t, ctx: f.ctx, client: f.client, led: ledger.New(), rec: record.NewFakeRecorder(100), now: f.clock()}
-	g.start(cfg)
-	g.ctl.Sync(g.ctx)
-	if q := g.ctl.Quarantined(); len(q) != 2 {
-		t.Errorf("after a restart quarantined = %v, want the node and the GPU", q)
-	}
-
-	// Release: one annotation.
-	rel := nodeObj("n1")
-	rel.Annotations[names.QuarantineAnnotation] = contract.QuarantineRelease
-	f.setNode(rel)
-	f.ctl.Sync(f.ctx)
-	if q := f.ctl.Quarantined(); len(q) != 0 {
-		t.Errorf("after release quarantined = %v", q)
-	}
-	n, _ = f.client.CoreV1().Nodes().Get(f.ctx, "n1", metav1.GetOptions{})
-	if _, has := n.Annotations[names.QuarantineAnnotation]; has || len(n.Spec.Taints) != 0 {
-		t.Errorf("release left annotation %q taints %v", n.Annotations[names.QuarantineAnnotation], n.Spec.Taints)
-	}
-	f.waitFor("GPU back in placement", func() bool { return f.led.Snapshot().Node("n1").Node.GPUs[1].Healthy })
-}
-
 func keys(m map[string]*corev1.Pod) []string {
 	var out []string
 	for k := range m {
@@ -476,71 +269,18 @@ func keys(m map[string]*corev1.Pod) []string {
 	return out
 }
 
-// TestReleaseActsOncePerAnnotation: the informer can still show the Node
-// with <domain>/quarantine=release after the controller cleared it; that
-// stale version must not release a quarantine that started since, nor
-// report the release again. In dry-run the annotation stays, and the
-// release is reported once, not on every pass.
-func TestReleaseActsOncePerAnnotation(t *testing.T) {
-	cfg := onConfig()
-	cfg.QuarantineThreshold = 2
-	f := newFixture(t, cfg, nodeObj("n1"))
-	f.ctl.PodFailed(f.ctx, "n1")
-	f.ctl.PodFailed(f.ctx, "n1")
-	if q := f.ctl.Quarantined(); len(q) != 1 {
-		t.Fatalf("quarantined = %v, want node n1", q)
+// TestNewRequiresItsInputs: the controller reads GPU health from the state
+// cache and nothing else, so New refuses to run without it.
+func TestNewRequiresItsInputs(t *testing.T) {
+	client := fake.NewClientset()
+	sf := informers.NewSharedInformerFactory(client, 0)
+	o := Options{Config: onConfig(), Names: names, Client: client, Recorder: record.NewFakeRecorder(1),
+		Nodes: sf.Core().V1().Nodes().Informer(), Pods: sf.Core().V1().Pods().Informer()}
+	if _, err := New(o); err == nil {
+		t.Error("New without GPUHealth succeeded")
 	}
-	stale := nodeObj("n1")
-	stale.ResourceVersion = "42"
-	stale.Annotations[names.QuarantineAnnotation] = contract.QuarantineRelease
-	if !f.ctl.release(f.ctx, stale) {
-		t.Fatal("release annotation not acted on")
-	}
-	if q := f.ctl.Quarantined(); len(q) != 0 {
-		t.Fatalf("after release quarantined = %v", q)
-	}
-	// The node flaps again and is quarantined again; a pass that still
-	// reads the old version must leave the new quarantine alone.
-	f.ctl.PodFailed(f.ctx, "n1")
-	f.ctl.PodFailed(f.ctx, "n1")
-	if f.ctl.release(f.ctx, stale) {
-		t.Error("the same Node version released twice")
-	}
-	if q := f.ctl.Quarantined(); len(q) != 1 || q[0] != remediation.NodeTarget("n1") {
-		t.Errorf("a stale release annotation released the new quarantine: quarantined = %v", q)
-	}
-	released := 0
-	for _, e := range f.events() {
-		if strings.Contains(e, ReasonReleased) {
-			released++
-		}
-	}
-	if released != 1 {
-		t.Errorf("%d %s events, want 1", released, ReasonReleased)
-	}
-	// A new release (a new Node version) is honoured.
-	fresh := stale.DeepCopy()
-	fresh.ResourceVersion = "43"
-	if !f.ctl.release(f.ctx, fresh) || len(f.ctl.Quarantined()) != 0 {
-		t.Errorf("a new release annotation was not acted on: quarantined = %v", f.ctl.Quarantined())
-	}
-
-	// dry-run: the annotation is never cleared; one report.
-	dcfg := Default()
-	dcfg.Mode = remediation.DryRun
-	rel := nodeObj("n2")
-	rel.Annotations[names.QuarantineAnnotation] = contract.QuarantineRelease
-	d := newFixture(t, dcfg, rel)
-	for range 3 {
-		d.ctl.Sync(d.ctx)
-	}
-	released = 0
-	for _, e := range d.events() {
-		if strings.Contains(e, ReasonReleased) {
-			released++
-		}
-	}
-	if released != 1 {
-		t.Errorf("dry-run: %d %s events over 3 passes, want 1", released, ReasonReleased)
+	o.GPUHealth = func(string) ([]state.GPUHealth, bool) { return nil, false }
+	if _, err := New(o); err != nil {
+		t.Errorf("New() = %v", err)
 	}
 }

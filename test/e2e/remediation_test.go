@@ -80,7 +80,6 @@ func startRemediation(ctx context.Context, t *testing.T, ns, scenarioName string
 	t.Cleanup(cancel)
 	sel := informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = ScenarioLabel + "=" + scenarioName })
 	nodeF := informers.NewSharedInformerFactoryWithOptions(env.Client, 0, sel)
-	remNodeF := informers.NewSharedInformerFactoryWithOptions(env.Client, 0, sel)
 	podF := informers.NewSharedInformerFactoryWithOptions(env.Client, 0, informers.WithNamespace(ns))
 	leaseF := informers.NewSharedInformerFactoryWithOptions(env.Client, 0, informers.WithNamespace(corev1.NamespaceNodeLease))
 	var ctl atomic.Pointer[remediation.Controller]
@@ -112,7 +111,7 @@ func startRemediation(ctx context.Context, t *testing.T, ns, scenarioName string
 	reg := prometheus.NewRegistry()
 	rc, err := remediation.New(remediation.Options{Config: cfg, Names: env.Names, Client: env.Client,
 		Recorder: b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "rota-remediation-e2e"}),
-		Nodes:    remNodeF.Core().V1().Nodes().Informer(), Leases: leaseF.Coordination().V1().Leases().Informer(),
+		Nodes:    nodeF.Core().V1().Nodes().Informer(), GPUHealth: c.GPUHealth, Leases: leaseF.Coordination().V1().Leases().Informer(),
 		Pods: podF.Core().V1().Pods().Informer(), Reapply: c.Reapply, Metrics: remediation.NewMetrics(reg)})
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +119,7 @@ func startRemediation(ctx context.Context, t *testing.T, ns, scenarioName string
 	ctl.Store(rc)
 	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	t.Cleanup(srv.Close)
-	for _, f := range []informers.SharedInformerFactory{nodeF, remNodeF, podF, leaseF} {
+	for _, f := range []informers.SharedInformerFactory{nodeF, podF, leaseF} {
 		f.Start(ctx.Done())
 		t.Cleanup(f.Shutdown)
 	}
