@@ -14,11 +14,14 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"k8s.io/client-go/util/cert"
+	"k8s.io/client-go/util/keyutil"
 )
 
 // CA is a throwaway certificate authority: an ECDSA P-256 key (generation
-// takes microseconds) and a self-signed certificate. Nothing outside the test
-// trusts it.
+// takes microseconds) and a self-signed certificate (client-go's
+// cert.NewSelfSignedCACert). Nothing outside the test trusts it.
 type CA struct {
 	Cert *x509.Certificate
 	PEM  []byte // Cert, PEM-encoded
@@ -36,25 +39,86 @@ func NewCA(commonName string) (*CA, error) {
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: commonName},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(10 * 365 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	// Valid from an hour ago, as the certificates it issues.
+	c, err := cert.NewSelfSignedCACert(cert.Config{CommonName: commonName, NotBefore: time.Now().Add(-time.Hour)}, key)
 	if err != nil {
 		return nil, err
 	}
-	cert, err := x509.ParseCertificate(der)
+	p, err := cert.EncodeCertificates(c)
 	if err != nil {
 		return nil, err
 	}
-	return &CA{Cert: cert, PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), key: key}, nil
+	return &CA{Cert: c, PEM: p, key: key}, nil
+}
+
+// ServingCert is a serving certificate from a CA of its own, as a webhook
+// or an extender is set up: CAPEM is what its clients trust (a webhook's
+// caBundle, kube-scheduler's caFile).
+type ServingCert struct {
+	CAPEM, CertPEM, KeyPEM []byte
+}
+
+// Names of the files ServingCert.Files and ServingCert.Write lay out (a
+// cert-manager Secret's keys).
+const (
+	CAFile   = "ca.crt"
+	CertFile = "tls.crt"
+	KeyFile  = "tls.key"
+)
+
+// NewServingCert issues a serving certificate for hosts (IP addresses or
+// DNS names; with none, 127.0.0.1 and localhost) from a new CA, valid for
+// one year. The pair is client-go's cert.GenerateSelfSignedCertKeyWithOptions
+// (RSA); CertPEM is the certificate followed by its CA.
+func NewServingCert(hosts ...string) (ServingCert, error) {
+	if len(hosts) == 0 {
+		hosts = []string{"127.0.0.1", "localhost"}
+	}
+	opts := cert.SelfSignedCertKeyOptions{Host: hosts[0]}
+	for _, h := range hosts[1:] {
+		if ip := net.ParseIP(h); ip != nil {
+			opts.AlternateIPs = append(opts.AlternateIPs, ip)
+		} else {
+			opts.AlternateDNS = append(opts.AlternateDNS, h)
+		}
+	}
+	certPEM, keyPEM, err := cert.GenerateSelfSignedCertKeyWithOptions(opts)
+	if err != nil {
+		return ServingCert{}, fmt.Errorf("serving certificate for %v: %w", hosts, err)
+	}
+	chain, err := cert.ParseCertsPEM(certPEM)
+	if err != nil {
+		return ServingCert{}, err
+	}
+	if len(chain) != 2 {
+		return ServingCert{}, fmt.Errorf("serving certificate for %v: a chain of %d certificates, want the certificate and its CA", hosts, len(chain))
+	}
+	caPEM, err := cert.EncodeCertificates(chain[1])
+	if err != nil {
+		return ServingCert{}, err
+	}
+	return ServingCert{CAPEM: caPEM, CertPEM: certPEM, KeyPEM: keyPEM}, nil
+}
+
+// Files are the certificate as a Secret's data (SecretVolume.Write).
+func (s ServingCert) Files() map[string][]byte {
+	return map[string][]byte{CAFile: s.CAPEM, CertFile: s.CertPEM, KeyFile: s.KeyPEM}
+}
+
+// Write writes ca.crt, tls.crt and tls.key into dir, creating it if needed,
+// and returns their paths in that order.
+func (s ServingCert) Write(dir string) (caFile, certFile, keyFile string, err error) {
+	caFile, certFile, keyFile = filepath.Join(dir, CAFile), filepath.Join(dir, CertFile), filepath.Join(dir, KeyFile)
+	if err := cert.WriteCert(caFile, s.CAPEM); err != nil {
+		return "", "", "", err
+	}
+	if err := keyutil.WriteKey(keyFile, s.KeyPEM); err != nil {
+		return "", "", "", err
+	}
+	if err := cert.WriteCert(certFile, s.CertPEM); err != nil {
+		return "", "", "", err
+	}
+	return caFile, certFile, keyFile, nil
 }
 
 // pki is the cluster's throwaway public-key infrastructure: one CA that signs
@@ -108,7 +172,7 @@ func newPKI(dir string) (*pki, error) {
 	if err != nil {
 		return nil, err
 	}
-	saKeyPEM, err := keyPEM(saKey)
+	saKeyPEM, err := keyutil.MarshalPrivateKeyToPEM(saKey)
 	if err != nil {
 		return nil, err
 	}
@@ -119,7 +183,7 @@ func newPKI(dir string) (*pki, error) {
 	if err := os.WriteFile(p.saKeyFile, saKeyPEM, 0o600); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(p.saPubFile, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: saPubDER}), 0o600); err != nil {
+	if err := os.WriteFile(p.saPubFile, pem.EncodeToMemory(&pem.Block{Type: keyutil.PublicKeyBlockType, Bytes: saPubDER}), 0o600); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -134,6 +198,9 @@ func (ca *CA) ClientCert(user string, groups ...string) (ClientCert, error) {
 	})
 }
 
+// issue signs tmpl with the CA. client-go has no helper that signs with a
+// given CA (its self-signed pair makes a CA of its own), so this is the
+// one x509.CreateCertificate call; encoding is client-go's.
 func (ca *CA) issue(tmpl *x509.Certificate) (ClientCert, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -148,19 +215,19 @@ func (ca *CA) issue(tmpl *x509.Certificate) (ClientCert, error) {
 	if err != nil {
 		return ClientCert{}, fmt.Errorf("signing certificate for %s: %w", tmpl.Subject.CommonName, err)
 	}
-	kp, err := keyPEM(key)
+	leaf, err := x509.ParseCertificate(der)
 	if err != nil {
 		return ClientCert{}, err
 	}
-	return ClientCert{CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), KeyPEM: kp}, nil
-}
-
-func keyPEM(key *ecdsa.PrivateKey) ([]byte, error) {
-	der, err := x509.MarshalECPrivateKey(key)
+	certPEM, err := cert.EncodeCertificates(leaf)
 	if err != nil {
-		return nil, err
+		return ClientCert{}, err
 	}
-	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), nil
+	keyPEM, err := keyutil.MarshalPrivateKeyToPEM(key)
+	if err != nil {
+		return ClientCert{}, err
+	}
+	return ClientCert{CertPEM: certPEM, KeyPEM: keyPEM}, nil
 }
 
 func serial() *big.Int {
