@@ -10,9 +10,10 @@
 // (/healthz, /readyz, /metrics, /ui, /debug/pods, /debug/pprof/) are on
 // HTTP.OpsListen, in plain HTTP, for probes, Prometheus and people; neither
 // listener serves the other's routes. The serving certificate and the
-// client CA are re-read when their files change (k8s.io/apiserver's
-// dynamiccertificates: a file watch, and a check every minute), so a
-// cert-manager renewal or a kubelet Secret update needs no restart.
+// client CA are re-read when their files change (package servingtls, on
+// k8s.io/apiserver's dynamiccertificates: a file watch, and a check every
+// minute), so a cert-manager renewal or a kubelet Secret update needs no
+// restart.
 //
 // Bodies are bounded (http.MaxBytesReader). A body that does not decode is
 // answered with HTTP 200 and Error set where the verb's result has an Error
@@ -35,12 +36,12 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/rota-sched/rota/extender/metrics"
 	"github.com/rota-sched/rota/extender/scheduling"
+	"github.com/rota-sched/rota/extender/server/servingtls"
 	"github.com/rota-sched/rota/extender/ui"
 )
 
@@ -329,11 +330,15 @@ func (s *Server) Run(ctx context.Context, h HTTP, ready chan<- net.Addr) error {
 		verbs.srv.Handler = s.all
 	}
 	if verbs.tls {
-		cfg, err := dynamicTLS(ctx, h.TLS)
+		// The certificates are read now (a bad file fails Run) and re-read
+		// until ctx ends.
+		certs, err := servingtls.Load("rota-extender", servingtls.Files{CertFile: h.TLS.CertFile, KeyFile: h.TLS.KeyFile,
+			ClientCAFile: h.TLS.ClientCAFile}, "http/1.1")
 		if err != nil {
 			return err
 		}
-		verbs.srv.TLSConfig = cfg
+		go certs.Run(ctx)
+		verbs.srv.TLSConfig = certs.TLSConfig()
 		// HTTP/1.1 only, as over plain HTTP (no ALPN "h2" is offered).
 		verbs.srv.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
 	}
@@ -401,39 +406,4 @@ func (s *Server) Run(ctx context.Context, h HTTP, ready chan<- net.Addr) error {
 		return errors.Join(append([]error{serveErr}, errs...)...)
 	}
 	return errors.Join(errs...)
-}
-
-// dynamicTLS returns the verbs listener's TLS configuration: the serving
-// certificate and, with ClientCAFile, the client CA, both loaded now (an
-// unreadable or invalid file is an error) and re-read in the background
-// until ctx ends whenever the files change.
-func dynamicTLS(ctx context.Context, t TLS) (*tls.Config, error) {
-	serving, err := dynamiccertificates.NewDynamicServingContentFromFiles("rota-extender-serving", t.CertFile, t.KeyFile)
-	if err != nil {
-		return nil, fmt.Errorf("serving certificate %s, %s: %w", t.CertFile, t.KeyFile, err)
-	}
-	base := &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}
-	var clientCA *dynamiccertificates.DynamicFileCAContent
-	var caProvider dynamiccertificates.CAContentProvider
-	if t.ClientCAFile != "" {
-		if clientCA, err = dynamiccertificates.NewDynamicCAContentFromFile("rota-extender-client-ca", t.ClientCAFile); err != nil {
-			return nil, fmt.Errorf("client CA %s: %w", t.ClientCAFile, err)
-		}
-		caProvider = clientCA
-		base.ClientAuth = tls.RequireAndVerifyClientCert
-	}
-	ctrl := dynamiccertificates.NewDynamicServingCertificateController(base, caProvider, serving, nil, nil)
-	serving.AddListener(ctrl)
-	if clientCA != nil {
-		clientCA.AddListener(ctrl)
-	}
-	if err := ctrl.RunOnce(); err != nil {
-		return nil, fmt.Errorf("TLS configuration: %w", err)
-	}
-	go serving.Run(ctx, 1)
-	if clientCA != nil {
-		go clientCA.Run(ctx, 1)
-	}
-	go ctrl.Run(1, ctx.Done())
-	return &tls.Config{MinVersion: tls.VersionTLS12, GetConfigForClient: ctrl.GetConfigForClient}, nil
 }

@@ -18,7 +18,6 @@ import (
 
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
-	"github.com/rota-sched/rota/admission/certs"
 	"github.com/rota-sched/rota/extender/scheduling"
 	"github.com/rota-sched/rota/test/cluster"
 )
@@ -49,18 +48,17 @@ func (s *stubVerbs) Ready() bool                                    { return tru
 // pki is a serving certificate (in a kubelet-style Secret volume) and a
 // client CA file, with the certificates a test's clients present.
 type pki struct {
-	serving    *cluster.SecretVolume
-	servingCA  []byte
-	clientCAs  *cluster.SecretVolume
-	good, bad  cluster.ClientCert
-	clientCA   *cluster.CA
-	scratchDir string
+	serving   *cluster.SecretVolume
+	servingCA []byte
+	clientCAs *cluster.SecretVolume
+	good, bad cluster.ClientCert
+	clientCA  *cluster.CA
 }
 
 func newPKI(t *testing.T) *pki {
 	t.Helper()
 	dir := t.TempDir()
-	p := &pki{scratchDir: filepath.Join(dir, "scratch")}
+	p := &pki{}
 	var err error
 	if p.serving, err = cluster.NewSecretVolume(filepath.Join(dir, "serving")); err != nil {
 		t.Fatal(err)
@@ -83,20 +81,14 @@ func newPKI(t *testing.T) *pki {
 // rotateServing writes a serving certificate from a new CA.
 func (p *pki) rotateServing(t *testing.T) {
 	t.Helper()
-	b, err := certs.Generate(p.scratchDir)
+	c, err := cluster.NewServingCert()
 	if err != nil {
 		t.Fatal(err)
 	}
-	files := map[string][]byte{"ca.crt": b.CAPEM}
-	for k, path := range map[string]string{"tls.crt": b.CertFile, "tls.key": b.KeyFile} {
-		if files[k], err = os.ReadFile(path); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := p.serving.Write(files); err != nil {
+	if err := p.serving.Write(c.Files()); err != nil {
 		t.Fatal(err)
 	}
-	p.servingCA = b.CAPEM
+	p.servingCA = c.CAPEM
 }
 
 // rotateClientCA replaces the client CA and issues p.good from the new one.
