@@ -53,7 +53,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/rota-sched/rota/admission/certs"
 	extconfig "github.com/rota-sched/rota/extender/config"
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/test/cluster"
@@ -379,11 +378,15 @@ func (e *Env) KillExtender() error { return e.Extender.Kill() }
 // startAdmission generates the serving certificate, writes the quota
 // ConfigMap, starts rota-admission, waits for its /readyz and registers it.
 func (e *Env) startAdmission(ctx context.Context, port int) error {
-	bundle, err := certs.Generate(filepath.Join(e.Dir, "admission-certs"), "127.0.0.1")
+	serving, err := cluster.NewServingCert("127.0.0.1")
 	if err != nil {
 		return err
 	}
-	e.admCA = bundle.CAPEM
+	_, certFile, keyFile, err := serving.Write(filepath.Join(e.Dir, "admission-certs"))
+	if err != nil {
+		return err
+	}
+	e.admCA = serving.CAPEM
 	q := e.opts.Quota
 	if q == "" {
 		q = "unknownTeams: unlimited\n"
@@ -397,8 +400,8 @@ func (e *Env) startAdmission(ctx context.Context, port int) error {
 	e.Admission = newProcess(e.binDir, "rota-admission", "rota-admission", e.Dir, append([]string{
 		"--kubeconfig=" + e.kubeconfs["rota-admission"],
 		"--listen=127.0.0.1:" + strconv.Itoa(port),
-		"--tls-cert-file=" + bundle.CertFile,
-		"--tls-key-file=" + bundle.KeyFile,
+		"--tls-cert-file=" + certFile,
+		"--tls-key-file=" + keyFile,
 		"--namespace=" + SystemNamespace,
 		"--config-map=" + QuotaConfigMap,
 		"--config-map-key=" + QuotaKey,
@@ -411,7 +414,7 @@ func (e *Env) startAdmission(ctx context.Context, port int) error {
 		return err
 	}
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(bundle.CAPEM)
+	pool.AppendCertsFromPEM(serving.CAPEM)
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 	if err := waitHTTP(ctx, e.Admission, e.AdmissionURL+"/readyz", client); err != nil {

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/rota-sched/rota/admission/certs"
 	extconfig "github.com/rota-sched/rota/extender/config"
 	"github.com/rota-sched/rota/test/cluster"
 )
@@ -30,7 +29,11 @@ type ExtenderTLS struct {
 
 // newExtenderTLS writes the certificates into dir.
 func newExtenderTLS(dir string) (*ExtenderTLS, error) {
-	serving, err := certs.Generate(filepath.Join(dir, "serving"), "127.0.0.1")
+	serving, err := cluster.NewServingCert("127.0.0.1")
+	if err != nil {
+		return nil, err
+	}
+	servingCAFile, servingCertFile, servingKeyFile, err := serving.Write(filepath.Join(dir, "serving"))
 	if err != nil {
 		return nil, err
 	}
@@ -44,7 +47,7 @@ func newExtenderTLS(dir string) (*ExtenderTLS, error) {
 	}
 	t := &ExtenderTLS{
 		ServingCA: serving.CAPEM, SchedulerCert: sched,
-		ServingCAFile: serving.CAFile, ServingCertFile: serving.CertFile, ServingKeyFile: serving.KeyFile,
+		ServingCAFile: servingCAFile, ServingCertFile: servingCertFile, ServingKeyFile: servingKeyFile,
 		ClientCAFile:      filepath.Join(dir, "client-ca.crt"),
 		SchedulerCertFile: filepath.Join(dir, "scheduler.crt"),
 		SchedulerKeyFile:  filepath.Join(dir, "scheduler.key"),
