@@ -17,6 +17,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	extconfig "github.com/rota-sched/rota/extender/config"
@@ -184,23 +185,19 @@ func leaderLabel(ctx context.Context, e *harness.Env, r *harness.Replica) (bool,
 // leader label.
 func checkLabels(ctx context.Context, t *testing.T, e *harness.Env, leader *harness.Replica) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		var wrong []string
+	var wrong []string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 15*time.Second, true, func(ctx context.Context) (bool, error) {
+		wrong = wrong[:0]
 		for _, r := range e.Extenders {
 			on, err := leaderLabel(ctx, e, r)
 			if err != nil || on != (r == leader) {
 				wrong = append(wrong, fmt.Sprintf("%s label=%v err=%v", r.Pod, on, err))
 			}
 		}
-		if len(wrong) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("leader %s: the leader label is wrong: %v", leader.Pod, wrong)
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+		return len(wrong) == 0, nil
+	})
+	if err != nil {
+		t.Errorf("leader %s: the leader label is wrong: %v (%v)", leader.Pod, wrong, err)
 	}
 }
 

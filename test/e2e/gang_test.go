@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"regexp"
 	"strings"
@@ -50,17 +51,16 @@ func TestGangAllOrNothing(t *testing.T) {
 
 	// Room for 12 of 16: nothing binds, for as long as we watch.
 	createGang()
-	deadline := time.Now().Add(gangStartup)
-	for time.Now().Before(deadline) {
+	holdsFor(ctx, t, gangStartup, 500*time.Millisecond, func(ctx context.Context) error {
 		pods, err := env.Pods(ctx, ns)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		if b := harness.Bound(pods); b > 0 {
-			t.Fatalf("%d of %d gang members bound with room for only 12\n%s", b, gangSize, describe(ctx, pods))
+			return fmt.Errorf("%d of %d gang members bound with room for only 12\n%s", b, gangSize, describe(ctx, pods))
 		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		return nil
+	})
 	checkInvariants(ctx, t, nil)
 
 	// Every member says why, and they all say the same thing: the newest

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/quota"
@@ -136,17 +137,41 @@ func checkInvariants(ctx context.Context, t *testing.T, q *quota.Config) {
 // failedScheduling waits until the pod has a FailedScheduling event and returns its message.
 func failedScheduling(ctx context.Context, t *testing.T, ns, name string) string {
 	t.Helper()
-	for {
-		msg, err := env.LastFailedScheduling(ctx, ns, name)
-		if err == nil && msg != "" {
-			return msg
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("pod %s/%s: no FailedScheduling event: %v", ns, name, ctx.Err())
-		case <-time.After(200 * time.Millisecond):
-		}
+	var msg string
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		var err error
+		msg, err = env.LastFailedScheduling(ctx, ns, name)
+		return err == nil && msg != "", nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s/%s: no FailedScheduling event: %v", ns, name, err)
 	}
+	return msg
+}
+
+// holdsFor checks, every interval for d, that check still holds; its first
+// error fails the test (waitPods' counterpart: what must not happen).
+func holdsFor(ctx context.Context, t *testing.T, d, interval time.Duration, check func(context.Context) error) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctx, interval, d, true, func(ctx context.Context) (bool, error) {
+		return false, check(ctx)
+	})
+	if ctx.Err() != nil || !wait.Interrupted(err) {
+		t.Fatal(err)
+	}
+}
+
+// retryCreate creates p every 200 ms, for up to 10 s, until ok says the
+// answer is the wanted one (a pod created, or a denial); it returns the last
+// answer.
+func retryCreate(ctx context.Context, t *testing.T, p *corev1.Pod, ok func(error) bool) error {
+	t.Helper()
+	var last error
+	_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, last = env.CreatePod(ctx, p.DeepCopy())
+		return ok(last), nil
+	})
+	return last
 }
 
 func getPod(ctx context.Context, t *testing.T, ns, name string) *corev1.Pod {

@@ -14,6 +14,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/rota-sched/rota/test/e2e/harness"
 )
@@ -123,21 +124,23 @@ func TestKubectlRota(t *testing.T) {
 func waitRefusal(ctx context.Context, t *testing.T, ns, want string, pods ...string) string {
 	t.Helper()
 	var last []string
-	for {
+	var found string
+	err := wait.PollUntilContextCancel(ctx, 300*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		last = last[:0]
 		for _, p := range pods {
 			msg, err := env.LastFailedScheduling(ctx, ns, p)
 			if err == nil && strings.Contains(msg, want) {
-				return msg
+				found = msg
+				return true, nil
 			}
 			last = append(last, p+": "+msg)
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("no FailedScheduling event saying %q: %v; last:\n%s", want, ctx.Err(), strings.Join(last, "\n"))
-		case <-time.After(300 * time.Millisecond):
-		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no FailedScheduling event saying %q: %v; last:\n%s", want, err, strings.Join(last, "\n"))
 	}
+	return found
 }
 
 // buildKubectlRota builds the plugin into bin/ at the repository root.

@@ -173,17 +173,12 @@ func TestQueueGateRemoval(t *testing.T) {
 	}
 
 	// The team holds 4 + 4 GPUs now: the webhook counts the ungated pod.
-	var last error
-	for range 50 {
-		_, last = env.CreatePod(ctx, pod(off, "now", name).GPUs(1).Obj())
-		if harness.IsWebhookDenial(last) && strings.Contains(last.Error(), "8 in use or queued") {
-			break
-		}
-		if last == nil {
+	last := retryCreate(ctx, t, pod(off, "now", name).GPUs(1).Obj(), func(err error) bool {
+		if err == nil {
 			_ = env.Client.CoreV1().Pods(off).Delete(ctx, "now", deleteNow)
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return harness.IsWebhookDenial(err) && strings.Contains(err.Error(), "8 in use or queued")
+	})
 	mustDeny(t, "a 1-GPU pod of the team with queueing off after the ungated 4", last,
 		"team queue: quota 4 GPUs, 8 in use or queued", "this pod needs 1")
 	note(name, "hand removal refused; the extender's identity ungates; the ungated pod counts as use")
@@ -258,13 +253,7 @@ func TestQueueCap(t *testing.T) {
 	if err := env.Client.CoreV1().Pods(ns).Delete(ctx, "q-0", deleteNow); err != nil {
 		t.Fatal(err)
 	}
-	var last error
-	for range 50 {
-		if _, last = env.CreatePod(ctx, pod(ns, "q-3", name).GPUs(1).Obj()); last == nil {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	last := retryCreate(ctx, t, pod(ns, "q-3", name).GPUs(1).Obj(), func(err error) bool { return err == nil })
 	if last != nil {
 		t.Fatalf("after deleting a queued pod: %v", last)
 	}

@@ -3,6 +3,8 @@
 package e2e
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -56,22 +58,21 @@ func TestQueuePerModel(t *testing.T) {
 	})
 	t.Logf("any-0: %s", queuedCondition(byName(pods, "any-0")).Message)
 	// They stay queued, pass after pass, with model B's 4 GPUs free.
-	deadline := time.Now().Add(4 * time.Second)
-	for time.Now().Before(deadline) {
+	holdsFor(ctx, t, 4*time.Second, 250*time.Millisecond, func(ctx context.Context) error {
 		pods, err := env.Pods(ctx, ns)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		for _, p := range pods {
 			if p.Spec.NodeName == "qmodel-b-0" {
-				t.Fatalf("pod %s bound to the model B node: the team has no quota for model B", p.Name)
+				return fmt.Errorf("pod %s bound to the model B node: the team has no quota for model B", p.Name)
 			}
 			if (p.Name == "a-2" || p.Name == "any-0") && !gated(&p) {
-				t.Fatalf("%s admitted while team qmodel uses its 2 GPUs of model A", p.Name)
+				return fmt.Errorf("%s admitted while team qmodel uses its 2 GPUs of model A", p.Name)
 			}
 		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return nil
+	})
 
 	// Room frees on model A, one GPU at a time: the older a-2 first, then
 	// any-0, each charged to model A and placed on it.

@@ -141,17 +141,16 @@ func TestQueueTwoHeads(t *testing.T) {
 		first, second = "y", "x"
 	}
 	// The other stays queued, waiting for room, for as long as the first runs.
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
+	holdsFor(ctx, t, 5*time.Second, 250*time.Millisecond, func(ctx context.Context) error {
 		pods, err := env.Pods(ctx, ns)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		if s := byName(pods, second); s == nil || !gated(s) {
-			t.Fatalf("%s was admitted while %s holds all 4 GPUs", second, first)
+			return fmt.Errorf("%s was admitted while %s holds all 4 GPUs", second, first)
 		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return nil
+	})
 	pods, _ = env.Pods(ctx, ns)
 	if c := queuedCondition(byName(pods, second)); c == nil || c.Reason != "Room" {
 		t.Errorf("%s's Queued condition = %+v, want reason Room", second, c)

@@ -65,16 +65,8 @@ func TestTeamQuota(t *testing.T) {
 	if err := env.Client.CoreV1().Pods(ns).Delete(ctx, "gpu-0", deleteNow); err != nil {
 		t.Fatal(err)
 	}
-	readmitted := false
-	for range 50 {
-		if _, err := env.CreatePod(ctx, pod(ns, "gpu-4", name).GPUs(1).Obj()); err == nil {
-			readmitted = true
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	if !readmitted {
-		t.Error("deleting a pending pod did not free its quota within 10s")
+	if err := retryCreate(ctx, t, pod(ns, "gpu-4", name).GPUs(1).Obj(), func(err error) bool { return err == nil }); err != nil {
+		t.Errorf("deleting a pending pod did not free its quota within 10s: %v", err)
 	}
 
 	// Team nlp may hold 2 GPUs plus 2 borrowed: 12 pods created at once, 4 admitted.

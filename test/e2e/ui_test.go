@@ -17,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/rota-sched/rota/extender/scheduling"
 )
@@ -144,21 +145,18 @@ func waitNoFit(ctx context.Context, t *testing.T, ns, name string) string {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	url := env.ExtenderURL + "/debug/pods/" + ns + "/" + name
-	var last string
-	for {
-		msg, err := lastFilter(ctx, url, "nofit")
-		if err == nil && msg != "" {
-			return msg
-		}
-		if err != nil {
+	var last, msg string
+	err := wait.PollUntilContextCancel(ctx, 300*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		var err error
+		if msg, err = lastFilter(ctx, url, "nofit"); err != nil {
 			last = err.Error()
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("pod %s/%s: no refused filter in the extender's decision log: %v (last: %s)", ns, name, ctx.Err(), last)
-		case <-time.After(300 * time.Millisecond):
-		}
+		return err == nil && msg != "", nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s/%s: no refused filter in the extender's decision log: %v (last: %s)", ns, name, err, last)
 	}
+	return msg
 }
 
 // lastFilter returns the message of the latest filter decision with outcome

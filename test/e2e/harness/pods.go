@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,93 +19,56 @@ import (
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/podreq"
 	"github.com/rota-sched/rota/pkg/quota"
+	"github.com/rota-sched/rota/test/fixture"
 	"github.com/rota-sched/rota/test/invariant"
 )
 
-// PodBuilder builds GPU pods: harness.Pod("ns", "p").Memory(20).Obj().
-type PodBuilder struct {
-	names contract.Names
-	pod   *corev1.Pod
-}
+// PodBuilder builds GPU pods: harness.Pod("ns", "p").Memory(20).Obj(). It
+// is test/fixture's builder with the spelling the scenarios use (Memory in
+// gpu-memory units); Fixture reaches the rest of fixture's methods.
+type PodBuilder struct{ b *fixture.PodBuilder }
 
-// Pod starts a pod with one container, no resources, and a zero
-// termination grace period.
+// Pod starts a pod with one container, no resources, no UID (the API
+// server assigns one) and a zero termination grace period.
 func Pod(namespace, name string) *PodBuilder {
-	return &PodBuilder{names: contract.Default, pod: &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-		Spec: corev1.PodSpec{
-			Containers:                    []corev1.Container{{Name: "main", Image: "rota.test/train:1"}},
-			TerminationGracePeriodSeconds: new(int64),
-		},
-	}}
+	return &PodBuilder{fixture.Pod(namespace, name).UID("").TerminationGracePeriod(0)}
 }
 
-func (b *PodBuilder) res(name, q string) *PodBuilder {
-	c := &b.pod.Spec.Containers[0]
-	if c.Resources.Limits == nil {
-		c.Resources.Limits = corev1.ResourceList{}
-		c.Resources.Requests = corev1.ResourceList{}
-	}
-	c.Resources.Limits[corev1.ResourceName(name)] = resource.MustParse(q)
-	c.Resources.Requests[corev1.ResourceName(name)] = resource.MustParse(q)
-	return b
-}
+// Fixture returns the underlying builder (its calls change this pod).
+func (p *PodBuilder) Fixture() *fixture.PodBuilder { return p.b }
 
 // GPUs asks for n whole GPUs.
-func (b *PodBuilder) GPUs(n int) *PodBuilder { return b.res(b.names.GPU, fmt.Sprint(n)) }
+func (p *PodBuilder) GPUs(n int) *PodBuilder { p.b.GPUs(n); return p }
 
 // Memory asks for a share of units gpu-memory units (GiB by default).
-func (b *PodBuilder) Memory(units int64) *PodBuilder {
-	return b.res(b.names.GPUMemory, fmt.Sprint(units))
+func (p *PodBuilder) Memory(units int64) *PodBuilder {
+	p.b.Resource(contract.Default.GPUMemory, strconv.FormatInt(units, 10))
+	return p
 }
 
 // CPU asks for CPU (e.g. "4").
-func (b *PodBuilder) CPU(q string) *PodBuilder { return b.res(string(corev1.ResourceCPU), q) }
+func (p *PodBuilder) CPU(q string) *PodBuilder { p.b.CPU(q); return p }
 
 // Gang makes the pod a member of gang name with size members.
-func (b *PodBuilder) Gang(name string, size int) *PodBuilder {
-	b.Label(b.names.GangLabel, name)
-	return b.Annotation(b.names.GangSizeAnnotation, fmt.Sprint(size))
-}
+func (p *PodBuilder) Gang(name string, size int) *PodBuilder { p.b.Gang(name, size); return p }
 
 // NotPreemptible labels the pod example.com/preemptible=false.
-func (b *PodBuilder) NotPreemptible() *PodBuilder { return b.Label(b.names.PreemptibleLabel, "false") }
+func (p *PodBuilder) NotPreemptible() *PodBuilder { p.b.NotPreemptible(); return p }
 
 // PriorityClass sets the pod's priority class.
-func (b *PodBuilder) PriorityClass(name string) *PodBuilder {
-	b.pod.Spec.PriorityClassName = name
-	return b
-}
+func (p *PodBuilder) PriorityClass(name string) *PodBuilder { p.b.PriorityClass(name); return p }
 
 // NodeSelector adds a node selector term.
-func (b *PodBuilder) NodeSelector(k, v string) *PodBuilder {
-	if b.pod.Spec.NodeSelector == nil {
-		b.pod.Spec.NodeSelector = map[string]string{}
-	}
-	b.pod.Spec.NodeSelector[k] = v
-	return b
-}
+func (p *PodBuilder) NodeSelector(k, v string) *PodBuilder { p.b.NodeSelector(k, v); return p }
 
 // Label sets a label.
-func (b *PodBuilder) Label(k, v string) *PodBuilder {
-	if b.pod.Labels == nil {
-		b.pod.Labels = map[string]string{}
-	}
-	b.pod.Labels[k] = v
-	return b
-}
+func (p *PodBuilder) Label(k, v string) *PodBuilder { p.b.Label(k, v); return p }
 
 // Annotation sets an annotation.
-func (b *PodBuilder) Annotation(k, v string) *PodBuilder {
-	if b.pod.Annotations == nil {
-		b.pod.Annotations = map[string]string{}
-	}
-	b.pod.Annotations[k] = v
-	return b
-}
+func (p *PodBuilder) Annotation(k, v string) *PodBuilder { p.b.Annotation(k, v); return p }
 
 // Obj returns the pod.
-func (b *PodBuilder) Obj() *corev1.Pod { return b.pod.DeepCopy() }
+func (p *PodBuilder) Obj() *corev1.Pod { return p.b.Obj() }
 
 // CreateNamespace creates a namespace, labelled with team unless team is "".
 func (e *Env) CreateNamespace(ctx context.Context, name, team string) error {
