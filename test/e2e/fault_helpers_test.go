@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/rota-sched/rota/extender/ui"
 	"github.com/rota-sched/rota/test/e2e/harness"
@@ -32,22 +33,20 @@ func waitMetric(ctx context.Context, t *testing.T, what string, cond func(harnes
 	t.Helper()
 	var last harness.Samples
 	var lastErr error
-	for {
+	err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		m, err := extenderMetrics(ctx)
-		if err == nil {
-			last = m
-			if cond(m) {
-				return m
-			}
-		}
 		lastErr = err
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v (last scrape error %v; reserved=%v committed=%v expired=%v)",
-				what, ctx.Err(), lastErr, last[metricReserved], last[metricCommitted], last.Sum(metricExpired))
-		case <-time.After(250 * time.Millisecond):
+		if err != nil {
+			return false, nil
 		}
+		last = m
+		return cond(m), nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for %s: %v (last scrape error %v; reserved=%v committed=%v expired=%v)",
+			what, err, lastErr, last[metricReserved], last[metricCommitted], last.Sum(metricExpired))
 	}
+	return last
 }
 
 // ledgerState reads the extender's view of its ledger (the status page's JSON).
@@ -124,19 +123,20 @@ func waitLedgerMatches(ctx context.Context, t *testing.T, ns string) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	var diffs []string
-	for {
-		s, err := ledgerState(ctx)
-		pods, perr := env.Pods(ctx, ns)
-		if err == nil && perr == nil {
-			if diffs = ledgerMatchesAPI(s, pods, ns); len(diffs) == 0 {
-				return
-			}
+	var err, perr error
+	werr := wait.PollUntilContextCancel(ctx, 300*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		var s *ui.State
+		var pods []corev1.Pod
+		s, err = ledgerState(ctx)
+		pods, perr = env.Pods(ctx, ns)
+		if err != nil || perr != nil {
+			return false, nil
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("the extender's ledger disagrees with the API server (%v %v):\n  %s", err, perr, strings.Join(diffs, "\n  "))
-		case <-time.After(300 * time.Millisecond):
-		}
+		diffs = ledgerMatchesAPI(s, pods, ns)
+		return len(diffs) == 0, nil
+	})
+	if werr != nil {
+		t.Fatalf("the extender's ledger disagrees with the API server (%v; %v %v):\n  %s", werr, err, perr, strings.Join(diffs, "\n  "))
 	}
 }
 
@@ -224,17 +224,12 @@ func waitWebhook(ctx context.Context, t *testing.T, ns string) {
 	t.Helper()
 	bad := harness.Pod(ns, "webhook-probe").GPUs(1).Memory(1).Obj()
 	var last error
-	for {
-		_, err := env.Client.CoreV1().Pods(ns).Create(ctx, bad, dryRun)
-		if harness.IsWebhookDenial(err) {
-			return
-		}
-		last = err
-		select {
-		case <-ctx.Done():
-			t.Fatalf("rota-admission is not called again: %v\n%s", last, env.Admission.LogTail(20))
-		case <-time.After(200 * time.Millisecond):
-		}
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		_, last = env.Client.CoreV1().Pods(ns).Create(ctx, bad, dryRun)
+		return harness.IsWebhookDenial(last), nil
+	})
+	if err != nil {
+		t.Fatalf("rota-admission is not called again: %v (last: %v)\n%s", err, last, env.Admission.LogTail(20))
 	}
 }
 
@@ -242,24 +237,23 @@ func waitWebhook(ctx context.Context, t *testing.T, ns string) {
 func waitExtenderReady(ctx context.Context, t *testing.T) {
 	t.Helper()
 	var last error
-	for {
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, env.ExtenderURL+"/readyz", nil)
 		if err != nil {
-			t.Fatal(err)
+			return false, err
 		}
 		resp, err := (&http.Client{Timeout: 2 * time.Second}).Do(req)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return
+				return true, nil
 			}
 			err = fmt.Errorf("/readyz: %s", resp.Status)
 		}
 		last = err
-		select {
-		case <-ctx.Done():
-			t.Fatalf("rota-extender not ready: %v\n%s", last, env.Extender.LogTail(20))
-		case <-time.After(200 * time.Millisecond):
-		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("rota-extender not ready: %v (last: %v)\n%s", err, last, env.Extender.LogTail(20))
 	}
 }
