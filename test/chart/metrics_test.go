@@ -12,8 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/rota-sched/rota/admission/app"
 	"github.com/rota-sched/rota/admission/config"
-	"github.com/rota-sched/rota/admission/server"
 	dpmetrics "github.com/rota-sched/rota/deviceplugin/metrics"
 	extmetrics "github.com/rota-sched/rota/extender/metrics"
 	"github.com/rota-sched/rota/extender/queue"
@@ -79,7 +79,7 @@ func registries(t *testing.T) []*prometheus.Registry {
 	cfg := config.Default()
 	cfg.LeaderElect = false
 	cfg.TLSCertFile, cfg.TLSKeyFile = "/dev/null", "/dev/null"
-	if _, err := server.NewApp(cfg, fake.NewSimpleClientset(), adm); err != nil {
+	if _, err := app.NewForClient(t.Context(), cfg, fake.NewSimpleClientset(), adm); err != nil {
 		t.Fatal(err)
 	}
 	queue.NewMetrics(ext.Registry) // the queue controller registers on the extender's registry

@@ -3,7 +3,7 @@
 // for it); the validating one rejects malformed GPU requests and queued
 // pods that can never run, lets only the queue controller remove the gate,
 // and for pods that are not queued enforces team quota (pending + running)
-// with a borrowable shared pool at creation, keeping gangs whole. See admission/server for
+// with a borrowable shared pool at creation, keeping gangs whole. See admission/app for
 // the guarantee across replicas and deploy/admission for manifests.
 package main
 
@@ -16,8 +16,8 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/rota-sched/rota/admission/app"
 	"github.com/rota-sched/rota/admission/config"
-	"github.com/rota-sched/rota/admission/server"
 )
 
 func main() {
@@ -55,7 +55,10 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	logger := klog.Background().WithName("rota-admission")
 	ctx = klog.NewContext(ctx, logger)
-	err := server.Run(ctx, cfg, nil)
+	a, err := app.New(ctx, cfg)
+	if err == nil {
+		err = a.Run(ctx)
+	}
 	stop()
 	if err != nil {
 		logger.Error(err, "rota-admission failed")

@@ -1,9 +1,16 @@
-// Package server wires rota-admission together: the client-go informers
-// that feed the usage view (pods, namespaces, nodes) and the quota
-// ConfigMap, leader election, the HTTPS server with certificate reload, the
-// health and metrics endpoints (the validating webhook on /validate, the
-// mutating one on /mutate), and graceful shutdown. main builds a
-// config.Config and calls Run.
+// Package app wires rota-admission together and runs it: New builds the
+// parts from config.Config, Run serves until its context ends. main only
+// parses flags.
+//
+// Wiring. The usage view (admission/view) is built first; the client-go
+// informers (non-terminal pods, namespaces, nodes, and the quota ConfigMap
+// through the quota loader) feed it, and both webhooks (admission/webhook:
+// the validating one on /validate, the mutating one on /mutate) read it.
+// Whether this replica admits GPU pods is one flag, made before the
+// webhooks that read it and set by leader election in Run. Run also
+// serves /healthz, /readyz and /metrics, over HTTPS with a serving
+// certificate re-read when its files change (extender/server/servingtls),
+// and shuts down gracefully.
 //
 // # Guarantee across replicas
 //
@@ -21,4 +28,4 @@
 // the webhook timeout (5 s), so the new leader's informer shows it.
 // Deploy the replicas with strategy Recreate (see deploy/admission): a
 // standby is never ready, so a rolling update would wait for it forever.
-package server
+package app

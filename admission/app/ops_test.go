@@ -1,4 +1,4 @@
-package server
+package app
 
 import (
 	"bytes"
@@ -99,7 +99,7 @@ func TestReadiness(t *testing.T) {
 	// No ConfigMap yet: synced but not ready, and GPU pods are refused.
 	app, client := startApp2(t, testConfig(), at.Namespace("vision-ns", "vision"))
 	routes := app.Routes()
-	waitFor(t, "the informers to sync", func() bool { return app.synced.Load() })
+	waitFor(t, "the informers to sync", func() bool { return app.informersSynced() })
 	if code, body := get(t, routes, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "no valid quota configuration") {
 		t.Fatalf("/readyz without config = %d %q", code, body)
 	}
@@ -129,11 +129,11 @@ func startApp2(t *testing.T, cfg config.Config, objs ...runtime.Object) (*App, *
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	client := fake.NewClientset(objs...)
-	app, err := NewApp(cfg, client, prometheus.NewRegistry())
+	app, err := NewForClient(ctx, cfg, client, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	app.Start(ctx)
+	app.start(ctx)
 	return app, client
 }
 
@@ -205,13 +205,14 @@ func TestLeaderElection(t *testing.T) {
 		cfg := testConfig()
 		cfg.LeaderElect, cfg.Identity = true, id
 		cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 2*time.Second, time.Second, 100*time.Millisecond
-		app, err := NewApp(cfg, client, prometheus.NewRegistry())
-		if err != nil {
-			t.Fatal(err)
-		}
 		logger, _ := ktesting.NewTestContext(t)
 		ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.LoggerWithName(logger, id)))
-		app.Start(ctx)
+		app, err := NewForClient(ctx, cfg, client, prometheus.NewRegistry())
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		app.start(ctx)
 		return app, cancel
 	}
 	a, cancelA := start("a")
@@ -219,7 +220,7 @@ func TestLeaderElection(t *testing.T) {
 	waitFor(t, "a to lead", func() bool { return a.Ready() == nil })
 	b, cancelB := start("b")
 	defer cancelB()
-	waitFor(t, "b to sync", func() bool { return b.synced.Load() })
+	waitFor(t, "b to sync", func() bool { return b.informersSynced() })
 	time.Sleep(300 * time.Millisecond) // b has tried for the lease a few times
 	if err := b.Ready(); err == nil || !strings.Contains(err.Error(), "standby") {
 		t.Fatalf("b.Ready() = %v, want standby", err)

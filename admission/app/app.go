@@ -1,23 +1,24 @@
-package server
+package app
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"sync/atomic"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/rota-sched/rota/admission/config"
@@ -27,34 +28,60 @@ import (
 	"github.com/rota-sched/rota/pkg/quota"
 )
 
-// App is a wired webhook: informers feeding the view, the quota loader,
-// leader election and the HTTP routes. Build it with NewApp, then Start it.
-// It is safe for concurrent use.
+// App is rota-admission, wired: the informers that feed the usage view,
+// the quota loader, the two webhooks, leader election and the HTTPS
+// server. Build it with New (or NewForClient), then Run it. It is safe for
+// concurrent use.
 type App struct {
-	cfg     config.Config
-	names   contract.Names
-	client  kubernetes.Interface
-	view    *view.View
-	handler *webhook.Handler
-	mutator *webhook.Handler
-	loader  *quotaLoader
-	gather  prometheus.Gatherer
+	cfg    config.Config
+	client kubernetes.Interface
+	reg    *prometheus.Registry
+	view   *view.View
+	// validating and mutating serve /validate and /mutate.
+	validating, mutating *webhook.Handler
+	// active is set while this replica admits GPU pods: it holds the
+	// lease, or leader election is off.
+	active *atomic.Bool
 
-	podFactory, clusterFactory, cmFactory informers.SharedInformerFactory
-	hasSynced                             []cache.InformerSynced
+	factories []informers.SharedInformerFactory
+	hasSynced []cache.InformerSynced
 
-	synced atomic.Bool
-	active atomic.Bool
-	// baseCtx carries the logger into informer callbacks, which get no
-	// context of their own; set by Start.
-	baseCtx atomic.Pointer[context.Context]
+	// ready, when set (by tests), receives the address Run listens on.
+	ready chan<- net.Addr
 }
 
-// NewApp wires the webhook to client and registers its metrics with reg.
-func NewApp(cfg config.Config, client kubernetes.Interface, reg *prometheus.Registry) (*App, error) {
+// New wires rota-admission from cfg: an API client from cfg.Kubeconfig
+// (in-cluster without one) and a metrics registry with the Go and process
+// collectors, then everything NewForClient wires. It contacts nothing; Run
+// starts everything. ctx gives the informer handlers their logger.
+func New(ctx context.Context, cfg config.Config) (*App, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	restCfg, err := restConfig(cfg.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	restCfg.QPS, restCfg.Burst = cfg.KubeQPS, cfg.KubeBurst
+	restCfg.UserAgent = "rota-admission"
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, fmt.Errorf("building the API client: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return NewForClient(ctx, cfg, client, reg)
+}
+
+// NewForClient wires rota-admission to client, registering its metrics
+// with reg (which /metrics serves): the usage view, the webhooks, the quota
+// loader and the informers that feed them (pods, namespaces, nodes, and
+// the quota ConfigMap unless cfg.ConfigMap is empty).
+func NewForClient(ctx context.Context, cfg config.Config, client kubernetes.Interface, reg *prometheus.Registry) (*App, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	logger := klog.FromContext(ctx)
 	names, err := contract.NewNames(cfg.Domain)
 	if err != nil {
 		return nil, err
@@ -65,37 +92,44 @@ func NewApp(cfg config.Config, client kubernetes.Interface, reg *prometheus.Regi
 	}
 	v := view.New(view.Options{Names: names, MemoryUnitMiB: contract.MiB(cfg.MemoryUnitMiB),
 		ReservationTTL: cfg.ReservationTTL, ConfigSource: source})
-	a := &App{cfg: cfg, names: names, client: client, view: v, gather: reg}
-	wo := webhook.Options{Names: names, View: v, Active: a.active.Load,
+	active := new(atomic.Bool)
+	wo := webhook.Options{Names: names, View: v, Active: active.Load,
 		Namespaces: namespaceGetter{client}, Metrics: webhook.NewMetrics(reg),
 		QueueControllers: cfg.QueueControllerUsers()}
-	a.handler, a.mutator = webhook.New(wo), webhook.NewMutating(wo)
 	reg.MustRegister(view.NewCollector(v), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "rota_admission_active",
 		Help: "1 when this replica admits GPU pods (it holds the leader lease, or leader election is off).",
 	}, func() float64 {
-		if a.active.Load() {
+		if active.Load() {
 			return 1
 		}
 		return 0
 	}))
-	a.loader = newQuotaLoader(v, cfg.ConfigMapKey, source, reg)
+	loader := newQuotaLoader(v, cfg.ConfigMapKey, source, reg)
+	a := &App{cfg: cfg, client: client, reg: reg, view: v,
+		validating: webhook.New(wo), mutating: webhook.NewMutating(wo), active: active}
 
 	// Pods: only non-terminal ones matter; a pod that finishes leaves the
 	// informer as a delete.
-	a.podFactory = informers.NewSharedInformerFactoryWithOptions(client, 0,
+	podFactory := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = "status.phase!=" + string(corev1.PodSucceeded) + ",status.phase!=" + string(corev1.PodFailed)
 		}))
-	a.clusterFactory = informers.NewSharedInformerFactory(client, 0)
-	pods := a.podFactory.Core().V1().Pods().Informer()
+	clusterFactory := informers.NewSharedInformerFactory(client, 0)
+	a.factories = []informers.SharedInformerFactory{podFactory, clusterFactory}
+	pods := podFactory.Core().V1().Pods().Informer()
 	if err := pods.SetTransform(stripManagedFields); err != nil {
 		return nil, err
 	}
-	namespaces := a.clusterFactory.Core().V1().Namespaces().Informer()
-	nodes := a.clusterFactory.Core().V1().Nodes().Informer()
+	namespaces := clusterFactory.Core().V1().Namespaces().Informer()
+	nodes := clusterFactory.Core().V1().Nodes().Informer()
 	if err := nodes.SetTransform(stripManagedFields); err != nil {
 		return nil, err
+	}
+	upsertNode := func(n *corev1.Node) {
+		if err := v.UpsertNode(n); err != nil {
+			logger.Error(err, "Ignoring the node's GPU topology annotation", "node", klog.KObj(n))
+		}
 	}
 	a.hasSynced = []cache.InformerSynced{pods.HasSynced, namespaces.HasSynced, nodes.HasSynced}
 	for _, reg := range []struct {
@@ -104,7 +138,7 @@ func NewApp(cfg config.Config, client kubernetes.Interface, reg *prometheus.Regi
 	}{
 		{pods, handler(v.UpsertPod, v.DeletePod)},
 		{namespaces, handler(v.UpsertNamespace, func(_, name string) { v.DeleteNamespace(name) })},
-		{nodes, handler(func(n *corev1.Node) { a.upsertNode(n) }, func(_, name string) { v.DeleteNode(name) })},
+		{nodes, handler(upsertNode, func(_, name string) { v.DeleteNode(name) })},
 	} {
 		if _, err := reg.inf.AddEventHandler(reg.h); err != nil {
 			return nil, err
@@ -115,19 +149,20 @@ func NewApp(cfg config.Config, client kubernetes.Interface, reg *prometheus.Regi
 		v.SetConfig(quota.Config{UnknownTeams: quota.UnlimitedUnknown})
 		return a, nil
 	}
-	a.cmFactory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(cfg.Namespace),
+	cmFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(cfg.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", cfg.ConfigMap).String()
 		}))
-	cms := a.cmFactory.Core().V1().ConfigMaps().Informer()
+	a.factories = append(a.factories, cmFactory)
+	cms := cmFactory.Core().V1().ConfigMaps().Informer()
 	a.hasSynced = append(a.hasSynced, cms.HasSynced)
 	if _, err := cms.AddEventHandler(handler(func(cm *corev1.ConfigMap) {
 		if cm.Name == cfg.ConfigMap { // the fake clientset ignores field selectors
-			a.loader.apply(a.ctx(), cm)
+			loader.apply(logger, cm)
 		}
 	}, func(_, name string) {
 		if name == cfg.ConfigMap {
-			a.loader.apply(a.ctx(), nil)
+			loader.apply(logger, nil)
 		}
 	})); err != nil {
 		return nil, err
@@ -135,100 +170,25 @@ func NewApp(cfg config.Config, client kubernetes.Interface, reg *prometheus.Regi
 	return a, nil
 }
 
-func (a *App) ctx() context.Context {
-	if c := a.baseCtx.Load(); c != nil {
-		return *c
-	}
-	return context.Background()
-}
-
-func (a *App) upsertNode(n *corev1.Node) {
-	if err := a.view.UpsertNode(n); err != nil {
-		klog.FromContext(a.ctx()).Error(err, "Ignoring the node's GPU topology annotation", "node", klog.KObj(n))
-	}
-}
-
 // View is the app's usage view (for tests and the benchmark).
 func (a *App) View() *view.View { return a.view }
 
-// Start starts the informers, leader election and the reservation timer;
-// they stop when ctx ends.
-func (a *App) Start(ctx context.Context) {
-	logger := klog.FromContext(ctx)
-	a.baseCtx.Store(&ctx)
-	a.podFactory.Start(ctx.Done())
-	a.clusterFactory.Start(ctx.Done())
-	if a.cmFactory != nil {
-		a.cmFactory.Start(ctx.Done())
-	}
-	go func() {
-		if cache.WaitForCacheSync(ctx.Done(), a.hasSynced...) {
-			a.synced.Store(true)
-			logger.Info("Informers synced")
+// informersSynced reports whether every informer has delivered its
+// initial list.
+func (a *App) informersSynced() bool {
+	for _, s := range a.hasSynced {
+		if !s() {
+			return false
 		}
-	}()
-	if a.cfg.LeaderElect {
-		go a.elect(ctx)
-	} else {
-		a.active.Store(true)
 	}
-	go func() {
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				a.view.Expire()
-			}
-		}
-	}()
-}
-
-// elect contends for the lease until ctx ends.
-func (a *App) elect(ctx context.Context) {
-	logger := klog.FromContext(ctx)
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: a.cfg.Namespace, Name: a.cfg.LeaseName},
-		Client:     a.client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: a.cfg.Identity},
-	}
-	for ctx.Err() == nil {
-		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock:            lock,
-			LeaseDuration:   a.cfg.LeaseDuration,
-			RenewDeadline:   a.cfg.RenewDeadline,
-			RetryPeriod:     a.cfg.RetryPeriod,
-			ReleaseOnCancel: true,
-			Name:            a.cfg.LeaseName,
-			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: func(context.Context) {
-					a.active.Store(true)
-					logger.Info("Became the active replica", "lease", klog.KRef(a.cfg.Namespace, a.cfg.LeaseName))
-				},
-				OnStoppedLeading: func() {
-					a.active.Store(false)
-					logger.Info("Stopped being the active replica", "lease", klog.KRef(a.cfg.Namespace, a.cfg.LeaseName))
-				},
-				OnNewLeader: func(id string) {
-					logger.V(2).Info("Leader", "identity", id)
-				},
-			},
-		})
-		if err != nil {
-			logger.Error(err, "Leader election is misconfigured; this replica stays standby")
-			return
-		}
-		le.Run(ctx) // returns when leadership is lost or ctx ends
-	}
+	return true
 }
 
 // Ready says why the app cannot serve yet, or nil: informers synced, the
 // quota configuration loaded, and this replica active.
 func (a *App) Ready() error {
 	var errs []error
-	if !a.synced.Load() {
+	if !a.informersSynced() {
 		errs = append(errs, errors.New("informers have not synced"))
 	}
 	if _, ok := a.view.Config(); !ok {
@@ -246,8 +206,8 @@ func (a *App) Ready() error {
 // and /metrics.
 func (a *App) Routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/validate", a.handler)
-	mux.Handle("/mutate", a.mutator)
+	mux.Handle("/validate", a.validating)
+	mux.Handle("/mutate", a.mutating)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
@@ -258,7 +218,7 @@ func (a *App) Routes() http.Handler {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.Handle("/metrics", promhttp.HandlerFor(a.gather, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
 	return mux
 }
 
@@ -299,4 +259,19 @@ type namespaceGetter struct{ client kubernetes.Interface }
 
 func (g namespaceGetter) Namespace(ctx context.Context, name string) (*corev1.Namespace, error) {
 	return g.client.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		c, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("no --kubeconfig and not in a cluster: %w", err)
+		}
+		return c, nil
+	}
+	c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("reading kubeconfig %s: %w", kubeconfig, err)
+	}
+	return c, nil
 }

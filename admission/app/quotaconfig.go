@@ -1,7 +1,6 @@
-package server
+package app
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,8 +44,7 @@ func newQuotaLoader(v *view.View, key, source string, reg prometheus.Registerer)
 }
 
 // apply loads cm's document; nil means the ConfigMap was deleted.
-func (l *quotaLoader) apply(ctx context.Context, cm *corev1.ConfigMap) {
-	logger := klog.FromContext(ctx)
+func (l *quotaLoader) apply(logger klog.Logger, cm *corev1.ConfigMap) {
 	if cm == nil {
 		// Keep enforcing the last good configuration: deleting the ConfigMap
 		// by mistake must not lift every quota.
@@ -55,12 +53,12 @@ func (l *quotaLoader) apply(ctx context.Context, cm *corev1.ConfigMap) {
 	}
 	data, ok := cm.Data[l.key]
 	if !ok {
-		l.reject(ctx, cm, fmt.Errorf("ConfigMap %s has no key %q", l.source, l.key))
+		l.reject(logger, cm, fmt.Errorf("ConfigMap %s has no key %q", l.source, l.key))
 		return
 	}
 	c, err := config.ParseQuota([]byte(data))
 	if err != nil {
-		l.reject(ctx, cm, err)
+		l.reject(logger, cm, err)
 		return
 	}
 	l.v.SetConfig(c)
@@ -71,10 +69,10 @@ func (l *quotaLoader) apply(ctx context.Context, cm *corev1.ConfigMap) {
 		"teams", len(c.Teams), "unknownTeams", c.Policy(), "allowPodTeamOverride", c.AllowPodTeamOverride)
 }
 
-func (l *quotaLoader) reject(ctx context.Context, cm *corev1.ConfigMap, err error) {
+func (l *quotaLoader) reject(logger klog.Logger, cm *corev1.ConfigMap, err error) {
 	l.reloads.WithLabelValues("error").Inc()
 	l.lastError.Set(1)
 	_, loaded := l.v.Config()
-	klog.FromContext(ctx).Error(err, "Rejected the quota ConfigMap; keeping the last good configuration",
+	logger.Error(err, "Rejected the quota ConfigMap; keeping the last good configuration",
 		"configMap", l.source, "resourceVersion", cm.ResourceVersion, "previousLoaded", loaded)
 }

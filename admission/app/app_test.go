@@ -1,7 +1,8 @@
-package server
+package app
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 
@@ -69,23 +71,20 @@ func startApp(t testing.TB, cfg config.Config, objs ...runtime.Object) (*App, *f
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	client := fake.NewClientset(objs...)
-	app, err := NewApp(cfg, client, prometheus.NewRegistry())
+	app, err := NewForClient(ctx, cfg, client, prometheus.NewRegistry())
 	if err != nil {
-		t.Fatalf("NewApp() error = %v", err)
+		t.Fatalf("NewForClient() error = %v", err)
 	}
-	app.Start(ctx)
+	app.start(ctx)
 	waitFor(t, "the app to be ready", func() bool { return app.Ready() == nil })
 	return app, client
 }
 
 func waitFor(t testing.TB, what string, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true,
+		func(context.Context) (bool, error) { return ok(), nil }); err != nil {
+		t.Fatalf("timed out waiting for %s", what)
 	}
 }
 
