@@ -30,6 +30,6 @@
 // admitted.
 //
 // The package knows client-go objects but not client-go: informer wiring
-// lives in admission/server, which calls the Upsert/Delete methods. All
+// lives in admission/app, which calls the Upsert/Delete methods. All
 // methods are safe for concurrent use.
 package view
