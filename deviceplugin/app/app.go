@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/rota-sched/rota/deviceplugin/config"
@@ -99,7 +100,12 @@ func Run(ctx context.Context, d Deps) error {
 		if d.Client == nil {
 			return fmt.Errorf("no API client and --no-api not set")
 		}
-		if err := podwatch.StartPods(ctx, d.Client, cfg.NodeName, matcher); err != nil {
+		var watchers []cache.ResourceEventHandler
+		usagePub := usagePublisher(cfg, d.Client, names)
+		if usagePub != nil {
+			watchers = append(watchers, usagePub)
+		}
+		if err := podwatch.StartPods(ctx, d.Client, cfg.NodeName, matcher, watchers...); err != nil {
 			return err
 		}
 		if sock := cfg.PodResourcesSocket; sock != "" {
@@ -108,6 +114,7 @@ func Run(ctx context.Context, d Deps) error {
 		}
 		ensureShareDaemons(ctx, daemons, matcher)
 		wg.Go(func() { runLeaks(ctx, cfg, d.Backend, state, matcher, d.Client, cfg.NodeName, d.Metrics) })
+		wg.Go(func() { runUsage(ctx, cfg, d.Backend, matcher, usagePub, d.Metrics) })
 		interval := d.ReconcileInterval
 		if interval <= 0 {
 			interval = 10 * time.Second

@@ -117,6 +117,23 @@ type Config struct {
 	HostPID bool `json:"hostPID,omitempty"`
 	// ProcRoot is the /proc to read process owners from.
 	ProcRoot string `json:"procRoot,omitempty"`
+
+	// UsageInterval is the period of the per-pod GPU utilization sampling
+	// (NVML backends; deviceplugin/usage); 0 disables it, and with it the
+	// pod utilization metric, annotation and idle marks.
+	UsageInterval time.Duration `json:"usageInterval,omitempty"`
+	// UsageWindow is how far back a pod's utilization is averaged.
+	UsageWindow time.Duration `json:"usageWindow,omitempty"`
+	// PublishUtilization writes the gpu-utilization annotation on pods (at
+	// most once a minute per pod, on a change of 5 points or more).
+	PublishUtilization bool `json:"publishUtilization,omitempty"`
+	// IdleUtilization is the utilization ratio (0..1) under which a pod's
+	// GPUs count as unused.
+	IdleUtilization float64 `json:"idleUtilization,omitempty"`
+	// IdleAfter is how long a pod must stay under IdleUtilization on all its
+	// GPUs before it is marked idle (idle-since annotation, GPUIdle
+	// condition); 0 disables idle marks.
+	IdleAfter time.Duration `json:"idleAfter,omitempty"`
 }
 
 // Default returns the defaults for every field but NodeName.
@@ -141,6 +158,9 @@ func Default() Config {
 		LeakInterval:        30 * time.Second,
 		LeakGrace:           2 * time.Minute,
 		ProcRoot:            "/proc",
+		UsageInterval:       10 * time.Second,
+		UsageWindow:         time.Minute,
+		IdleUtilization:     0.05,
 	}
 }
 
@@ -217,6 +237,18 @@ func (c Config) Validate() error {
 	}
 	if c.LeakInterval < 0 || c.LeakGrace < 0 {
 		add("leak-interval/leak-grace", "must not be negative (got %s/%s)", c.LeakInterval, c.LeakGrace)
+	}
+	if c.UsageInterval < 0 || c.UsageWindow < 0 || c.IdleAfter < 0 {
+		add("usage-interval/usage-window/idle-after", "must not be negative (got %s/%s/%s)", c.UsageInterval, c.UsageWindow, c.IdleAfter)
+	}
+	if c.UsageInterval > 0 && c.UsageWindow < c.UsageInterval {
+		add("usage-window", "%s is shorter than usage-interval %s", c.UsageWindow, c.UsageInterval)
+	}
+	if c.IdleUtilization < 0 || c.IdleUtilization > 1 {
+		add("idle-utilization", "%g is not a ratio in 0..1 (0.05 is 5%%)", c.IdleUtilization)
+	}
+	if (c.IdleAfter > 0 || c.PublishUtilization) && c.UsageInterval == 0 {
+		add("idle-after/publish-utilization", "need usage-interval > 0")
 	}
 	if c.MetricsListen != "" {
 		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {

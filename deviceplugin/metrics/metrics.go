@@ -26,6 +26,8 @@ type Metrics struct {
 	mpsRestarts   *prometheus.CounterVec
 	leakedMiB     *prometheus.GaugeVec
 	leakedProcs   *prometheus.GaugeVec
+	podSM         *prometheus.GaugeVec
+	podUsedMiB    *prometheus.GaugeVec
 }
 
 // New creates and registers the collectors.
@@ -71,9 +73,17 @@ func New() *Metrics {
 			Name: "rota_device_plugin_leaked_processes",
 			Help: "Processes holding GPU memory past the grace period that belong to no live pod assigned to the GPU.",
 		}, []string{"gpu"}),
+		podSM: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "rota_device_plugin_pod_gpu_utilization_ratio",
+			Help: "SM utilization (0..1) of a pod's processes on a GPU assigned to it, averaged over the sampling window (NVML per-process samples).",
+		}, []string{"namespace", "pod", "gpu"}),
+		podUsedMiB: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "rota_device_plugin_pod_gpu_memory_used_mib",
+			Help: "GPU memory held by a pod's processes on a GPU assigned to it, in MiB.",
+		}, []string{"namespace", "pod", "gpu"}),
 	}
 	m.reg.MustRegister(m.gpus, m.transitions, m.allocLatency, m.allocFailures, m.registrations, m.mismatches,
-		m.publishErrors, m.mpsUp, m.mpsRestarts, m.leakedMiB, m.leakedProcs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.publishErrors, m.mpsUp, m.mpsRestarts, m.leakedMiB, m.leakedProcs, m.podSM, m.podUsedMiB, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
@@ -169,6 +179,25 @@ func (m *Metrics) Leaked(gpu string, mib int64, processes int) {
 	}
 	m.leakedMiB.WithLabelValues(gpu).Set(float64(mib))
 	m.leakedProcs.WithLabelValues(gpu).Set(float64(processes))
+}
+
+// PodGPU records a pod's SM utilization ratio and memory used on gpu.
+func (m *Metrics) PodGPU(namespace, pod, gpu string, ratio float64, usedMiB int64) {
+	if m == nil {
+		return
+	}
+	m.podSM.WithLabelValues(namespace, pod, gpu).Set(ratio)
+	m.podUsedMiB.WithLabelValues(namespace, pod, gpu).Set(float64(usedMiB))
+}
+
+// ForgetPod drops a pod's per-GPU series (the pod went or left its GPUs).
+func (m *Metrics) ForgetPod(namespace, pod string) {
+	if m == nil {
+		return
+	}
+	l := prometheus.Labels{"namespace": namespace, "pod": pod}
+	m.podSM.DeletePartialMatch(l)
+	m.podUsedMiB.DeletePartialMatch(l)
 }
 
 // Registry returns the registry the metrics are registered on.

@@ -27,9 +27,10 @@ import (
 	"github.com/rota-sched/rota/deviceplugin/metrics"
 )
 
-// StartPods starts an informer on the pods bound to node that keeps m up to
-// date, and waits for its first sync. The informer stops when ctx ends.
-func StartPods(ctx context.Context, client kubernetes.Interface, node string, m *handoff.Matcher) error {
+// StartPods starts an informer on the pods bound to node that keeps m (and
+// any also handlers) up to date, and waits for its first sync. The informer
+// stops when ctx ends.
+func StartPods(ctx context.Context, client kubernetes.Interface, node string, m *handoff.Matcher, also ...cache.ResourceEventHandler) error {
 	f := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
@@ -49,6 +50,11 @@ func StartPods(ctx context.Context, client kubernetes.Interface, node string, m 
 	})
 	if err != nil {
 		return fmt.Errorf("pod informer handler: %w", err)
+	}
+	for _, h := range also {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			return fmt.Errorf("pod informer handler: %w", err)
+		}
 	}
 	f.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {

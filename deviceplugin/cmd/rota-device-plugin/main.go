@@ -89,6 +89,11 @@ func parseFlags(fs *flag.FlagSet, args []string) (config.Config, error) {
 	fs.DurationVar(&c.LeakGrace, "leak-grace", c.LeakGrace, "how long a process holds GPU memory without an owning pod before it is a leak")
 	fs.BoolVar(&c.HostPID, "host-pid", c.HostPID, "the plugin runs with hostPID: PIDs NVML lists and /proc does not show are leaks")
 	fs.StringVar(&c.ProcRoot, "proc-root", c.ProcRoot, "the /proc to read process owners from")
+	fs.DurationVar(&c.UsageInterval, "usage-interval", c.UsageInterval, "period of the per-pod GPU utilization sampling (NVML); 0 disables it")
+	fs.DurationVar(&c.UsageWindow, "usage-window", c.UsageWindow, "how far back a pod's GPU utilization is averaged")
+	fs.BoolVar(&c.PublishUtilization, "publish-utilization", c.PublishUtilization, "write the gpu-utilization annotation on pods (at most once a minute, on a 5-point change)")
+	fs.Float64Var(&c.IdleUtilization, "idle-utilization", c.IdleUtilization, "utilization ratio (0..1) under which a pod's GPUs count as unused")
+	fs.DurationVar(&c.IdleAfter, "idle-after", c.IdleAfter, "mark pods idle (idle-since annotation, GPUIdle condition) after this long under --idle-utilization; 0 disables")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
