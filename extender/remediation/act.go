@@ -21,6 +21,7 @@ import (
 func (c *Controller) act(ctx context.Context, f remediation.Fault, d remediation.Decision, now time.Time) {
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pod", klog.KRef(d.Pod.Namespace, d.Pod.Name),
 		"node", d.Pod.Node, "action", d.Action, "cause", f.Cause)
+	ctx = klog.NewContext(ctx, logger)
 	grace := c.grace(d.Pod)
 	if d.DryRun {
 		c.reportDryRun(logger, f, d, grace)
@@ -28,7 +29,7 @@ func (c *Controller) act(ctx context.Context, f remediation.Fault, d remediation
 	}
 	uid := types.UID(d.Pod.UID)
 	marked := c.action(uid) == remediation.Deferred
-	if !marked && !c.mark(ctx, logger, f, d, grace, now) {
+	if !marked && !c.mark(ctx, f, d, grace, now) {
 		return // the pod is gone
 	}
 	switch d.Action {
@@ -38,7 +39,7 @@ func (c *Controller) act(ctx context.Context, f remediation.Fault, d remediation
 		c.deferDeletion(logger, d, marked)
 		return
 	case remediation.Delete:
-		if !c.delete(ctx, logger, f, d, grace) {
+		if !c.delete(ctx, f, d, grace) {
 			return
 		}
 	}
@@ -61,8 +62,7 @@ func (c *Controller) reportDryRun(logger klog.Logger, f remediation.Fault, d rem
 
 // mark records the fault on the pod: a Warning event and the pod condition
 // (status subresource). It reports false when the pod is gone.
-func (c *Controller) mark(ctx context.Context, logger klog.Logger, f remediation.Fault, d remediation.Decision,
-	grace time.Duration, now time.Time) bool {
+func (c *Controller) mark(ctx context.Context, f remediation.Fault, d remediation.Decision, grace time.Duration, now time.Time) bool {
 	c.recorder.Eventf(podRef(d.Pod), corev1.EventTypeWarning, ReasonGPUFailure, "%s; %s", d.Reason, verb(d.Action, grace))
 	err := c.setCondition(ctx, d, f, now)
 	switch {
@@ -70,7 +70,7 @@ func (c *Controller) mark(ctx context.Context, logger klog.Logger, f remediation
 		c.done(types.UID(d.Pod.UID), remediation.Delete)
 		return false
 	case err != nil:
-		logger.Error(err, "Setting the pod's failure condition failed")
+		klog.FromContext(ctx).Error(err, "Setting the pod's failure condition failed")
 	}
 	return true
 }
@@ -88,7 +88,8 @@ func (c *Controller) deferDeletion(logger klog.Logger, d remediation.Decision, m
 
 // delete deletes the pod (this UID only) with the grace period; it reports
 // false when the deletion failed and is retried on the next pass.
-func (c *Controller) delete(ctx context.Context, logger klog.Logger, f remediation.Fault, d remediation.Decision, grace time.Duration) bool {
+func (c *Controller) delete(ctx context.Context, f remediation.Fault, d remediation.Decision, grace time.Duration) bool {
+	logger := klog.FromContext(ctx)
 	uid := types.UID(d.Pod.UID)
 	secs := int64(grace / time.Second)
 	err := c.client.CoreV1().Pods(d.Pod.Namespace).Delete(ctx, d.Pod.Name, metav1.DeleteOptions{
