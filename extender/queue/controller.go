@@ -120,8 +120,11 @@ type Controller struct {
 	reclaimed map[string]time.Time    // workload key -> last reclaim for it
 	written   map[types.UID]condWrite // last Queued condition written per pod
 	seen      map[types.UID]bool      // pods that got their Queued event
-	status    map[string]Position     // pod key -> where it stands, from the last pass
-	teams     map[string]TeamStatus
+	status    map[string]queuedPod    // pod key -> where it stands, from the last pass
+	// parsed holds the last pass's parsed requests (only Pass touches it;
+	// passes never run at once).
+	parsed map[types.UID]parsedRequest
+	teams  map[string]TeamStatus
 	// restored is set once the first pass held the recorded reservations.
 	restored bool
 }
@@ -170,7 +173,7 @@ func New(o Options) (*Controller, error) {
 		o.ReclaimCooldown = time.Minute
 	}
 	c := &Controller{o: o, now: o.Now, written: map[types.UID]condWrite{}, seen: map[types.UID]bool{}, reclaimed: map[string]time.Time{},
-		status: map[string]Position{}, teams: map[string]TeamStatus{}}
+		status: map[string]queuedPod{}, teams: map[string]TeamStatus{}}
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -195,7 +198,9 @@ func (c *Controller) Positions() ([]Position, []TeamStatus) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ps := make([]Position, 0, len(c.status))
-	for _, p := range c.status {
+	for _, q := range c.status {
+		p := q.pos
+		p.Message = q.msg.String()
 		ps = append(ps, p)
 	}
 	sort.Slice(ps, func(i, j int) bool {
@@ -213,6 +218,45 @@ func (c *Controller) Positions() ([]Position, []TeamStatus) {
 	}
 	sort.Slice(ts, func(i, j int) bool { return ts[i].Team < ts[j].Team })
 	return ps, ts
+}
+
+// parsedRequest is a pod's request as its resource version states it.
+type parsedRequest struct {
+	rv  string
+	req placement.Request
+	err error
+}
+
+// request parses a pod's request, or takes it from the last pass when the
+// pod did not change since: a pass reads every GPU pod, and most of them
+// are the same as a second ago. It records what it used in next.
+func (c *Controller) request(pod *corev1.Pod, next map[types.UID]parsedRequest) (placement.Request, error) {
+	if p, ok := c.parsed[pod.UID]; ok && p.rv == pod.ResourceVersion && pod.ResourceVersion != "" {
+		next[pod.UID] = p
+		return p.req, p.err
+	}
+	req, err := podreq.FromPod(pod, podreq.Options{Names: c.o.Names, MemoryUnitMiB: c.o.MemoryUnitMiB})
+	next[pod.UID] = parsedRequest{rv: pod.ResourceVersion, req: req, err: err}
+	return req, err
+}
+
+// queuedPod is where a queued pod stands after the last pass; its message
+// is formatted when first read.
+type queuedPod struct {
+	pos Position
+	msg *lazyMessage
+}
+
+// lazyMessage formats a queued workload's message once, when first asked.
+type lazyMessage struct {
+	once  sync.Once
+	build func() string
+	s     string
+}
+
+func (l *lazyMessage) String() string {
+	l.once.Do(func() { l.s = l.build() })
+	return l.s
 }
 
 // workload is a queued workload with its pods.
@@ -245,12 +289,14 @@ func (c *Controller) Pass(ctx context.Context) {
 	admittedGangs := map[string]quota.Account{}
 	victims := map[string]*pkgqueue.Victim{} // running admitted work, by workload key
 	victimPods := map[string][]*corev1.Pod{}
+	parsed := make(map[types.UID]parsedRequest, len(c.parsed))
+	defer func() { c.parsed = parsed }() // pods gone since the last pass are forgotten
 	for _, obj := range c.o.Pods.GetStore().List() {
 		pod, ok := obj.(*corev1.Pod)
 		if !ok || podreq.Terminal(pod) || pod.DeletionTimestamp != nil || !podreq.Wants(pod, c.o.Names) {
 			continue
 		}
-		req, err := podreq.FromPod(pod, podreq.Options{Names: c.o.Names, MemoryUnitMiB: c.o.MemoryUnitMiB})
+		req, err := c.request(pod, parsed)
 		if err != nil {
 			continue // rota-admission refuses these; the extender explains them at filter
 		}
@@ -495,7 +541,7 @@ func (c *Controller) tierSelector(h scheduling.Hold) map[string]string {
 // and metrics.
 func (c *Controller) report(ctx context.Context, in pkgqueue.Input, res pkgqueue.Result, byKey map[string]*workload,
 	plans map[string]*reserve.Plan, now time.Time) {
-	status := make(map[string]Position, len(res.Waiting))
+	status := make(map[string]queuedPod, len(res.Waiting))
 	teams := map[string]TeamStatus{}
 	for t, u := range in.TeamUse {
 		teams[t] = TeamStatus{Team: t, GPUs: u.GPUs, MemoryMiB: u.MemoryMiB}
@@ -506,25 +552,33 @@ func (c *Controller) report(ctx context.Context, in pkgqueue.Input, res pkgqueue
 		ts.Team = wl.w.Team
 		ts.Queued += len(wl.pods)
 		teams[wl.w.Team] = ts
-		msg := fmt.Sprintf("position %d of %d in team %s; %s", st.Position, st.Of, wl.w.Team, st.Message)
-		if st.Ahead > 0 {
-			msg += fmt.Sprintf("; %d ahead need %s", st.Ahead, st.AheadNeed)
-		}
 		var reservation string
 		var start *time.Time
 		if p := plans[key]; p != nil {
 			reservation = p.Summary()
-			msg += "; room held: " + reservation
 			if !p.Start.IsZero() {
 				t := p.Start.UTC()
 				start = &t
 			}
 		}
+		// The message is written out only where it is read: a condition
+		// due for a write, a first Queued event, /debug/queue. With a deep
+		// queue most pods need none of these in a pass.
+		msg := &lazyMessage{build: func() string {
+			m := fmt.Sprintf("position %d of %d in team %s; %s", st.Position, st.Of, wl.w.Team, st.Message)
+			if st.Ahead > 0 {
+				m += fmt.Sprintf("; %d ahead need %s", st.Ahead, st.AheadNeed)
+			}
+			if reservation != "" {
+				m += "; room held: " + reservation
+			}
+			return m
+		}}
 		for _, pod := range wl.pods {
 			k := pod.Namespace + "/" + pod.Name
-			status[k] = Position{Pod: k, Workload: key, Team: wl.w.Team, Position: st.Position, Of: st.Of,
-				Reason: string(st.Reason), Message: msg, Waiting: now.Sub(wl.w.Created).Seconds(),
-				Reservation: reservation, ExpectedStart: start}
+			status[k] = queuedPod{msg: msg, pos: Position{Pod: k, Workload: key, Team: wl.w.Team, Position: st.Position, Of: st.Of,
+				Reason: string(st.Reason), Waiting: now.Sub(wl.w.Created).Seconds(),
+				Reservation: reservation, ExpectedStart: start}}
 			c.condition(ctx, pod, string(st.Reason), msg, now)
 		}
 	}
@@ -578,16 +632,23 @@ func shareOf(in pkgqueue.Input, team string) float64 {
 
 // condition writes the Queued condition when its message changed, at most
 // once per ConditionInterval per pod and within the cluster-wide rate.
-func (c *Controller) condition(ctx context.Context, pod *corev1.Pod, reason, msg string, now time.Time) {
+func (c *Controller) condition(ctx context.Context, pod *corev1.Pod, reason string, lazy *lazyMessage, now time.Time) {
 	c.mu.Lock()
 	last, wrote := c.written[pod.UID]
 	first := !c.seen[pod.UID]
 	c.seen[pod.UID] = true
 	c.mu.Unlock()
 	if first {
-		c.event(pod, corev1.EventTypeNormal, "Queued", msg)
+		c.event(pod, corev1.EventTypeNormal, "Queued", lazy.String())
 	}
-	if wrote && (last.msg == msg || now.Sub(last.at) < c.o.ConditionInterval) {
+	if wrote && now.Sub(last.at) < c.o.ConditionInterval {
+		return
+	}
+	if c.limiter.TokensAt(now) < 1 {
+		return // the cluster-wide rate is spent: no write, so no message
+	}
+	msg := lazy.String()
+	if wrote && last.msg == msg {
 		return
 	}
 	if !c.limiter.AllowN(now, 1) {

@@ -79,7 +79,7 @@ func gpuPod(name string, gpus int64, age time.Duration, gated bool) *corev1.Pod 
 	return p
 }
 
-func start(t *testing.T, cfg *quota.Config, h Holder, objs ...runtime.Object) (*Controller, *fake.Clientset) {
+func start(t testing.TB, cfg *quota.Config, h Holder, objs ...runtime.Object) (*Controller, *fake.Clientset) {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ml", Labels: map[string]string{names.TeamLabel: "vision"}}}
 	client := fake.NewClientset(append(objs, ns)...)
