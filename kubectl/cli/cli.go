@@ -60,6 +60,7 @@ Usage:
   kubectl rota why POD [-n NAMESPACE] [--extender-url URL]
   kubectl rota why --gang NAME [-n NAMESPACE]
   kubectl rota top nodes|gpus|teams [--node NODE]
+  kubectl rota top pods [-n NAMESPACE] [--node NODE]
   kubectl rota ledger --node NODE
   kubectl rota queue [--team TEAM] [--extender-url URL]
   kubectl rota release NODE [--dry-run] [--wait[=DURATION]]
@@ -68,7 +69,10 @@ Commands:
   why      why a pod (or gang) is pending: submitted at, team and quota, the
            latest scheduling refusal, gang progress, and what would make it fit
   top      GPU use per node, per GPU (memory, whole GPUs, health, NVLink
-           island) or per team (quota, running, pending); cluster fragmentation
+           island) or per team (quota, running, pending); cluster fragmentation;
+           top pods: each GPU pod's SM utilization, GPU memory used and idle
+           mark as its device plugin publishes them on the pod (all
+           namespaces unless -n is given)
   ledger   one node's GPU allocations rebuilt from pod annotations, with any
            violation of Rota's ledger invariants
   queue    the pods waiting in Rota's queue, by team in queue order, with
@@ -166,6 +170,9 @@ func Run(ctx context.Context, args []string, env Env) error {
 	case "why":
 		return runWhy(ctx, f, p, env, ro, ns, rest, o)
 	case "top":
+		if rest[0] == "pods" {
+			return runTopPods(ctx, f, p, env, ro, overrides.Context.Namespace, o)
+		}
 		return runTop(ctx, f, p, env, ro, rest[0], o)
 	case "release":
 		return runRelease(ctx, cs, p, names, rest, o)
@@ -212,11 +219,11 @@ func checkArgs(cmd string, rest []string, o options) error {
 			}
 		}
 	case "top":
-		if len(rest) != 1 || (rest[0] != "nodes" && rest[0] != "gpus" && rest[0] != "teams") {
-			return fmt.Errorf("top: want one of nodes, gpus, teams")
+		if len(rest) != 1 || (rest[0] != "nodes" && rest[0] != "gpus" && rest[0] != "teams" && rest[0] != "pods") {
+			return fmt.Errorf("top: want one of nodes, gpus, teams, pods")
 		}
-		if o.gang != "" || (o.node != "" && rest[0] != "gpus") || o.extenderURL != "" {
-			return fmt.Errorf("top %s: --gang, --extender-url and --node (except for gpus) do not apply", rest[0])
+		if o.gang != "" || (o.node != "" && rest[0] != "gpus" && rest[0] != "pods") || o.extenderURL != "" {
+			return fmt.Errorf("top %s: --gang, --extender-url and --node (except for gpus and pods) do not apply", rest[0])
 		}
 	case "ledger":
 		if o.node == "" || len(rest) != 0 {

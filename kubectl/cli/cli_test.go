@@ -245,7 +245,7 @@ func TestErrors(t *testing.T) {
 		{"pod and gang", []string{"why", "x", "--gang", "y"}, "not both"},
 		{"not a pod", []string{"why", "job/asr-eval"}, "only pods"},
 		{"bad output", []string{"top", "nodes", "-o", "wide"}, "--output=wide"},
-		{"top what", []string{"top", "pods"}, "want one of nodes, gpus, teams"},
+		{"top what", []string{"top", "jobs"}, "want one of nodes, gpus, teams, pods"},
 		{"ledger without node", []string{"ledger"}, "--node NODE"},
 		{"ledger unknown node", []string{"ledger", "--node", "h100-z9"}, "node h100-z9 not found"},
 		{"ledger node without GPUs", []string{"ledger", "--node", "cpu-1"}, "has no example.com/gpu-topology annotation"},
