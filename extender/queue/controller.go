@@ -124,7 +124,10 @@ type Controller struct {
 	// parsed holds the last pass's parsed requests (only Pass touches it;
 	// passes never run at once).
 	parsed map[types.UID]parsedRequest
-	teams  map[string]TeamStatus
+	// ungated holds the pods this controller ungated, as the API server
+	// answered, until the informer shows them ungated (see ownWrite).
+	ungated map[types.UID]*corev1.Pod
+	teams   map[string]TeamStatus
 	// restored is set once the first pass held the recorded reservations.
 	restored bool
 }
@@ -173,7 +176,7 @@ func New(o Options) (*Controller, error) {
 		o.ReclaimCooldown = time.Minute
 	}
 	c := &Controller{o: o, now: o.Now, written: map[types.UID]condWrite{}, seen: map[types.UID]bool{}, reclaimed: map[string]time.Time{},
-		status: map[string]queuedPod{}, teams: map[string]TeamStatus{}}
+		status: map[string]queuedPod{}, ungated: map[types.UID]*corev1.Pod{}, teams: map[string]TeamStatus{}}
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -181,7 +184,9 @@ func New(o Options) (*Controller, error) {
 	return c, nil
 }
 
-// Run passes every Interval until ctx ends.
+// Run passes every Interval until ctx ends; a pass that admitted as many
+// as MaxAdmissionsPerPass is followed at once by the next (a backlog drains
+// at the pace of its admitting updates, not of the interval).
 func (c *Controller) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx).WithName("queue")
 	ctx = klog.NewContext(ctx, logger)
@@ -189,7 +194,10 @@ func (c *Controller) Run(ctx context.Context) {
 		return
 	}
 	logger.Info("Queue controller started", "interval", c.o.Interval, "holdTTL", c.o.HoldTTL)
-	wait.UntilWithContext(ctx, c.Pass, c.o.Interval)
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
+		for c.pass(ctx) && ctx.Err() == nil {
+		}
+	}, c.o.Interval)
 }
 
 // Positions returns where every queued pod stood after the last pass, and
@@ -218,6 +226,37 @@ func (c *Controller) Positions() ([]Position, []TeamStatus) {
 	}
 	sort.Slice(ts, func(i, j int) bool { return ts[i].Team < ts[j].Team })
 	return ps, ts
+}
+
+// ownWrite returns the pod as this controller last wrote it while the
+// informer still shows it gated: a pass can follow the one that admitted
+// the pod before the informer hears of the update, and must count the pod
+// as admitted (its quota and its hold), never admit it twice.
+func (c *Controller) ownWrite(pod *corev1.Pod, present map[types.UID]bool) *corev1.Pod {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w, ok := c.ungated[pod.UID]
+	if !ok {
+		return pod
+	}
+	if !podreq.Queued(pod, c.o.Names) {
+		delete(c.ungated, pod.UID) // the informer caught up
+		return pod
+	}
+	present[pod.UID] = true
+	return w
+}
+
+// forgetUngated drops the written pods the informer no longer lists
+// (deleted since).
+func (c *Controller) forgetUngated(present map[types.UID]bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for uid := range c.ungated {
+		if !present[uid] {
+			delete(c.ungated, uid)
+		}
+	}
 }
 
 // parsedRequest is a pod's request as its resource version states it.
@@ -269,13 +308,17 @@ type workload struct {
 }
 
 // Pass runs one admission pass.
-func (c *Controller) Pass(ctx context.Context) {
+func (c *Controller) Pass(ctx context.Context) { c.pass(ctx) }
+
+// pass runs one admission pass and reports whether it stopped at
+// MaxAdmissionsPerPass.
+func (c *Controller) pass(ctx context.Context) (full bool) {
 	logger := klog.FromContext(ctx)
 	now := c.now()
 	q, ok := c.o.Quota()
 	if !ok {
 		logger.V(2).Info("The quota configuration does not parse; nothing is admitted until it does")
-		return
+		return false
 	}
 	cfg := quota.Config{UnknownTeams: quota.UnlimitedUnknown}
 	if q != nil {
@@ -291,8 +334,13 @@ func (c *Controller) Pass(ctx context.Context) {
 	victimPods := map[string][]*corev1.Pod{}
 	parsed := make(map[types.UID]parsedRequest, len(c.parsed))
 	defer func() { c.parsed = parsed }() // pods gone since the last pass are forgotten
+	present := map[types.UID]bool{}
+	defer c.forgetUngated(present)
 	for _, obj := range c.o.Pods.GetStore().List() {
 		pod, ok := obj.(*corev1.Pod)
+		if ok {
+			pod = c.ownWrite(pod, present)
+		}
 		if !ok || podreq.Terminal(pod) || pod.DeletionTimestamp != nil || !podreq.Wants(pod, c.o.Names) {
 			continue
 		}
@@ -422,6 +470,7 @@ func (c *Controller) Pass(ctx context.Context) {
 	if len(res.Admitted) > 0 || len(partial) > 0 {
 		logger.V(2).Info("Queue pass", "admitted", len(res.Admitted), "completed", len(partial), "waiting", len(res.Waiting))
 	}
+	return len(res.Admitted) >= c.o.MaxAdmissionsPerPass
 }
 
 // admit removes the gate from every pod of an admitted workload, in one
@@ -515,11 +564,12 @@ func (c *Controller) ungate(ctx context.Context, pod *corev1.Pod, wl *workload, 
 	if err != nil {
 		return err
 	}
-	_, err = c.o.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: "rota-queue"})
+	got, err := c.o.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: "rota-queue"})
 	if err != nil {
 		return fmt.Errorf("admit pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	c.mu.Lock()
+	c.ungated[pod.UID] = got
 	delete(c.written, pod.UID)
 	delete(c.seen, pod.UID)
 	c.mu.Unlock()

@@ -199,3 +199,25 @@ func waitFor(t *testing.T, cond func() bool) {
 		t.Fatal(err)
 	}
 }
+
+// TestRunDrainsABacklogWithoutWaiting: a pass that admits as many as
+// MaxAdmissionsPerPass is followed at once by the next, so a backlog is not
+// paced by the interval; and a pass that runs before the informer heard of
+// the last one's updates counts those pods as admitted (each is held once).
+func TestRunDrainsABacklogWithoutWaiting(t *testing.T) {
+	r := &room{free: 8}
+	c, client := start(t, nil, r, gpuPod("a", 1, 3*time.Hour, true), gpuPod("b", 1, 2*time.Hour, true), gpuPod("c", 1, time.Hour, true))
+	c.o.MaxAdmissionsPerPass, c.o.Interval = 1, time.Hour
+	go c.Run(t.Context())
+	waitFor(t, func() bool {
+		for _, n := range []string{"a", "b", "c"} {
+			if podreq.Queued(get(t, client, n), names) {
+				return false
+			}
+		}
+		return true
+	})
+	if diff := cmp.Diff([]string{"a", "b", "c"}, r.held); diff != "" {
+		t.Errorf("held (-want +got):\n%s", diff)
+	}
+}
