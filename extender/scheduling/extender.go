@@ -74,6 +74,7 @@ type Extender struct {
 	now       func() time.Time
 	decisions *decisionLog
 	gangs     *gangs
+	holds     holdMemo // hold.go; guarded by gangs.mu
 	bg        sync.WaitGroup
 }
 

@@ -2,6 +2,7 @@ package scheduling
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -52,13 +53,19 @@ func (e *Extender) HoldRoom(pods []*corev1.Pod, model string, expires time.Time)
 	if snap.Len() == 0 {
 		return Hold{}, "no GPU node is known yet"
 	}
-	candidates := e.eligible(pods[0], snap)
-	if len(candidates) == 0 {
+	if len(pods) == 1 {
+		if h, reason, ok := e.holdBest(req, pods[0], snap, expires); ok {
+			return h, reason
+		}
+	}
+	at := e.eligibleAt(pods[0], snap)
+	if len(at) == 0 {
 		return Hold{}, fmt.Sprintf("none of the %d GPU nodes matches the pod's %s and tolerations", snap.Len(), affinityTerms(pods[0]))
 	}
 	if len(pods) == 1 {
-		return e.holdOne(req, snap, candidates, expires)
+		return e.holdOne(req, snap, at, expires)
 	}
+	candidates := namesAt(snap, at)
 	ref, _ := podreq.GangOf(pods[0], e.names)
 	key := pods[0].Namespace + "/" + pods[0].Name
 	if ref != nil {
@@ -86,35 +93,152 @@ func (e *Extender) HoldRoom(pods []*corev1.Pod, model string, expires time.Time)
 	return Hold{Allocations: plan.Allocations, Level: plan.Level, Where: plan.Where}, ""
 }
 
+// holdBest is holdOne's answer found without reading every node's
+// constraints: the node that fits with the highest score (the first by name
+// among equals) over all nodes is the one holdOne picks whenever the pod
+// may go there. ok is false when no node fits or the pod may not go to
+// that one; holdOne then decides, with the reasons.
+func (e *Extender) holdBest(req placement.Request, pod *corev1.Pod, snap *ledger.Snapshot, expires time.Time) (Hold, string, bool) {
+	fits := e.holds.fits(req, snap, e.policy)
+	best := -1
+	for i := range fits {
+		if f := &fits[i]; f.reason == nil && (best < 0 || f.score > fits[best].score) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return Hold{}, "", false
+	}
+	node, ok := e.cache.Node(snap.Names()[best])
+	if !ok || !mayGo(pod, newNodeMatch(pod), node) {
+		return Hold{}, "", false
+	}
+	h, reason := e.holdAt(req, snap, best, fits[best].choice, expires)
+	return h, reason, true
+}
+
 // holdOne holds one pod on the best node: the highest policy score, the
-// first by name among equals.
-func (e *Extender) holdOne(req placement.Request, snap *ledger.Snapshot, candidates []string, expires time.Time) (Hold, string) {
-	best, bestScore := "", int64(0)
-	var bestChoice placement.Choice
+// first by name among equals. candidates are positions in snap.Names, in
+// order.
+func (e *Extender) holdOne(req placement.Request, snap *ledger.Snapshot, candidates []int32, expires time.Time) (Hold, string) {
+	names := snap.Names()
+	fits := e.holds.fits(req, snap, e.policy)
+	best := -1
 	var tally reasonTally
-	for _, n := range candidates {
-		ni := snap.Node(n)
-		c, reason := placement.Fit(req, ni)
-		if reason != nil {
+	for _, i := range candidates {
+		f := &fits[i]
+		if reason := f.reason; reason != nil {
+			n := names[i]
 			if reason.Node == "" {
 				reason.Node = n
 			}
 			tally.add(reason, n, reason.Message)
 			continue
 		}
-		if s := e.policy.Score(req, ni, c); best == "" || s > bestScore {
-			best, bestScore, bestChoice = n, s, c
+		if best < 0 || f.score > fits[best].score {
+			best = int(i)
 		}
 	}
-	if best == "" {
+	if best < 0 {
 		return Hold{}, tally.summary(len(candidates))
 	}
-	a := bestChoice.Allocation(req, snap.Node(best))
+	return e.holdAt(req, snap, best, fits[best].choice, expires)
+}
+
+// holdAt reserves choice c on the node at position i of snap.Names.
+func (e *Extender) holdAt(req placement.Request, snap *ledger.Snapshot, i int, c placement.Choice, expires time.Time) (Hold, string) {
+	name := snap.Names()[i]
+	a := c.Allocation(req, snap.At(i))
 	if err := e.ledger.Reserve(a, expires); err != nil {
-		return Hold{}, fmt.Sprintf("holding room on node %s failed: %v", best, err)
+		return Hold{}, fmt.Sprintf("holding room on node %s failed: %v", name, err)
 	}
 	a.State, a.Expires = ledger.Reserved, expires
-	return Hold{Allocations: []ledger.Allocation{a}, Level: placement.TierNode, Where: best}, ""
+	return Hold{Allocations: []ledger.Allocation{a}, Level: placement.TierNode, Where: name}, ""
+}
+
+// holdMemo keeps, for the few request shapes held most recently, each
+// node's Fit and score as of the NodeInfo they were computed on. NodeInfos
+// are immutable and replaced on every change, so an entry holds while the
+// snapshot has the same NodeInfo at its position: a hold after a hold
+// refits only the nodes that changed in between. Nodes with a
+// reservation's claim are refitted every time (what they offer depends on
+// the pod's job and end). HoldRoom's lock (gangs.mu) guards it.
+type holdMemo struct {
+	shapes []*shapeFits
+	tick   uint64
+}
+
+// holdMemoShapes bounds the shapes kept (each costs about 100 bytes per
+// node).
+const holdMemoShapes = 4
+
+type shapeFits struct {
+	req  placement.Request // the shape (placement.Request.SameShape, ShareWithoutMPS)
+	snap *ledger.Snapshot  // positions are this snapshot's (ledger.Snapshot.SameNodes)
+	nis  []*ledger.NodeInfo
+	fits []nodeFit
+	used uint64
+}
+
+// nodeFit is one node's Fit answer: reason nil and the choice with its
+// score, or why the request does not fit.
+type nodeFit struct {
+	choice placement.Choice
+	score  int64
+	reason *placement.Reason
+}
+
+// fits returns each node's Fit answer for req, by position in snap.Names.
+// The slice is the memo's: read it before the next call.
+func (m *holdMemo) fits(req placement.Request, snap *ledger.Snapshot, policy placement.Policy) []nodeFit {
+	m.tick++
+	var sf *shapeFits
+	for _, c := range m.shapes {
+		if c.req.SameShape(req) && c.req.ShareWithoutMPS == req.ShareWithoutMPS {
+			sf = c
+			break
+		}
+	}
+	if sf == nil {
+		if len(m.shapes) < holdMemoShapes {
+			sf = &shapeFits{}
+			m.shapes = append(m.shapes, sf)
+		} else {
+			sf = m.shapes[0]
+			for _, c := range m.shapes[1:] {
+				if c.used < sf.used {
+					sf = c
+				}
+			}
+			*sf = shapeFits{nis: sf.nis[:0], fits: sf.fits[:0]}
+		}
+		sf.req = req
+		sf.req.Models = slices.Clone(req.Models)
+	}
+	sf.used = m.tick
+	n := snap.Len()
+	if !snap.SameNodes(sf.snap) || len(sf.nis) != n {
+		sf.nis = append(sf.nis[:0], make([]*ledger.NodeInfo, n)...)
+		sf.fits = append(sf.fits[:0], make([]nodeFit, n)...)
+	}
+	sf.snap = snap
+	for i := range n {
+		ni := snap.At(i)
+		if ni == sf.nis[i] {
+			continue
+		}
+		f := nodeFit{}
+		f.choice, f.reason = placement.Fit(req, ni)
+		if f.reason == nil {
+			f.score = policy.Score(req, ni, f.choice)
+		}
+		sf.fits[i] = f
+		sf.nis[i] = ni
+		if ni.Claim != nil {
+			sf.nis[i] = nil
+		}
+	}
+	return sf.fits
 }
 
 // eligible lists the ledger's nodes that kube-scheduler could place pod on
@@ -122,20 +246,55 @@ func (e *Extender) holdOne(req placement.Request, snap *ledger.Snapshot, candida
 // (the checks bind repeats, checkNode), so that room is never held where the
 // pod cannot go. Members of a gang share these (they ask the same).
 func (e *Extender) eligible(pod *corev1.Pod, snap *ledger.Snapshot) []string {
-	aff := nodeaffinity.GetRequiredNodeAffinity(pod)
-	out := make([]string, 0, snap.Len())
-	for _, n := range snap.Names() {
-		node, ok := e.cache.Node(n)
-		if !ok {
-			continue
+	return namesAt(snap, e.eligibleAt(pod, snap))
+}
+
+// eligibleAt is eligible as positions in snap.Names, in order.
+func (e *Extender) eligibleAt(pod *corev1.Pod, snap *ledger.Snapshot) []int32 {
+	m := newNodeMatch(pod)
+	out := make([]int32, 0, snap.Len())
+	for i, n := range snap.Names() {
+		if node, ok := e.cache.Node(n); ok && mayGo(pod, m, node) {
+			out = append(out, int32(i))
 		}
-		if match, err := aff.Match(node); err != nil || !match {
-			continue
+	}
+	return out
+}
+
+// nodeMatch is a pod's node selector and required node affinity, read
+// once for many nodes.
+type nodeMatch struct {
+	// constrained is false for a pod with neither: it matches every node.
+	constrained bool
+	aff         nodeaffinity.RequiredNodeAffinity
+}
+
+func newNodeMatch(pod *corev1.Pod) nodeMatch {
+	a := pod.Spec.Affinity
+	if len(pod.Spec.NodeSelector) == 0 &&
+		(a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil) {
+		return nodeMatch{}
+	}
+	return nodeMatch{constrained: true, aff: nodeaffinity.GetRequiredNodeAffinity(pod)}
+}
+
+// mayGo reports whether pod may go to node as far as its node selector,
+// required node affinity and tolerations go.
+func mayGo(pod *corev1.Pod, m nodeMatch, node *corev1.Node) bool {
+	if m.constrained {
+		if match, err := m.aff.Match(node); err != nil || !match {
+			return false
 		}
-		if len(node.Spec.Taints) > 0 && checkNode(pod, node, nil) != nil {
-			continue
-		}
-		out = append(out, n)
+	}
+	return len(node.Spec.Taints) == 0 || checkNode(pod, node, nil) == nil
+}
+
+// namesAt is the names of the nodes at positions at of snap.Names.
+func namesAt(snap *ledger.Snapshot, at []int32) []string {
+	names := snap.Names()
+	out := make([]string, len(at))
+	for j, i := range at {
+		out[j] = names[i]
 	}
 	return out
 }
