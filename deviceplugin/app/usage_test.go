@@ -64,7 +64,9 @@ func TestPodUsageEndToEnd(t *testing.T) {
 	}
 	close(stop)
 	// Idle: no samples for longer than the window plus idle-after.
-	pod = waitPod(t, r, func(p *corev1.Pod) bool { return p.Annotations[names.IdleSinceAnnotation] != "" && idleCondition(p) != nil })
+	pod = waitPod(t, r, func(p *corev1.Pod) bool {
+		return p.Annotations[names.IdleSinceAnnotation] != "" && idleCondition(p) != nil
+	})
 	if _, err := time.Parse(time.RFC3339, pod.Annotations[names.IdleSinceAnnotation]); err != nil {
 		t.Errorf("idle-since: %v", err)
 	}

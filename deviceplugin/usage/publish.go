@@ -142,8 +142,8 @@ func (p *Publisher) sync(ctx context.Context, now time.Time, pod Pod, v view, la
 	}
 	var cond *corev1.PodCondition
 	if p.cfg.Idle {
-		switch {
-		case pod.State == Idle:
+		switch pod.State {
+		case Idle:
 			if v.idleSince == "" {
 				ann[p.names.IdleSinceAnnotation] = pod.BelowSince.UTC().Format(time.RFC3339)
 			}
@@ -153,7 +153,7 @@ func (p *Publisher) sync(ctx context.Context, now time.Time, pod Pod, v view, la
 					Message: fmt.Sprintf("GPU utilization %s has stayed below %s for %s (since %s)",
 						percent(pod.Max()), percent(p.cfg.IdleBelow), now.Sub(pod.BelowSince).Round(time.Second), pod.BelowSince.UTC().Format(time.RFC3339))}
 			}
-		case pod.State == Busy:
+		case Busy:
 			if v.idleSince != "" {
 				ann[p.names.IdleSinceAnnotation] = nil
 			}
