@@ -114,18 +114,10 @@ func start(t testing.TB, ctx context.Context, client *fake.Clientset, api *FakeA
 	e := &Env{T: t, Ctx: ctx, Client: client, API: api, Ledger: ledger.New(),
 		Recorder: record.NewFakeRecorder(1000), Clock: &Clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
 	factory := informers.NewSharedInformerFactory(client, 0)
-	var ext *scheduling.Extender
-	var mu sync.Mutex
+	rel := &releases{}
 	c, err := state.New(ctx, state.Options{Names: Names, Tiers: Tiers, Ledger: e.Ledger,
 		Nodes: factory.Core().V1().Nodes().Informer(), Pods: factory.Core().V1().Pods().Informer(),
-		OnRelease: func(as []ledger.Allocation) {
-			mu.Lock()
-			x := ext
-			mu.Unlock()
-			if x != nil {
-				x.Released(as)
-			}
-		}})
+		OnRelease: rel.released})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,9 +142,7 @@ func start(t testing.TB, ctx context.Context, client *fake.Clientset, api *FakeA
 	if err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	ext = x
-	mu.Unlock()
+	rel.set(x)
 	e.Ext = x
 	ctx, cancel := context.WithCancel(ctx)
 	factory.Start(ctx.Done())
@@ -162,6 +152,24 @@ func start(t testing.TB, ctx context.Context, client *fake.Clientset, api *FakeA
 	}
 	t.Cleanup(x.Wait)
 	return e
+}
+
+// releases hands the cache's releases to the extender, once it exists (the
+// cache is built first), as rota-extender's wiring does.
+type releases struct {
+	mu  sync.Mutex
+	ext *scheduling.Extender
+}
+
+func (r *releases) set(x *scheduling.Extender) { r.mu.Lock(); defer r.mu.Unlock(); r.ext = x }
+
+func (r *releases) released(as []ledger.Allocation) {
+	r.mu.Lock()
+	x := r.ext
+	r.mu.Unlock()
+	if x != nil {
+		x.Released(as)
+	}
 }
 
 // Args is the filter and prioritize request for p over nodes.
