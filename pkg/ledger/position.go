@@ -4,12 +4,6 @@ package ledger
 // readers that walk every node read them in order without a name lookup.
 func (s *Snapshot) At(i int) *NodeInfo { return s.infos[i] }
 
-// Position returns the node's position in Names.
-func (s *Snapshot) Position(name string) (int, bool) {
-	i, ok := s.index.pos[name]
-	return i, ok
-}
-
 // SameNodes reports whether o lists the same nodes at the same positions
 // as s (the set of nodes did not change between them), so that what a
 // reader keeps per position of one snapshot holds for the other.
