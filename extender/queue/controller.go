@@ -125,7 +125,8 @@ type Controller struct {
 	// passes never run at once).
 	parsed map[types.UID]parsedRequest
 	// ungated holds the pods this controller ungated, as the API server
-	// answered, until the informer shows them ungated (see ownWrite).
+	// answered, until the informer shows them ungated: a pass can follow
+	// the one that admitted a pod before the informer hears of the update.
 	ungated map[types.UID]*corev1.Pod
 	teams   map[string]TeamStatus
 	// restored is set once the first pass held the recorded reservations.
@@ -228,33 +229,24 @@ func (c *Controller) Positions() ([]Position, []TeamStatus) {
 	return ps, ts
 }
 
-// ownWrite returns the pod as this controller last wrote it while the
-// informer still shows it gated: a pass can follow the one that admitted
-// the pod before the informer hears of the update, and must count the pod
-// as admitted (its quota and its hold), never admit it twice.
-func (c *Controller) ownWrite(pod *corev1.Pod, present map[types.UID]bool) *corev1.Pod {
+// takeUngated hands the pass the pods earlier passes ungated (see
+// Controller.ungated); admissions of this pass add to a fresh map.
+func (c *Controller) takeUngated() map[types.UID]*corev1.Pod {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	w, ok := c.ungated[pod.UID]
-	if !ok {
-		return pod
-	}
-	if !podreq.Queued(pod, c.o.Names) {
-		delete(c.ungated, pod.UID) // the informer caught up
-		return pod
-	}
-	present[pod.UID] = true
-	return w
+	own := c.ungated
+	c.ungated = map[types.UID]*corev1.Pod{}
+	return own
 }
 
-// forgetUngated drops the written pods the informer no longer lists
-// (deleted since).
-func (c *Controller) forgetUngated(present map[types.UID]bool) {
+// keepUngated puts back the written pods the informer still shows gated;
+// the others (caught up, or deleted since) are forgotten.
+func (c *Controller) keepUngated(still map[types.UID]*corev1.Pod) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for uid := range c.ungated {
-		if !present[uid] {
-			delete(c.ungated, uid)
+	for uid, w := range still {
+		if _, newer := c.ungated[uid]; !newer {
+			c.ungated[uid] = w
 		}
 	}
 }
@@ -334,14 +326,20 @@ func (c *Controller) pass(ctx context.Context) (full bool) {
 	victimPods := map[string][]*corev1.Pod{}
 	parsed := make(map[types.UID]parsedRequest, len(c.parsed))
 	defer func() { c.parsed = parsed }() // pods gone since the last pass are forgotten
-	present := map[types.UID]bool{}
-	defer c.forgetUngated(present)
+	own, still := c.takeUngated(), map[types.UID]*corev1.Pod{}
+	defer c.keepUngated(still)
 	for _, obj := range c.o.Pods.GetStore().List() {
 		pod, ok := obj.(*corev1.Pod)
-		if ok {
-			pod = c.ownWrite(pod, present)
+		if !ok {
+			continue
 		}
-		if !ok || podreq.Terminal(pod) || pod.DeletionTimestamp != nil || !podreq.Wants(pod, c.o.Names) {
+		if w, mine := own[pod.UID]; mine && podreq.Queued(pod, c.o.Names) {
+			// Ungated by an earlier pass, and the informer has not heard
+			// yet: the pod counts as admitted, as written (never admitted
+			// twice, its quota never counted free).
+			pod, still[pod.UID] = w, w
+		}
+		if podreq.Terminal(pod) || pod.DeletionTimestamp != nil || !podreq.Wants(pod, c.o.Names) {
 			continue
 		}
 		req, err := c.request(pod, parsed)
