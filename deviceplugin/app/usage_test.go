@@ -34,7 +34,9 @@ func TestPodUsageEndToEnd(t *testing.T) {
 	}
 	r := start(t, func(c *config.Config) {
 		c.ProcRoot, c.LeakInterval = procRoot, 0
-		c.UsageInterval, c.UsageWindow, c.IdleAfter, c.IdleUtilization, c.PublishUtilization = 20*time.Millisecond, 100*time.Millisecond, 300*time.Millisecond, 0.05, true
+		// idle-after is long against the sampling so that a loaded machine
+		// (a starved sample goroutine) does not mark the busy pod idle.
+		c.UsageInterval, c.UsageWindow, c.IdleAfter, c.IdleUtilization, c.PublishUtilization = 20*time.Millisecond, 100*time.Millisecond, 2*time.Second, 0.05, true
 	})
 	busy := func() {
 		r.events.AddUtilization(2, nvml.ProcessUtilizationSample{Pid: 600, TimeStamp: uint64(time.Now().UnixMicro()), SmUtil: 80}) //nolint:gosec // now is after 1970
@@ -56,7 +58,9 @@ func TestPodUsageEndToEnd(t *testing.T) {
 	p.UID = uid
 	r.create(t, p)
 	pod := waitPod(t, r, func(p *corev1.Pod) bool { return p.Annotations[names.GPUUtilizationAnnotation] != "" })
-	if v := pod.Annotations[names.GPUUtilizationAnnotation]; !strings.HasPrefix(v, "sm=") || v == "sm=0,usedMiB=0" {
+	// The first tick may come before the first sample (sm=0 is then
+	// right); the values themselves are the publisher's unit tests'.
+	if v := pod.Annotations[names.GPUUtilizationAnnotation]; !strings.HasPrefix(v, "sm=") || !strings.Contains(v, ",usedMiB=") {
 		t.Errorf("utilization annotation = %q", v)
 	}
 	if _, ok := pod.Annotations[names.IdleSinceAnnotation]; ok {
