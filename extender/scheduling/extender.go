@@ -153,10 +153,12 @@ func (e *Extender) Run(ctx context.Context, expireEvery, checkEvery time.Duratio
 	}
 }
 
-// Expire releases the reservations whose TTL passed.
+// Expire releases the reservations whose TTL passed, and the gang plans
+// whose slots they were.
 func (e *Extender) Expire(ctx context.Context) []ledger.Allocation {
 	logger := klog.FromContext(ctx)
-	out := e.ledger.Expire(e.now())
+	now := e.now()
+	out := e.ledger.Expire(now)
 	for _, a := range out {
 		kind := "pod"
 		if a.Gang != "" {
@@ -165,6 +167,7 @@ func (e *Extender) Expire(ctx context.Context) []ledger.Allocation {
 		e.metrics.Expired.WithLabelValues(kind).Inc()
 		logger.V(2).Info("Reservation expired", "pod", a.Pod, "node", a.Node, "gang", a.Gang)
 	}
+	e.gangs.expire(ctx, now)
 	return out
 }
 

@@ -24,8 +24,10 @@ import (
 // scheduler-plugins' pod-group label): placement.PlanGang over the
 // snapshot picks the smallest topology tier that holds every member, and
 // ledger.ReserveAll reserves one slot per member with the gang TTL. The
-// plan is kept in a go-cache with the same TTL; when it lapses OnEvicted
-// releases the slots that are still only reserved and counts the expiry.
+// plan lives as long as its slots, on the one clock the ledger's
+// reservations use (the extender's, taken from the caller): Expire drops a
+// plan whose time passed, with the slots that are still only reserved, and
+// counts the expiry.
 // A member filtered later passes only its slot's node; each member's bind
 // extends its gang-mates' reservations and the plan.
 //
@@ -37,17 +39,22 @@ import (
 // released, one member of each gang that waits for room is touched so that
 // planning runs again.
 type gangs struct {
-	e       *Extender
-	mu      sync.Mutex // serializes planning
-	plans   *gocache.Cache
-	waiting *gocache.Cache // gang key -> *waitInfo
+	e  *Extender
+	mu sync.Mutex // serializes planning
+	// plansMu guards plans (gang key -> plan); bind reads them without mu.
+	plansMu sync.Mutex
+	plans   map[string]*gangPlan
+	// waiting is a lookup of gangs that wait (gang key -> *waitInfo), for
+	// requeue touches; a wall-clock TTL forgets gangs nobody filters any
+	// more.
+	waiting *gocache.Cache
 }
 
 type gangPlan struct {
 	key     string
 	members []podRef
 	uids    []string
-	done    bool // completed: eviction releases nothing
+	expires time.Time
 }
 
 type waitInfo struct {
@@ -58,20 +65,33 @@ type waitInfo struct {
 }
 
 func newGangs(e *Extender) *gangs {
-	g := &gangs{e: e, plans: gocache.New(e.o.GangTTL, e.o.GangTTL/4+time.Second),
-		waiting: gocache.New(10*time.Minute, time.Minute)}
-	g.plans.OnEvicted(g.evicted)
-	return g
+	return &gangs{e: e, plans: map[string]*gangPlan{}, waiting: gocache.New(10*time.Minute, time.Minute)}
 }
 
 func (g *gangs) waitingCount() int { return g.waiting.ItemCount() }
 
-// evicted runs when a plan leaves the cache: expired, completed or dropped.
-func (g *gangs) evicted(key string, v any) {
-	p, ok := v.(*gangPlan)
-	if !ok || p.done {
-		return
+// expire drops the plans whose time passed at now and releases their slots
+// that are still only reserved (the ledger's own expiry has usually taken
+// them already: they share the deadline).
+func (g *gangs) expire(ctx context.Context, now time.Time) {
+	g.plansMu.Lock()
+	var gone []*gangPlan
+	for key, p := range g.plans {
+		if !p.expires.After(now) {
+			gone = append(gone, p)
+			delete(g.plans, key)
+		}
 	}
+	g.plansMu.Unlock()
+	for _, p := range gone {
+		g.e.metrics.GangPlans.WithLabelValues("expired").Inc()
+		g.release(ctx, p)
+	}
+}
+
+// release frees a dropped plan's slots that are still only reserved.
+func (g *gangs) release(ctx context.Context, p *gangPlan) {
+	key := p.key
 	released := 0
 	for _, uid := range p.uids {
 		if a, ok := g.e.ledger.Get(uid); ok && a.State == ledger.Reserved && a.Gang == key {
@@ -81,10 +101,25 @@ func (g *gangs) evicted(key string, v any) {
 		}
 	}
 	if released > 0 {
-		g.e.metrics.GangPlans.WithLabelValues("expired").Inc()
 		g.e.metrics.Expired.WithLabelValues("gang").Add(float64(released))
-		klog.Background().V(2).Info("Gang plan expired; its reserved slots are released", "gang", key, "count", released)
 	}
+	klog.FromContext(ctx).V(2).Info("Gang plan expired", "gang", key, "released", released)
+}
+
+// planOf returns the gang's plan, if any.
+func (g *gangs) planOf(key string) (*gangPlan, bool) {
+	g.plansMu.Lock()
+	defer g.plansMu.Unlock()
+	p, ok := g.plans[key]
+	return p, ok
+}
+
+// setPlan keeps (or renews) a plan until expires.
+func (g *gangs) setPlan(p *gangPlan, expires time.Time) {
+	g.plansMu.Lock()
+	defer g.plansMu.Unlock()
+	p.expires = expires
+	g.plans[p.key] = p
 }
 
 // size returns the gang's member count: the gang-size annotation, else the
@@ -200,12 +235,13 @@ func (g *gangs) filter(ctx context.Context, pod *corev1.Pod, req placement.Reque
 		plan.Allocations[i].Priority, plan.Allocations[i].Preemptible = req.Priority, req.Preemptible
 		plan.Allocations[i].GangSize = need + bound + holding
 	}
-	if err := g.e.ledger.ReserveAll(plan.Allocations, now.Add(g.e.o.GangTTL)); err != nil {
+	expires := now.Add(g.e.o.GangTTL)
+	if err := g.e.ledger.ReserveAll(plan.Allocations, expires); err != nil {
 		f.rejectAll(names, placement.GangNoFit, true, fmt.Sprintf("gang %s: reserving its slots failed, will retry: %v", key, err))
 		g.e.metrics.GangPlans.WithLabelValues("nofit").Inc()
 		return true
 	}
-	g.plans.SetDefault(key, &gangPlan{key: key, members: refs, uids: gang.UIDs})
+	g.setPlan(&gangPlan{key: key, members: refs, uids: gang.UIDs}, expires)
 	g.waiting.Delete(key)
 	g.e.metrics.GangPlans.WithLabelValues("planned").Inc()
 	g.e.metrics.GangWait.Observe(now.Sub(wi.since).Seconds())
@@ -315,11 +351,7 @@ func (g *gangs) slot(pod *corev1.Pod, key string, names []string, f *filterState
 // bound runs after a member bound: it extends the gang-mates' reservations
 // and the plan, and forgets the plan once every member is committed.
 func (g *gangs) bound(key string) {
-	v, ok := g.plans.Get(key)
-	if !ok {
-		return
-	}
-	p, ok := v.(*gangPlan)
+	p, ok := g.planOf(key)
 	if !ok {
 		return
 	}
@@ -331,15 +363,16 @@ func (g *gangs) bound(key string) {
 		}
 	}
 	if len(mates) == 0 {
-		p.done = true
-		g.plans.Delete(key)
+		g.plansMu.Lock()
+		delete(g.plans, key)
+		g.plansMu.Unlock()
 		g.e.metrics.GangPlans.WithLabelValues("completed").Inc()
 		return
 	}
 	// Renewing held reservations checks nothing new and cannot fail unless
-	// one was released meanwhile; then the plan's eviction settles it.
+	// one was released meanwhile; then the plan's expiry settles it.
 	_ = g.e.ledger.ReserveAll(mates, expires)
-	g.plans.SetDefault(key, p)
+	g.setPlan(p, expires)
 }
 
 // retryWaiting touches one member of each gang that waits for room,

@@ -42,13 +42,10 @@ import (
 func (e *Extender) Forget() (plans, reservations int) {
 	g := e.gangs
 	g.mu.Lock()
-	for _, it := range g.plans.Items() {
-		if p, ok := it.Object.(*gangPlan); ok {
-			p.done = true // the slots are released below, not by the eviction
-		}
-	}
-	plans = g.plans.ItemCount()
-	g.plans.Flush()
+	g.plansMu.Lock()
+	plans = len(g.plans)
+	g.plans = map[string]*gangPlan{} // their slots are released below
+	g.plansMu.Unlock()
 	g.waiting.Flush()
 	g.mu.Unlock()
 	for _, a := range e.ledger.Allocations() {
