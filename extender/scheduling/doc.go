@@ -13,7 +13,8 @@
 // Binding carrying the assignment annotation (one API write; the API server
 // copies the annotation onto the pod as it binds it) and commits. Gangs are planned as a whole at the first member
 // filtered once every member exists (placement.PlanGang); the plan reserves
-// a slot per member and lives in a go-cache with a TTL.
+// a slot per member and lives as long as they do, on the extender's clock
+// (each member's bind renews it; Expire drops it).
 //
 // Every decision is counted in metrics, logged once at V(4) (per-node detail
 // at V(5)), kept for GET /debug/pods, and a refusal becomes a Warning event
