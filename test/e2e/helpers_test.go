@@ -153,7 +153,9 @@ func failedScheduling(ctx context.Context, t *testing.T, ns, name string) string
 // error fails the test (waitPods' counterpart: what must not happen).
 func holdsFor(ctx context.Context, t *testing.T, d, interval time.Duration, check func(context.Context) error) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(ctx, interval, d, true, func(ctx context.Context) (bool, error) {
+	// check gets the scenario's context, not the window's: a call made as
+	// the window closes must not fail for the window's deadline.
+	err := wait.PollUntilContextTimeout(ctx, interval, d, true, func(context.Context) (bool, error) {
 		return false, check(ctx)
 	})
 	if ctx.Err() != nil || !wait.Interrupted(err) {
