@@ -197,13 +197,16 @@ func (k *Kubelet) start(ctx context.Context) error {
 			return fmt.Errorf("kubelet stand-in: %v informer did not sync", typ)
 		}
 	}
-	const workers = 8
-	for range workers {
-		k.wg.Go(func() {
-			for k.processNext(ctx) {
-			}
-		})
-	}
+	// One worker: the kubelet admits the pods bound to it one at a time, in
+	// the order its watch delivers them. With several, two pods bound to one
+	// node in a row could be admitted out of that order, which no kubelet
+	// does, and the device plugin (which, without the PodResources API,
+	// takes the pending pods of one shape in the order they were bound) would
+	// hand each the other's GPU.
+	k.wg.Go(func() {
+		for k.processNext(ctx) {
+		}
+	})
 	k.wg.Go(func() {
 		<-ctx.Done()
 		k.queue.ShutDown()
