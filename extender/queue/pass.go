@@ -1,0 +1,254 @@
+package queue
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/rota-sched/rota/extender/scheduling"
+	"github.com/rota-sched/rota/pkg/placement"
+	"github.com/rota-sched/rota/pkg/podreq"
+	pkgqueue "github.com/rota-sched/rota/pkg/queue"
+	"github.com/rota-sched/rota/pkg/quota"
+)
+
+// parsedRequest is a pod's request as its resource version states it.
+type parsedRequest struct {
+	rv  string
+	req placement.Request
+	err error
+}
+
+// request parses a pod's request, or takes it from the last pass when the
+// pod did not change since: a pass reads every GPU pod, and most of them
+// are the same as a second ago. It records what it used in next.
+func (c *Controller) request(pod *corev1.Pod, next map[types.UID]parsedRequest) (placement.Request, error) {
+	if p, ok := c.parsed[pod.UID]; ok && p.rv == pod.ResourceVersion && pod.ResourceVersion != "" {
+		next[pod.UID] = p
+		return p.req, p.err
+	}
+	req, err := podreq.FromPod(pod, podreq.Options{Names: c.o.Names, MemoryUnitMiB: c.o.MemoryUnitMiB})
+	next[pod.UID] = parsedRequest{rv: pod.ResourceVersion, req: req, err: err}
+	return req, err
+}
+
+// workload is a queued workload with its pods.
+type workload struct {
+	w    pkgqueue.Workload
+	pods []*corev1.Pod
+	hold scheduling.Hold
+	// acct is the account the hold was made for.
+	acct quota.Account
+}
+
+// passState is what a pass reads from the informer: the queue's input,
+// the queued workloads, and the admitted work by gang and as victims.
+type passState struct {
+	in            pkgqueue.Input
+	queued        map[string]*workload
+	admittedGangs map[string]quota.Account    // gang key -> account, for gangs with admitted members
+	victims       map[string]*pkgqueue.Victim // running admitted work, by workload key
+	victimPods    map[string][]*corev1.Pod
+	parsed        map[types.UID]parsedRequest // this pass's parses, the next pass's cache
+	still         map[types.UID]*corev1.Pod   // ungated here, still gated in the informer
+}
+
+// collect reads every GPU pod once: admitted ones count against their
+// teams' quota, gated ones join their workloads.
+func (c *Controller) collect(cfg quota.Config, now time.Time) *passState {
+	ns := c.namespaces()
+	st := &passState{
+		in: pkgqueue.Input{Config: cfg, Admitted: map[quota.Account]quota.Usage{}, TeamUse: map[string]pkgqueue.Use{},
+			Capacity: capacity(c.o.Snapshot()), MaxAdmissions: c.o.MaxAdmissionsPerPass},
+		queued: map[string]*workload{}, admittedGangs: map[string]quota.Account{},
+		victims: map[string]*pkgqueue.Victim{}, victimPods: map[string][]*corev1.Pod{},
+		parsed: make(map[types.UID]parsedRequest, len(c.parsed)), still: map[types.UID]*corev1.Pod{},
+	}
+	own := c.takeUngated()
+	for _, obj := range c.o.Pods.GetStore().List() {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok {
+			continue
+		}
+		if w, mine := own[pod.UID]; mine && podreq.Queued(pod, c.o.Names) {
+			// Ungated by an earlier pass, and the informer has not heard
+			// yet: the pod counts as admitted, as written (never admitted
+			// twice, its quota never counted free).
+			pod, st.still[pod.UID] = w, w
+		}
+		if podreq.Terminal(pod) || pod.DeletionTimestamp != nil || !podreq.Wants(pod, c.o.Names) {
+			continue
+		}
+		req, err := c.request(pod, st.parsed)
+		if err != nil {
+			continue // rota-admission refuses these; the extender explains them at filter
+		}
+		team := podreq.Team(pod, ns[pod.Namespace], c.o.Names, cfg.AllowPodTeamOverride)
+		if _, known := cfg.Teams[team]; !known && cfg.Policy() == quota.UnlimitedUnknown {
+			cfg = withUnlimited(cfg, team)
+			st.in.Config = cfg
+		}
+		amt := amountOf(req.GPUs, req.MemoryUnits, c.o.MemoryUnitMiB)
+		ref, _ := podreq.GangOf(pod, c.o.Names)
+		if !podreq.Queued(pod, c.o.Names) {
+			c.countAdmitted(st, cfg, pod, req, team, amt, ref, now)
+			continue
+		}
+		c.addQueued(st, cfg, pod, req, team, amt, ref, now)
+	}
+	return st
+}
+
+// countAdmitted charges an admitted pod (ungated, pending or running) to
+// its team's account, and records it as work reclaim may take back.
+func (c *Controller) countAdmitted(st *passState, cfg quota.Config, pod *corev1.Pod, req placement.Request, team string,
+	amt quota.Amount, ref *podreq.GangRef, now time.Time) {
+	in := &st.in
+	acct := c.account(cfg, pod, team)
+	u := in.Admitted[acct]
+	if pod.Spec.NodeName != "" {
+		u.Running = u.Running.Add(amt)
+	} else {
+		u.Pending = u.Pending.Add(amt)
+	}
+	in.Admitted[acct] = u
+	if ends := podreq.DeclaredEnd(pod, c.o.Names, now); !ends.IsZero() && c.o.ReserveQuota {
+		if in.Releases == nil {
+			in.Releases = map[quota.Account][]pkgqueue.Release{}
+		}
+		in.Releases[acct] = append(in.Releases[acct], pkgqueue.Release{At: ends, Amount: amt})
+	}
+	tu := in.TeamUse[team]
+	tu.GPUs += amt.GPUs
+	tu.MemoryMiB += int64(amt.MemoryMiB)
+	tu.CPUMilli += req.CPUMilli
+	in.TeamUse[team] = tu
+	if ref != nil {
+		st.admittedGangs[ref.Key] = acct
+	}
+	if pod.Spec.NodeName != "" {
+		c.addVictim(st.victims, st.victimPods, pod, ref, acct, amt)
+	}
+}
+
+// addQueued adds a gated pod to its workload (the pod alone, or its gang).
+func (c *Controller) addQueued(st *passState, cfg quota.Config, pod *corev1.Pod, req placement.Request, team string,
+	amt quota.Amount, ref *podreq.GangRef, now time.Time) {
+	key := pod.Namespace + "/" + pod.Name
+	members := 1
+	if ref != nil {
+		key = ref.Key
+		members = max(1, ref.Size)
+	}
+	wl := st.queued[key]
+	if wl == nil {
+		models, _ := podreq.GPUModels(pod, c.o.Names)
+		prio := int32(0)
+		if pod.Spec.Priority != nil {
+			prio = *pod.Spec.Priority
+		}
+		wl = &workload{w: pkgqueue.Workload{Key: key, Team: team, Accounts: c.accounts(cfg, team, models), Priority: prio,
+			Created: c.o.Owners.Created(pod), Members: members, PerMember: amt, CPUMilli: req.CPUMilli,
+			Shape: shape(req, amt, pod, c.o.Names), Ends: podreq.DeclaredEnd(pod, c.o.Names, now)}}
+		st.queued[key] = wl
+	}
+	wl.pods = append(wl.pods, pod)
+	wl.w.Present = len(wl.pods)
+	if created := c.o.Owners.Created(pod); created.Before(wl.w.Created) {
+		wl.w.Created = created
+	}
+}
+
+// Pass runs one admission pass.
+func (c *Controller) Pass(ctx context.Context) { c.pass(ctx) }
+
+// pass runs one admission pass and reports whether it stopped at
+// MaxAdmissionsPerPass.
+func (c *Controller) pass(ctx context.Context) (full bool) {
+	logger := klog.FromContext(ctx)
+	now := c.now()
+	q, ok := c.o.Quota()
+	if !ok {
+		logger.V(2).Info("The quota configuration does not parse; nothing is admitted until it does")
+		return false
+	}
+	cfg := quota.Config{UnknownTeams: quota.UnlimitedUnknown}
+	if q != nil {
+		cfg = *q
+	}
+	st := c.collect(cfg, now)
+	defer func() { c.parsed = st.parsed }() // pods gone since the last pass are forgotten
+	defer c.keepUngated(st.still)
+	in, queued, admittedGangs, victims, victimPods := st.in, st.queued, st.admittedGangs, st.victims, st.victimPods
+	partial := map[string][]*corev1.Pod{} // gang key -> gated members of a gang already partly admitted
+	// A gang with members admitted and members still gated (an admission
+	// cut short, by a failed update or a restart) is completed first: its
+	// quota was taken when it was admitted, so its gated members count as
+	// admitted too.
+	for key, acct := range admittedGangs {
+		wl, ok := queued[key]
+		if !ok {
+			continue
+		}
+		delete(queued, key)
+		partial[key] = wl.pods
+		u := in.Admitted[acct]
+		u.Pending = u.Pending.Add(wl.w.PerMember.Times(int64(len(wl.pods))))
+		in.Admitted[acct] = u
+		c.complete(ctx, key, acct, wl, now)
+	}
+	for _, wl := range queued {
+		in.Queued = append(in.Queued, wl.w)
+	}
+	byKey := queued
+	if p := c.o.Reserve; p != nil && c.o.ReserveQuota {
+		// A large or long-waiting head that waits for quota keeps it:
+		// later work of its team backfills only by declared runtime.
+		in.Protected = func(w *pkgqueue.Workload) bool { return p.Protects(w, now) }
+	}
+	c.restoreClaims(ctx, byKey, now)
+	res := pkgqueue.Plan(in, pkgqueue.FitterFunc(func(w *pkgqueue.Workload, a quota.Account) (bool, string) {
+		wl := byKey[w.Key]
+		slices.SortFunc(wl.pods, func(x, y *corev1.Pod) int { return strings.Compare(x.Name, y.Name) })
+		h, reason := c.o.Holder.HoldRoom(wl.pods, a.Model, now.Add(c.o.HoldTTL))
+		if reason != "" {
+			if c.o.UrgentPriority > 0 && w.Priority >= c.o.UrgentPriority {
+				// Admitted without room: kube-scheduler preempts for it.
+				wl.hold, wl.acct = scheduling.Hold{}, a
+				return true, ""
+			}
+			return false, reason
+		}
+		wl.hold, wl.acct = h, a
+		return true, ""
+	}))
+	// The admitting updates are independent round trips (the holds are
+	// already in the ledger): AdmitConcurrency workloads at a time, in the
+	// queue's order when it is 1.
+	sem := make(chan struct{}, c.o.AdmitConcurrency)
+	var admitting sync.WaitGroup
+	for _, adm := range res.Admitted {
+		wl := byKey[adm.Workload.Key]
+		sem <- struct{}{}
+		admitting.Go(func() {
+			defer func() { <-sem }()
+			c.admit(ctx, wl, now)
+		})
+	}
+	admitting.Wait()
+	if c.o.Reclaim {
+		c.reclaim(ctx, in, res, byKey, victims, victimPods, now)
+	}
+	plans := c.reserve(ctx, res, byKey, now)
+	c.report(ctx, in, res, byKey, plans, now)
+	if len(res.Admitted) > 0 || len(partial) > 0 {
+		logger.V(2).Info("Queue pass", "admitted", len(res.Admitted), "completed", len(partial), "waiting", len(res.Waiting))
+	}
+	return len(res.Admitted) >= c.o.MaxAdmissionsPerPass
+}

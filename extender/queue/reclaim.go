@@ -1,0 +1,109 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/rota-sched/rota/pkg/podreq"
+	pkgqueue "github.com/rota-sched/rota/pkg/queue"
+	"github.com/rota-sched/rota/pkg/quota"
+)
+
+// addVictim records a running admitted pod as reclaimable work: a pod
+// alone, or its whole gang (evicting one member would break it).
+func (c *Controller) addVictim(victims map[string]*pkgqueue.Victim, pods map[string][]*corev1.Pod, pod *corev1.Pod,
+	ref *podreq.GangRef, acct quota.Account, amt quota.Amount) {
+	key := pod.Namespace + "/" + pod.Name
+	if ref != nil {
+		key = ref.Key
+	}
+	v := victims[key]
+	if v == nil {
+		v = &pkgqueue.Victim{Key: key, Team: acct.Team, Account: acct, Preemptible: podreq.Preemptible(pod, c.o.Names),
+			Protected: ref != nil && c.o.MaxPreemptibleGangSize > 0 && ref.Size > c.o.MaxPreemptibleGangSize}
+		victims[key] = v
+	}
+	v.Amount = v.Amount.Add(amt)
+	v.Preemptible = v.Preemptible && podreq.Preemptible(pod, c.o.Names)
+	if adm, err := podreq.AdmissionOf(pod, c.o.Names); err == nil && adm != nil {
+		if adm.AdmittedAt.After(v.AdmittedAt) {
+			v.AdmittedAt = adm.AdmittedAt
+		}
+	} else if pod.CreationTimestamp.After(v.AdmittedAt) {
+		v.AdmittedAt = pod.CreationTimestamp.Time
+	}
+	pods[key] = append(pods[key], pod)
+}
+
+// reclaim gives a team below its guarantee back the capacity other teams
+// borrowed: for the first workload (in team order) that waits for room and
+// stays within its guarantee, pkg/queue chooses the victims (newest admitted
+// first, preemptible only, never a victim team below its guarantee), and
+// they are evicted through the Eviction API, so controllers see a
+// disruption and disruption budgets hold. One reclaim per pass; a workload
+// is reclaimed for at most once per ReclaimCooldown.
+func (c *Controller) reclaim(ctx context.Context, in pkgqueue.Input, res pkgqueue.Result, byKey map[string]*workload,
+	victims map[string]*pkgqueue.Victim, victimPods map[string][]*corev1.Pod, now time.Time) {
+	logger := klog.FromContext(ctx)
+	vs := make([]pkgqueue.Victim, 0, len(victims))
+	for _, v := range victims {
+		vs = append(vs, *v)
+	}
+	keys := make([]string, 0, len(res.Waiting))
+	for k, st := range res.Waiting {
+		if st.Reason == pkgqueue.WaitRoom {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, func(a, b string) int { return pkgqueue.Less(&byKey[a].w, &byKey[b].w) })
+	for _, k := range keys {
+		wl := byKey[k]
+		c.mu.Lock()
+		last, recent := c.reclaimed[k]
+		c.mu.Unlock()
+		if recent && now.Sub(last) < c.o.ReclaimCooldown {
+			continue
+		}
+		for _, a := range wl.w.Accounts {
+			chosen := pkgqueue.Reclaim(in.Config, in.Admitted, &wl.w, a, vs)
+			if len(chosen) == 0 {
+				continue
+			}
+			c.mu.Lock()
+			c.reclaimed[k] = now
+			c.mu.Unlock()
+			for _, v := range chosen {
+				for _, p := range victimPods[v.Key] {
+					msg := fmt.Sprintf("evicted to return team %s's guarantee (team %s borrows above its own)", a.Team, v.Team)
+					if err := c.evict(ctx, p); err != nil {
+						logger.Error(err, "Reclaim eviction failed", "pod", klog.KObj(p))
+						continue
+					}
+					c.event(p, corev1.EventTypeWarning, "Reclaimed", msg)
+				}
+			}
+			for _, p := range wl.pods {
+				c.event(p, corev1.EventTypeNormal, "Reclaiming", fmt.Sprintf("evicting %d workloads that other teams borrowed to return team %s's guarantee", len(chosen), a.Team))
+			}
+			c.o.Metrics.Reclaims.WithLabelValues(a.Team).Inc()
+			logger.Info("Reclaimed borrowed capacity", "workload", k, "account", a.String(), "victims", len(chosen))
+			return
+		}
+	}
+}
+
+// evict asks the API server to evict a pod (policy/v1), with the pod's own
+// grace period.
+func (c *Controller) evict(ctx context.Context, pod *corev1.Pod) error {
+	return c.o.Client.PolicyV1().Evictions(pod.Namespace).Evict(ctx, &policyv1.Eviction{
+		ObjectMeta:    metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}},
+	})
+}

@@ -1,0 +1,177 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	pkgqueue "github.com/rota-sched/rota/pkg/queue"
+	"github.com/rota-sched/rota/pkg/reserve"
+)
+
+// queuedPod is where a queued pod stands after the last pass; its message
+// is formatted when first read.
+type queuedPod struct {
+	pos Position
+	msg *lazyMessage
+}
+
+// lazyMessage formats a queued workload's message once, when first asked.
+type lazyMessage struct {
+	once  sync.Once
+	build func() string
+	s     string
+}
+
+func (l *lazyMessage) String() string {
+	l.once.Do(func() { l.s = l.build() })
+	return l.s
+}
+
+// report writes where each waiting pod stands and refreshes the positions
+// and metrics.
+func (c *Controller) report(ctx context.Context, in pkgqueue.Input, res pkgqueue.Result, byKey map[string]*workload,
+	plans map[string]*reserve.Plan, now time.Time) {
+	status := make(map[string]queuedPod, len(res.Waiting))
+	teams := map[string]TeamStatus{}
+	for t, u := range in.TeamUse {
+		teams[t] = TeamStatus{Team: t, GPUs: u.GPUs, MemoryMiB: u.MemoryMiB}
+	}
+	for key, st := range res.Waiting {
+		wl := byKey[key]
+		ts := teams[wl.w.Team]
+		ts.Team = wl.w.Team
+		ts.Queued += len(wl.pods)
+		teams[wl.w.Team] = ts
+		var reservation string
+		var start *time.Time
+		if p := plans[key]; p != nil {
+			reservation = p.Summary()
+			if !p.Start.IsZero() {
+				t := p.Start.UTC()
+				start = &t
+			}
+		}
+		// The message is written out only where it is read: a condition
+		// due for a write, a first Queued event, /debug/queue. With a deep
+		// queue most pods need none of these in a pass.
+		msg := &lazyMessage{build: func() string {
+			m := fmt.Sprintf("position %d of %d in team %s; %s", st.Position, st.Of, wl.w.Team, st.Message)
+			if st.Ahead > 0 {
+				m += fmt.Sprintf("; %d ahead need %s", st.Ahead, st.AheadNeed)
+			}
+			if reservation != "" {
+				m += "; room held: " + reservation
+			}
+			return m
+		}}
+		for _, pod := range wl.pods {
+			k := pod.Namespace + "/" + pod.Name
+			status[k] = queuedPod{msg: msg, pos: Position{Pod: k, Workload: key, Team: wl.w.Team, Position: st.Position, Of: st.Of,
+				Reason: string(st.Reason), Waiting: now.Sub(wl.w.Created).Seconds(),
+				Reservation: reservation, ExpectedStart: start}}
+			c.condition(ctx, pod, string(st.Reason), msg, now)
+		}
+	}
+	oldest := map[string]float64{}
+	for key := range res.Waiting {
+		wl := byKey[key]
+		oldest[wl.w.Team] = max(oldest[wl.w.Team], now.Sub(wl.w.Created).Seconds())
+	}
+	for t, ts := range teams {
+		ts.Share = shareOf(in, t)
+		teams[t] = ts
+		c.o.Metrics.Length.WithLabelValues(t).Set(float64(ts.Queued))
+		c.o.Metrics.OldestWait.WithLabelValues(t).Set(oldest[t])
+	}
+	queuedUIDs := map[types.UID]bool{}
+	for _, wl := range byKey {
+		for _, p := range wl.pods {
+			queuedUIDs[p.UID] = true
+		}
+	}
+	c.mu.Lock()
+	c.status, c.teams = status, teams
+	// Forget pods that left the queue (admitted, deleted).
+	for uid := range c.written {
+		if !queuedUIDs[uid] {
+			delete(c.written, uid)
+		}
+	}
+	for uid := range c.seen {
+		if !queuedUIDs[uid] {
+			delete(c.seen, uid)
+		}
+	}
+	c.mu.Unlock()
+}
+
+func shareOf(in pkgqueue.Input, team string) float64 {
+	u := in.TeamUse[team]
+	s := 0.0
+	if in.Capacity.GPUs > 0 {
+		s = max(s, float64(u.GPUs)/float64(in.Capacity.GPUs))
+	}
+	if in.Capacity.MemoryMiB > 0 {
+		s = max(s, float64(u.MemoryMiB)/float64(in.Capacity.MemoryMiB))
+	}
+	if in.Capacity.CPUMilli > 0 {
+		s = max(s, float64(u.CPUMilli)/float64(in.Capacity.CPUMilli))
+	}
+	return s
+}
+
+// condition writes the Queued condition when its message changed, at most
+// once per ConditionInterval per pod and within the cluster-wide rate.
+func (c *Controller) condition(ctx context.Context, pod *corev1.Pod, reason string, lazy *lazyMessage, now time.Time) {
+	c.mu.Lock()
+	last, wrote := c.written[pod.UID]
+	first := !c.seen[pod.UID]
+	c.seen[pod.UID] = true
+	c.mu.Unlock()
+	if first {
+		c.event(pod, corev1.EventTypeNormal, "Queued", lazy.String())
+	}
+	if wrote && now.Sub(last.at) < c.o.ConditionInterval {
+		return
+	}
+	if c.limiter.TokensAt(now) < 1 {
+		return // the cluster-wide rate is spent: no write, so no message
+	}
+	msg := lazy.String()
+	if wrote && last.msg == msg {
+		return
+	}
+	if !c.limiter.AllowN(now, 1) {
+		return
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{{
+		Type: corev1.PodConditionType(c.o.Names.QueuedCondition), Status: corev1.ConditionTrue,
+		Reason: reason, Message: msg, LastTransitionTime: metav1.NewTime(now)}}}})
+	if err != nil {
+		return
+	}
+	_, err = c.o.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch,
+		metav1.PatchOptions{FieldManager: "rota-queue"}, "status")
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Writing the Queued condition failed", "pod", klog.KObj(pod), "reason", err.Error())
+		return
+	}
+	c.o.Metrics.ConditionWrites.Inc()
+	c.mu.Lock()
+	c.written[pod.UID] = condWrite{at: now, msg: msg}
+	c.mu.Unlock()
+}
+
+func (c *Controller) event(pod *corev1.Pod, typ, reason, msg string) {
+	if c.o.Recorder != nil {
+		c.o.Recorder.Event(pod, typ, reason, msg)
+	}
+}
