@@ -167,27 +167,7 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 	if err != nil {
 		return nil, err
 	}
-	a.metrics = metrics.New(metrics.Source{
-		Snapshot: a.ledger.Snapshot,
-		Workload: workload,
-		Problems: func() map[string]int64 {
-			s := a.cache.Stats()
-			return map[string]int64{"invalid_topology": s.InvalidTopology, "invalid_assignment": s.InvalidAssignment,
-				"restore_conflict": s.RestoreConflicts, "unaccounted": s.Unaccounted}
-		},
-		GangsWaiting: hub.gangsWaiting,
-		Pending:      func() (int, time.Duration) { return a.cache.Pending(time.Now()) },
-	})
-	hub.podFailures = a.metrics.PodFailures
-	a.metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Namespace: "rota_extender", Name: "leading",
-		Help: "1 while this replica is the leader and serves the verbs, 0 while it is the standby.",
-	}, func() float64 {
-		if a.serving() {
-			return 1
-		}
-		return 0
-	}))
+	a.addMetrics(hub, workload)
 
 	b := binder.New(client, names, cfg.APITimeout)
 	b.OnConflict = a.metrics.BindConflicts.Inc
@@ -232,20 +212,9 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 	// informer of their own. Its reconcile loop writes (conditions,
 	// deletions, taints), so it runs on the leader only.
 	if rcfg.Mode != pkgremediation.Off {
-		lf := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(corev1.NamespaceNodeLease))
-		c, err := remediation.New(remediation.Options{
-			Config: rcfg, Names: names, Client: client, Recorder: recorder,
-			Nodes: a.nodeFactory.Core().V1().Nodes().Informer(), GPUHealth: a.cache.GPUHealth,
-			Leases: lf.Coordination().V1().Leases().Informer(),
-			Pods:   pods, Metrics: remediation.NewMetrics(a.metrics.Registry),
-			Reapply: a.cache.Reapply,
-		})
-		if err != nil {
+		if hub.remediation, err = a.addRemediation(rcfg, pods, recorder); err != nil {
 			return nil, err
 		}
-		hub.remediation = c
-		a.others = append(a.others, lf)
-		a.AddLeaderLoop("remediation", c.Run)
 	}
 
 	// The queue controller admits the pods rota-admission gated; it writes
@@ -256,7 +225,61 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 		}
 	}
 
-	uo := ui.Options{Names: names, Snapshot: a.ledger.Snapshot, Pods: a.podFactory.Core().V1().Pods().Lister(),
+	a.addServer(cfg, logger)
+	return a, nil
+}
+
+// addMetrics registers the extender's metrics, read from the ledger and
+// the cache, and whether this replica leads.
+func (a *App) addMetrics(hub *events, workload placement.Workload) {
+	a.metrics = metrics.New(metrics.Source{
+		Snapshot: a.ledger.Snapshot,
+		Workload: workload,
+		Problems: func() map[string]int64 {
+			s := a.cache.Stats()
+			return map[string]int64{"invalid_topology": s.InvalidTopology, "invalid_assignment": s.InvalidAssignment,
+				"restore_conflict": s.RestoreConflicts, "unaccounted": s.Unaccounted}
+		},
+		GangsWaiting: hub.gangsWaiting,
+		Pending:      func() (int, time.Duration) { return a.cache.Pending(time.Now()) },
+	})
+	hub.podFailures = a.metrics.PodFailures
+	a.metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "rota_extender", Name: "leading",
+		Help: "1 while this replica is the leader and serves the verbs, 0 while it is the standby.",
+	}, func() float64 {
+		if a.serving() {
+			return 1
+		}
+		return 0
+	}))
+}
+
+// addRemediation builds the remediation controller. It shares state's Node
+// and pod informers (the Node transform keeps what it reads of a node) and
+// reads GPU health from the cache's parse of the topology annotation; node
+// Leases have an informer of their own. Its reconcile loop writes
+// (conditions, deletions, taints), so it runs on the leader only.
+func (a *App) addRemediation(rcfg remediation.Config, pods cache.SharedIndexInformer, recorder record.EventRecorder) (*remediation.Controller, error) {
+	lf := informers.NewSharedInformerFactoryWithOptions(a.client, 0, informers.WithNamespace(corev1.NamespaceNodeLease))
+	c, err := remediation.New(remediation.Options{
+		Config: rcfg, Names: a.names, Client: a.client, Recorder: recorder,
+		Nodes: a.nodeFactory.Core().V1().Nodes().Informer(), GPUHealth: a.cache.GPUHealth,
+		Leases: lf.Coordination().V1().Leases().Informer(),
+		Pods:   pods, Metrics: remediation.NewMetrics(a.metrics.Registry),
+		Reapply: a.cache.Reapply,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.others = append(a.others, lf)
+	a.AddLeaderLoop("remediation", c.Run)
+	return c, nil
+}
+
+// addServer builds /ui, /debug and the verbs' server over the extender.
+func (a *App) addServer(cfg config.Config, logger klog.Logger) {
+	uo := ui.Options{Names: a.names, Snapshot: a.ledger.Snapshot, Pods: a.podFactory.Core().V1().Pods().Lister(),
 		Decisions: a.extender.Decisions}
 	if a.queue != nil {
 		uo.Queue = func() contract.QueueView { // what /debug/queue serves
@@ -267,14 +290,13 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 	a.status = ui.New(uo)
 	so := server.Options{MaxBodyBytes: cfg.MaxBodyBytes, Metrics: a.metrics, Logger: logger, UI: a.status,
 		Profiling: cfg.Profiling}
-	if le.Enabled {
+	if cfg.LeaderElection.Enabled {
 		so.Serving = a.election.Serving
 	}
 	if a.queue != nil {
 		so.Queue = a.queue.Handler(a.serving)
 	}
 	a.server = server.New(a.extender, so)
-	return a, nil
 }
 
 // AddLeaderLoop registers work that runs only while this replica leads
