@@ -236,12 +236,15 @@ func heapAfterLoad(tb testing.TB, nodes, pods, assigned int) (float64, *bigClust
 }
 
 // TestHeap5kNodes50kPods: 5,000 nodes and 50,000 pods (40,000 bound) in
-// informers and ledger stay under 300 MiB of heap in use, and under 220 MiB
-// of live objects. Heap in use counts partly filled spans too, so it moves by
-// several MiB with the garbage collector's timing on a loaded machine (it
-// sits near 295 MiB): a load over the bound is measured once more, and only
-// two loads over it fail. Live objects (about 193 MiB) barely move, and guard
-// against real growth.
+// informers and ledger stay under 220 MiB of live objects (about 209 MiB),
+// the figure that guards against real growth, and under 330 MiB of heap in
+// use (about 295 to 316 MiB: heap in use counts partly filled spans, so it
+// moves with the garbage collector's timing). Each load is measured after
+// the one before it is gone; a load that reads as nearly nothing was
+// measured while the previous one was still live, and fails the test rather
+// than passing it. (Until gang plans left go-cache, whose janitor goroutine
+// kept every Extender reachable, a second load was measured on top of the
+// first one's leaked objects and read 40 to 50 MiB low.)
 func TestHeap5kNodes50kPods(t *testing.T) {
 	if testing.Short() {
 		t.Skip("loads 55,000 objects")
@@ -255,14 +258,16 @@ func TestHeap5kNodes50kPods(t *testing.T) {
 		}
 		runtime.KeepAlive(bc)
 		bc.stop()
-		inUse, live = append(inUse, mib), append(live, liveMiB)
-		if mib <= 300 {
-			break
+		if liveMiB < 150 {
+			t.Fatalf("load measured %.1f MiB of live objects: the previous load was still live, the reading is void", liveMiB)
 		}
+		inUse, live = append(inUse, mib), append(live, liveMiB)
+		bc = nil
+		time.Sleep(time.Second) // the stopped informers' goroutines exit
 	}
 	t.Logf("heap after loading 5,000 nodes and 50,000 pods: in use %v MiB, live objects %v MiB", inUse, live)
-	if slices.Min(inUse) > 300 {
-		t.Errorf("heap in use %v MiB in every load, want < 300 MiB", inUse)
+	if slices.Min(inUse) > 330 {
+		t.Errorf("heap in use %v MiB in every load, want < 330 MiB", inUse)
 	}
 	if slices.Max(live) > 220 {
 		t.Errorf("live heap %v MiB, want < 220 MiB", live)
