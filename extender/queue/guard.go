@@ -1,6 +1,8 @@
 package queue
 
 import (
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -36,37 +38,20 @@ func NewGuard(o GuardOptions) *Guard {
 	return &Guard{o: o}
 }
 
-// Spare returns the victims (by pod UID) that evicting for preemptor must
-// leave alone, and why; none when the quota configuration names no team or
-// does not parse (nothing was promised, or nothing can be known).
-func (g *Guard) Spare(preemptor *corev1.Pod, victims []*ledger.Allocation) (map[string]bool, string) {
+// For returns what a preemption for preemptor must leave alone: given the
+// victims one node's choice would evict, the ones (by pod UID) to keep, and
+// why. The teams' admitted use is read from the informer once here, not per
+// node the scheduler proposes. Nothing is kept when the quota configuration
+// names no team or does not parse (nothing was promised, or nothing can be
+// known).
+func (g *Guard) For(preemptor *corev1.Pod) func(victims []*ledger.Allocation) (map[string]bool, string) {
 	q, ok := g.o.Quota()
 	if !ok || q == nil || len(q.Teams) == 0 {
-		return nil, ""
+		return func([]*ledger.Allocation) (map[string]bool, string) { return nil, "" }
 	}
 	cfg := *q
 	teamOf := func(p *corev1.Pod) string {
 		return podreq.Team(p, g.namespaceLabels(p.Namespace), g.o.Names, cfg.AllowPodTeamOverride)
-	}
-	var vs []pkgqueue.Victim
-	uidsOf := map[quota.Account][]string{}
-	teams := map[string]bool{}
-	for _, a := range victims {
-		obj, exists, err := g.o.Pods.GetStore().GetByKey(a.Pod)
-		p, isPod := obj.(*corev1.Pod)
-		if err != nil || !exists || !isPod {
-			continue
-		}
-		acct, amt, ok := charge(cfg, g.o.Names, g.o.MemoryUnitMiB, p, teamOf(p))
-		if !ok {
-			continue
-		}
-		vs = append(vs, pkgqueue.Victim{Key: a.Pod, Team: acct.Team, Account: acct, Amount: amt})
-		uidsOf[acct] = append(uidsOf[acct], a.PodUID)
-		teams[acct.Team] = true
-	}
-	if len(vs) == 0 {
-		return nil, ""
 	}
 	admitted := map[quota.Account]quota.Usage{}
 	for _, obj := range g.o.Pods.GetStore().List() {
@@ -75,8 +60,8 @@ func (g *Guard) Spare(preemptor *corev1.Pod, victims []*ledger.Allocation) (map[
 			continue
 		}
 		team := teamOf(p)
-		if !teams[team] {
-			continue
+		if _, named := cfg.Teams[team]; !named {
+			continue // promised nothing: never spared, its use is not needed
 		}
 		if acct, amt, ok := charge(cfg, g.o.Names, g.o.MemoryUnitMiB, p, team); ok {
 			u := admitted[acct]
@@ -84,22 +69,37 @@ func (g *Guard) Spare(preemptor *corev1.Pod, victims []*ledger.Allocation) (map[
 			admitted[acct] = u
 		}
 	}
-	spared := pkgqueue.Spared(cfg, admitted, teamOf(preemptor), vs)
-	if len(spared) == 0 {
-		return nil, ""
-	}
-	keep := map[string]bool{}
-	why := ""
-	for i, s := range spared {
-		for _, uid := range uidsOf[s.Account] {
-			keep[uid] = true
+	preemptorTeam := teamOf(preemptor)
+	return func(victims []*ledger.Allocation) (map[string]bool, string) {
+		var vs []pkgqueue.Victim
+		uidsOf := map[quota.Account][]string{}
+		for _, a := range victims {
+			obj, exists, err := g.o.Pods.GetStore().GetByKey(a.Pod)
+			p, isPod := obj.(*corev1.Pod)
+			if err != nil || !exists || !isPod {
+				continue
+			}
+			acct, amt, ok := charge(cfg, g.o.Names, g.o.MemoryUnitMiB, p, teamOf(p))
+			if !ok {
+				continue
+			}
+			vs = append(vs, pkgqueue.Victim{Key: a.Pod, Team: acct.Team, Account: acct, Amount: amt})
+			uidsOf[acct] = append(uidsOf[acct], a.PodUID)
 		}
-		if i > 0 {
-			why += "; "
+		spared := pkgqueue.Spared(cfg, admitted, preemptorTeam, vs)
+		if len(spared) == 0 {
+			return nil, ""
 		}
-		why += s.Why
+		keep := map[string]bool{}
+		whys := make([]string, 0, len(spared))
+		for _, s := range spared {
+			for _, uid := range uidsOf[s.Account] {
+				keep[uid] = true
+			}
+			whys = append(whys, s.Why)
+		}
+		return keep, strings.Join(whys, "; ")
 	}
-	return keep, why
 }
 
 func (g *Guard) namespaceLabels(ns string) map[string]string {

@@ -68,7 +68,7 @@ func TestGuardSpare(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			preemptor.Namespace = "ml"
-			keep, why := g.Spare(preemptor, tt.victims)
+			keep, why := g.For(preemptor)(tt.victims)
 			var got []string
 			for _, a := range tt.victims {
 				if keep[a.PodUID] {
@@ -84,7 +84,7 @@ func TestGuardSpare(t *testing.T) {
 		})
 	}
 	// Without a quota configuration nothing was promised.
-	if keep, _ := guardOver(t, nil, n1, n2, n3).Spare(preemptor, allocs(n1, n2, n3)); len(keep) != 0 {
+	if keep, _ := guardOver(t, nil, n1, n2, n3).For(preemptor)(allocs(n1, n2, n3)); len(keep) != 0 {
 		t.Errorf("without a quota configuration the guard kept %v", keep)
 	}
 }

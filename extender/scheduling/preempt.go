@@ -18,11 +18,15 @@ import (
 var errNoPod = errors.New("the request names no pod")
 
 // PreemptGuard keeps the queue's rules in kube-scheduler's own priority
-// preemption (extender/queue.Guard): Spare returns the victims, by pod UID,
-// that must stay however the preemptor's priority compares, and why.
+// preemption (extender/queue.Guard): For reads what it needs once per
+// preempt call and returns, for one node's victims, those (by pod UID) that
+// must stay however the preemptor's priority compares, and why.
 type PreemptGuard interface {
-	Spare(preemptor *corev1.Pod, victims []*ledger.Allocation) (keep map[string]bool, why string)
+	For(preemptor *corev1.Pod) func(victims []*ledger.Allocation) (keep map[string]bool, why string)
 }
+
+// spareFunc is a PreemptGuard's answer for one preemptor; nil keeps nothing.
+type spareFunc = func(victims []*ledger.Allocation) (keep map[string]bool, why string)
 
 // errNotReady answers every verb until the ledger is rebuilt from the API
 // server: kube-scheduler calls the extender whatever /readyz says, and a
@@ -91,10 +95,14 @@ func (e *Extender) Preempt(ctx context.Context, args *extenderv1.ExtenderPreempt
 		prio = *pod.Spec.Priority
 	}
 	snap := e.ledger.Snapshot()
+	var spare spareFunc
+	if e.o.Guard != nil {
+		spare = e.o.Guard.For(pod)
+	}
 	dropped := 0
 	guarded := "" // why the guard kept victims, on one node (they read alike)
 	for node, mv := range in {
-		victims, spared, ok := e.victimsOn(pod, req, prio, snap.Node(node), mv)
+		victims, spared, ok := e.victimsOn(spare, req, prio, snap.Node(node), mv)
 		if spared != "" {
 			guarded = spared
 		}
@@ -136,7 +144,7 @@ func (e *Extender) Preempt(ctx context.Context, args *extenderv1.ExtenderPreempt
 // wrong GPU. Rota replaces them with placement.Victims over every eligible
 // allocation on the node, which frees one GPU for a share or enough idle
 // GPUs for whole-GPU pods. The scheduler accepts any pod of the node.
-func (e *Extender) victimsOn(pod *corev1.Pod, req placement.Request, prio int32, ni *ledger.NodeInfo, mv *extenderv1.MetaVictims) ([]string, string, bool) {
+func (e *Extender) victimsOn(spare spareFunc, req placement.Request, prio int32, ni *ledger.NodeInfo, mv *extenderv1.MetaVictims) ([]string, string, bool) {
 	if ni == nil {
 		return nil, "", false
 	}
@@ -152,7 +160,7 @@ func (e *Extender) victimsOn(pod *corev1.Pod, req placement.Request, prio int32,
 			base = append(base, p.UID)
 		}
 	}
-	extra, spared, ok := e.guardedVictims(pod, req, prio, ni)
+	extra, spared, ok := e.guardedVictims(spare, req, prio, ni)
 	if !ok || (len(extra) == 0 && len(base) == 0) {
 		return nil, spared, false
 	}
@@ -179,15 +187,15 @@ func (e *Extender) victimsOn(pod *corev1.Pod, req placement.Request, prio int32,
 // would take a team below its guarantee, that team's allocations on the
 // node are kept and the set is chosen again (each round keeps at least one
 // more team, so it ends). It returns why teams were spared.
-func (e *Extender) guardedVictims(pod *corev1.Pod, req placement.Request, prio int32, ni *ledger.NodeInfo) ([]*ledger.Allocation, string, bool) {
+func (e *Extender) guardedVictims(spare spareFunc, req placement.Request, prio int32, ni *ledger.NodeInfo) ([]*ledger.Allocation, string, bool) {
 	keep := map[string]bool{}
 	var whys []string
 	for {
 		extra, ok := placement.Victims(req, ni, func(a *ledger.Allocation) bool { return !keep[a.PodUID] && e.evictable(a, prio, ni) })
-		if !ok || e.o.Guard == nil || len(extra) == 0 {
+		if !ok || spare == nil || len(extra) == 0 {
 			return extra, strings.Join(whys, "; "), ok
 		}
-		more, why := e.o.Guard.Spare(pod, extra)
+		more, why := spare(extra)
 		grew := false
 		for uid := range more {
 			if !keep[uid] {
