@@ -6,6 +6,13 @@
 //	rota-realnode-image env       prints its environment, sorted, one
 //	                              VAR=value a line, then "rota-realnode: ready",
 //	                              then waits for SIGTERM/SIGINT
+//	rota-realnode-image env DIR   the same, and after the ready line prints
+//	                              "rota-realnode: ls DIR: ENTRY ..." at once and
+//	                              whenever DIR's listing changes (polled every
+//	                              100ms); ENTRY is NAME=CONTENT for a regular
+//	                              file of up to 64 bytes, else NAME[T], T the
+//	                              type letter of Go's FileMode (S a socket, d a
+//	                              folder, ...), or the whole list is "error MESSAGE"
 //	rota-realnode-image env-exit  prints its environment the same way and exits 0
 //	                              (for init containers)
 package main
@@ -14,8 +21,11 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
+	"time"
 )
 
 // ReadyLine ends the environment dump.
@@ -37,6 +47,9 @@ func main() {
 		}
 		fmt.Println(readyLine)
 		if mode == "env" {
+			if len(os.Args) > 2 {
+				go watch(os.Args[2])
+			}
 			wait()
 		}
 	default:
@@ -51,4 +64,36 @@ func wait() {
 	c := make(chan os.Signal, 1)
 	signal.Notify(c, syscall.SIGTERM, syscall.SIGINT)
 	<-c
+}
+
+// watch prints dir's listing at once and whenever it changes.
+func watch(dir string) {
+	last := ""
+	for {
+		if l := listing(dir); l != last {
+			fmt.Printf("rota-realnode: ls %s: %s\n", dir, l)
+			last = l
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// listing is dir's entries, sorted by name, with the content of small
+// regular files (such as a PID file).
+func listing(dir string) string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return "error " + err.Error()
+	}
+	var out []string
+	for _, e := range entries {
+		entry := e.Name() + "[" + e.Type().String()[:1] + "]"
+		if e.Type().IsRegular() {
+			if b, err := os.ReadFile(filepath.Join(dir, e.Name())); err == nil && len(b) <= 64 {
+				entry = e.Name() + "=" + strings.TrimSpace(string(b))
+			}
+		}
+		out = append(out, entry)
+	}
+	return strings.Join(out, " ")
 }
