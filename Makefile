@@ -14,7 +14,7 @@ BENCHCOUNT ?= 5
 CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 export CGO_CFLAGS
 
-.PHONY: help host-deps build test unit e2e lint bench bench-sim replay load fuzz demo k8s-tools helm manifests clean
+.PHONY: help host-deps build test unit e2e lint bench bench-sim replay load fuzz demo k8s-tools helm promtool manifests clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -31,7 +31,7 @@ test: host-deps lint unit e2e ## everything CI runs: lint, unit tests, scenario 
 host-deps: ## install (as root) or name (otherwise) the host packages the suites need: containerd, runc, CNI, iptables, chromium
 	@bash hack/host-deps.sh
 
-e2e: k8s-tools helm build ## scenario tests against a real etcd + kube-apiserver + kube-scheduler
+e2e: k8s-tools helm promtool build ## scenario tests against a real etcd + kube-apiserver + kube-scheduler
 	$(GO) test -tags e2e -count=1 -timeout 30m -v ./test/... 2>&1 | tee $(BIN)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|SUMMARY|panic|  passed:|  FAILED)' ; exit $${PIPESTATUS[0]}
 
 lint: ## golangci-lint (.golangci.yml: vet, staticcheck, depguard for pkg/ purity, errorlint, contextcheck, gosec, revive, logcheck, gofmt) and go.mod drift
@@ -58,6 +58,9 @@ load: k8s-tools build ## scheduling throughput on 1,000 then 5,000 simulated GPU
 
 helm: ## build the Helm CLI once into .cache/k8s/bin
 	@bash hack/helm.sh
+
+promtool: ## build Prometheus' promtool once into .cache/k8s/bin (test/chart unit-tests the chart's alerts with it)
+	@bash hack/promtool.sh
 
 .PHONY: images
 images: ## image archives of rota-extender, rota-admission, rota-device-plugin and kube-scheduler in bin/images (no container engine)
