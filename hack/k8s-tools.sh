@@ -23,7 +23,7 @@ source "${TOOLS}/versions.env"
 
 BIN="${ROTA_K8S_BIN:-${ROOT}/.cache/k8s/bin}"
 JOBS="${BUILD_JOBS:-2}"
-ALL=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
+ALL=(etcd kube-apiserver kube-controller-manager kube-proxy kube-scheduler kubectl kubelet)
 WANT=("$@")
 if [[ ${#WANT[@]} -eq 0 ]]; then
   WANT=("${ALL[@]}")
@@ -103,7 +103,7 @@ for name in "${WANT[@]}"; do
   fi
   case "${name}" in
     kube-apiserver) hint=" (first run takes ~10 minutes)" ;;
-    kubelet | kube-scheduler | kubectl | kube-controller-manager) hint=" (a few minutes unless kube-apiserver was just built)" ;;
+    kubelet | kube-scheduler | kubectl | kube-controller-manager | kube-proxy) hint=" (a few minutes unless kube-apiserver was just built)" ;;
     etcd) hint=" (~2 minutes the first time)" ;;
   esac
   log "building ${name} ${want}${hint}..."

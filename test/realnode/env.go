@@ -52,6 +52,20 @@ type Options struct {
 	// ExtenderArgs and DevicePluginArgs are appended to the generated flags.
 	ExtenderArgs     []string
 	DevicePluginArgs []string
+	// Install starts the node for charts/rota to run on: Start runs no
+	// rota-extender and no rota-device-plugin of its own. Instead it runs what
+	// a node of a real cluster has and the chart's pods need:
+	// kube-controller-manager (Deployments, DaemonSets, ServiceAccounts,
+	// EndpointSlices, garbage collection), kube-proxy (Services), the API
+	// server's ServiceAccount admission and its "kubernetes" Service at
+	// NodeIP, and a kubelet at NodeIP. The control plane's kube-scheduler runs
+	// the default profile only. Needs NodeIP, and a network namespace of the
+	// test's own (RunInOwnNetwork): the API server and the chart's pods listen
+	// on all of its addresses.
+	Install bool
+	// NodeIP is the kubelet's --node-ip and the API server's advertised
+	// address with Install.
+	NodeIP string
 	// KeepDir keeps the folder (logs, state) after Stop.
 	KeepDir bool
 	// Logf receives progress lines; nil discards them.
@@ -86,6 +100,7 @@ type Env struct {
 	kubelet    *cluster.Process
 	plugin     *cluster.Process
 	extender   *cluster.Process
+	kubeProxy  *cluster.Process
 
 	mu      sync.Mutex
 	stopped bool
@@ -178,33 +193,50 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	if err != nil {
 		return e, err
 	}
-	ports, err := cluster.FreePorts(5)
+	ports, err := cluster.FreePorts(7)
 	if err != nil {
 		return e, err
 	}
 	e.ExtenderURL = "http://127.0.0.1:" + strconv.Itoa(ports[0])
 	e.PluginMetricsURL = "http://127.0.0.1:" + strconv.Itoa(ports[1])
-	if e.Cluster, err = cluster.Start(ctx, cluster.Options{
+	clusterOpts := cluster.Options{
 		Dir:             filepath.Join(e.Dir, "cluster"),
 		SchedulerConfig: extconfig.SchedulerConfig(e.ExtenderURL, "{{.Kubeconfig}}"),
 		APIServerArgs:   kpki.apiServerArgs(),
-	}); err != nil {
+	}
+	if opts.Install {
+		if opts.NodeIP == "" {
+			return e, errors.New("Options.Install needs a NodeIP")
+		}
+		e.ExtenderURL, e.PluginMetricsURL = "", ""
+		clusterOpts.SchedulerConfig = ""
+		clusterOpts.APIServerArgs = append(clusterOpts.APIServerArgs, installAPIServerArgs(opts.NodeIP)...)
+	}
+	if e.Cluster, err = cluster.Start(ctx, clusterOpts); err != nil {
 		return e, fmt.Errorf("control plane: %w", err)
 	}
 	e.Client = e.Cluster.Client()
 	opts.Logf("control plane ready (%s)", time.Since(began).Round(time.Millisecond))
+	if opts.Install {
+		if err := e.Cluster.StartControllerManager(ctx, installControllers...); err != nil {
+			return e, err
+		}
+		opts.Logf("kube-controller-manager ready (%s)", time.Since(began).Round(time.Millisecond))
+	}
 
 	rotaDir, err := rotaBinDir()
 	if err != nil {
 		return e, err
 	}
-	e.extender = newProcess("rota-extender", filepath.Join(rotaDir, "rota-extender"), e.Dir, append([]string{
-		"--kubeconfig=" + e.Cluster.Kubeconfig, "--listen=127.0.0.1:" + strconv.Itoa(ports[0]),
-		"--ops-listen=127.0.0.1:" + strconv.Itoa(ports[4]), "--v=4",
-		"--scheduler-names=" + corev1.DefaultSchedulerName, // the scheduler's default profile
-	}, opts.ExtenderArgs...))
-	if err := e.extender.Start(); err != nil {
-		return e, err
+	if !opts.Install {
+		e.extender = newProcess("rota-extender", filepath.Join(rotaDir, "rota-extender"), e.Dir, append([]string{
+			"--kubeconfig=" + e.Cluster.Kubeconfig, "--listen=127.0.0.1:" + strconv.Itoa(ports[0]),
+			"--ops-listen=127.0.0.1:" + strconv.Itoa(ports[4]), "--v=4",
+			"--scheduler-names=" + corev1.DefaultSchedulerName, // the scheduler's default profile
+		}, opts.ExtenderArgs...))
+		if err := e.extender.Start(); err != nil {
+			return e, err
+		}
 	}
 
 	// containerd, with the test images.
@@ -260,9 +292,19 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 		return e, err
 	}
 	e.kubelet = newProcess("kubelet", filepath.Join(binDir, "kubelet"), e.Dir,
-		kubeletArgs(cfgFile, e.Cluster.Kubeconfig, rootDir, e.NodeName))
+		kubeletArgs(cfgFile, e.Cluster.Kubeconfig, rootDir, e.NodeName, opts.NodeIP))
 	if err := e.kubelet.Start(); err != nil {
 		return e, err
+	}
+	if opts.Install {
+		if err := e.startKubeProxy(ctx, binDir, ports[5], ports[6]); err != nil {
+			return e, err
+		}
+		if err := e.waitNodeReady(ctx); err != nil {
+			return e, err
+		}
+		opts.Logf("node %s Ready for the chart, kube-proxy running (%s)", e.NodeName, time.Since(began).Round(time.Millisecond))
+		return e, nil
 	}
 
 	// The device plugin, on the fake backend.
@@ -427,7 +469,7 @@ func (e *Env) PluginLog() string { return e.plugin.LogPath }
 // LogTails returns the end of every log, for a failing test.
 func (e *Env) LogTails(n int) string {
 	var b strings.Builder
-	for _, p := range []*cluster.Process{e.extender, e.kubelet, e.plugin} {
+	for _, p := range []*cluster.Process{e.extender, e.kubelet, e.plugin, e.kubeProxy} {
 		if p != nil {
 			b.WriteString("\n" + p.LogTail(n))
 		}
@@ -459,6 +501,7 @@ func (e *Env) Stop() error {
 	}
 	stop(e.plugin, 5*time.Second)
 	stop(e.kubelet, 10*time.Second)
+	stop(e.kubeProxy, 5*time.Second)
 	if e.guard != nil {
 		errs = append(errs, killPIDs(e.guard.cgroupPIDs()))
 	}

@@ -29,31 +29,12 @@ import (
 //   - kube-scheduler --version, named as the chart's command names it
 //     (through the image's PATH), reports the version of its tag.
 func TestImages(t *testing.T) {
-	root, err := repoRootDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := t.TempDir()
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
 	defer cancel()
-	began := time.Now()
-	cmd := exec.CommandContext(ctx, "go", "run", "./hack/images", "--out", out)
-	cmd.Dir = root
-	b, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("go run ./hack/images: %v\n%s", err, b)
-	}
-	t.Logf("images built in %s:\n%s", time.Since(began).Round(time.Millisecond), b)
-	tags := map[string]string{} // archive base name -> tag
-	for _, line := range strings.Split(string(b), "\n")[1:] {
-		if f := strings.Fields(line); len(f) >= 2 {
-			tags[strings.TrimSuffix(filepath.Base(f[0]), ".tar")] = f[1]
-		}
-	}
-
+	out, tags := buildImages(ctx, t)
 	e := StartT(t, Options{})
 	for name := range tags {
-		if err := e.containerd.importImages(ctx, filepath.Join(out, name+".tar")); err != nil {
+		if err := e.ImportImages(ctx, filepath.Join(out, name+".tar")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -138,6 +119,33 @@ func TestImages(t *testing.T) {
 	if err := e.DeletePods(ctx, ns, "device-plugin", "extender", "admission", "kube-scheduler"); err != nil {
 		t.Error(err)
 	}
+}
+
+// buildImages builds the images `make images` builds (hack/images) into a
+// temporary folder and returns it with each archive's tag by base name
+// (rota-extender -> rota-extender:<version>).
+func buildImages(ctx context.Context, t *testing.T) (dir string, tags map[string]string) {
+	t.Helper()
+	root, err := repoRootDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	began := time.Now()
+	cmd := exec.CommandContext(ctx, "go", "run", "./hack/images", "--out", out)
+	cmd.Dir = root
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go run ./hack/images: %v\n%s", err, b)
+	}
+	t.Logf("images built in %s:\n%s", time.Since(began).Round(time.Millisecond), b)
+	tags = map[string]string{}
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		if f := strings.Fields(line); len(f) >= 2 {
+			tags[strings.TrimSuffix(filepath.Base(f[0]), ".tar")] = f[1]
+		}
+	}
+	return out, tags
 }
 
 // repoRootDir is the module's root: go test runs in test/realnode.

@@ -99,8 +99,9 @@ func nodeName() string {
 }
 
 // kubeletArgs are the kubelet's flags; everything else is in the config file.
-func kubeletArgs(configFile, kubeconfig, rootDir, name string) []string {
-	return []string{
+// nodeIP, when set, is the Node's InternalIP (else the kubelet's choice).
+func kubeletArgs(configFile, kubeconfig, rootDir, name, nodeIP string) []string {
+	args := []string{
 		"--config=" + configFile,
 		"--kubeconfig=" + kubeconfig,
 		"--root-dir=" + rootDir,
@@ -108,6 +109,10 @@ func kubeletArgs(configFile, kubeconfig, rootDir, name string) []string {
 		"--hostname-override=" + name,
 		"--v=2",
 	}
+	if nodeIP != "" {
+		args = append(args, "--node-ip="+nodeIP)
+	}
+	return args
 }
 
 // podResourcesSocket is the kubelet's PodResources API socket: it follows

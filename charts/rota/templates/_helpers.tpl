@@ -17,7 +17,17 @@ app.kubernetes.io/component: {{ .component }}
 {{- $repo := printf "%s-%s" .root.Values.image.repository .binary -}}
 {{- if .root.Values.image.registry -}}{{ printf "%s/%s:%s" .root.Values.image.registry $repo $tag }}{{- else -}}{{ printf "%s:%s" $repo $tag }}{{- end -}}
 {{- end -}}
-{{- define "rota.extenderURL" -}}{{ if .Values.extender.insecureHTTP }}http{{ else }}https{{ end }}://{{ include "rota.fullname" . }}-extender.{{ .Release.Namespace }}.svc:{{ .Values.extender.port }}{{- end -}}
+{{- define "rota.extenderHost" -}}{{ include "rota.fullname" . }}-extender.{{ .Release.Namespace }}.svc{{- end -}}
+{{- /* The URL kube-scheduler calls: scheduler.extenderURL, or the Service's name. */ -}}
+{{- define "rota.schedulerExtenderURL" -}}{{ .Values.scheduler.extenderURL | default (include "rota.extenderURL" .) }}{{- end -}}
+{{- /* The pod spec's network lines with hostNetwork. */ -}}
+{{- define "rota.podNetwork" -}}
+{{- if .Values.hostNetwork -}}
+hostNetwork: true
+dnsPolicy: ClusterFirstWithHostNet
+{{- end -}}
+{{- end -}}
+{{- define "rota.extenderURL" -}}{{ if .Values.extender.insecureHTTP }}http{{ else }}https{{ end }}://{{ include "rota.extenderHost" . }}:{{ .Values.extender.port }}{{- end -}}
 {{- /* "true" when cert-manager issues the extender's certificates:
        extender.tls.certManager.enabled, or when that is unset (null),
        admission.certManager.enabled. */ -}}
