@@ -65,6 +65,10 @@ type Options struct {
 	ExtenderTLS *ExtenderTLS
 	// NoScheduler starts only etcd and the API server; StartScheduler starts it later.
 	NoScheduler bool
+	// ServiceAccountAdmission keeps the API server's ServiceAccount admission
+	// plugin on (pods get their API token), for a test that runs
+	// kube-controller-manager's serviceaccount controller.
+	ServiceAccountAdmission bool
 
 	// APIServerArgs and SchedulerArgs are appended to the generated flags
 	// (a later flag wins over an earlier one).
@@ -220,6 +224,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 
 	apiArgs := apiServerArgs(p, c.EtcdURL, apiPort)
+	if opts.ServiceAccountAdmission {
+		// A list flag: a second --disable-admission-plugins would add to it.
+		apiArgs = slices.DeleteFunc(apiArgs, func(a string) bool { return strings.HasPrefix(a, "--disable-admission-plugins=") })
+		apiArgs = append(apiArgs, "--disable-admission-plugins=TaintNodesByCondition")
+	}
 	if opts.AuditLog {
 		auditArgs, err := c.auditArgs(opts.AuditPolicy)
 		if err != nil {

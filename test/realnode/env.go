@@ -210,6 +210,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 		}
 		e.ExtenderURL, e.PluginMetricsURL = "", ""
 		clusterOpts.SchedulerConfig = ""
+		clusterOpts.ServiceAccountAdmission = true
 		clusterOpts.APIServerArgs = append(clusterOpts.APIServerArgs, installAPIServerArgs(opts.NodeIP)...)
 	}
 	if e.Cluster, err = cluster.Start(ctx, clusterOpts); err != nil {

@@ -33,16 +33,13 @@ var installControllers = []string{
 // installAPIServerArgs are appended to the API server's flags with
 // Options.Install (a later flag wins): it listens on the node's address too
 // (pods reach it through the "kubernetes" Service, which kube-proxy sends
-// to the advertised address), keeps that Service's endpoints, and admits
-// pods with their ServiceAccount token (kube-controller-manager makes the
-// accounts). TaintNodesByCondition stays off: no node lifecycle controller
-// would lift its not-ready taint.
+// to the advertised address) and keeps that Service's endpoints. Pods get
+// their ServiceAccount token through cluster.Options.ServiceAccountAdmission.
 func installAPIServerArgs(nodeIP string) []string {
 	return []string{
 		"--bind-address=0.0.0.0",
 		"--advertise-address=" + nodeIP,
 		"--endpoint-reconciler-type=lease",
-		"--disable-admission-plugins=TaintNodesByCondition",
 	}
 }
 
