@@ -73,6 +73,8 @@ func TestHelmInstall(t *testing.T) {
 	runHelm(ctx, t, e, "install", installRelease, chartDir(t), "--namespace", installNamespace, "--create-namespace",
 		"--values", values, "--wait", "--timeout", "5m")
 	t.Logf("helm install --wait returned after %s", time.Since(began).Round(time.Millisecond))
+	waitChartReady(ctx, t, e, 4)
+	t.Logf("the chart's 4 pods Ready through their probes %s after helm install", time.Since(began).Round(time.Millisecond))
 	if err := e.WaitNodeGPUs(ctx, e.opts.GPUs.Count); err != nil {
 		t.Fatal(err)
 	}
@@ -89,6 +91,7 @@ func TestHelmInstall(t *testing.T) {
 		t.Errorf("helm upgrade changed the chart's certificates (-before +after):\n%s", diff)
 	}
 	extenderHasArg(ctx, t, e, "--v=3")
+	waitChartReady(ctx, t, e, 4)
 	p, err := e.Client.CoreV1().Pods(installUserNS).Get(ctx, first.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -188,6 +191,28 @@ func runHelm(ctx context.Context, t *testing.T, e *Env, args ...string) {
 	t.Logf("helm %s (%s):\n%s", args[0], time.Since(began).Round(time.Millisecond), tail(out.String(), 15))
 }
 
+// waitChartReady waits until the release namespace has want pods, all
+// Ready (Helm's --wait can return before the controllers made them).
+func waitChartReady(ctx context.Context, t *testing.T, e *Env, want int) {
+	t.Helper()
+	err := waitUntil(ctx, 3*time.Minute, "the chart's pods Ready", nil, func() (bool, string) {
+		pods, err := e.Client.CoreV1().Pods(installNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		n := 0
+		for i := range pods.Items {
+			if ready(&pods.Items[i]) && pods.Items[i].DeletionTimestamp == nil {
+				n++
+			}
+		}
+		return n == want && len(pods.Items) == want, chartPodsState(ctx, e)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // chartPodsState describes the release namespace's pods, for a failure.
 func chartPodsState(ctx context.Context, e *Env) string {
 	pods, err := e.Client.CoreV1().Pods(installNamespace).List(ctx, metav1.ListOptions{})
@@ -239,9 +264,16 @@ func createGPUPod(ctx context.Context, t *testing.T, e *Env, name string) *corev
 	t.Helper()
 	pod := e.Pod(installUserNS, name, Request{GPUs: 1}, Request{})
 	pod.Spec.SchedulerName = "rota-scheduler"
-	created, err := e.Client.CoreV1().Pods(installUserNS).Create(ctx, pod, metav1.CreateOptions{})
+	// kube-proxy programs the webhook Service's endpoint a moment after the
+	// webhook pod turns Ready; until then the API server's call is refused.
+	var created *corev1.Pod
+	err := waitUntil(ctx, 30*time.Second, "creating GPU pod "+name, nil, func() (bool, string) {
+		var err error
+		created, err = e.Client.CoreV1().Pods(installUserNS).Create(ctx, pod, metav1.CreateOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
 	if err != nil {
-		t.Fatalf("creating GPU pod %s: %v", name, err)
+		t.Fatal(err)
 	}
 	if !slices.ContainsFunc(created.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool {
 		return g.Name == e.Names.QueueGate
