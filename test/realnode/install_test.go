@@ -1,4 +1,4 @@
-//go:build e2e && install
+//go:build e2e
 
 package realnode
 
