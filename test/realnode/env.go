@@ -367,18 +367,23 @@ func (e *Env) WaitNodeGPUs(ctx context.Context, want int) error {
 			if err != nil {
 				return false, err.Error()
 			}
-			ready := false
-			for _, c := range n.Status.Conditions {
-				if c.Type == corev1.NodeReady {
-					ready = c.Status == corev1.ConditionTrue
-				}
-			}
+			ready := nodeReady(n)
 			gpus := n.Status.Allocatable[corev1.ResourceName(e.Names.GPU)]
 			mem := n.Status.Allocatable[corev1.ResourceName(e.Names.GPUMemory)]
 			_, annotated := n.Annotations[e.Names.TopologyAnnotation]
 			state := fmt.Sprintf("ready=%v gpu=%s gpu-memory=%s topology=%v", ready, gpus.String(), mem.String(), annotated)
 			return ready && annotated && gpus.Value() == int64(want) && mem.Value() == wantMem, state
 		})
+}
+
+// nodeReady reports whether n's Ready condition is True.
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // addSimulatedNode registers a simulated GPU node (no kubelet) with its

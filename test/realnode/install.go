@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -88,12 +87,7 @@ func (e *Env) waitNodeReady(ctx context.Context) error {
 		if err != nil {
 			return false, err.Error()
 		}
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady {
-				return c.Status == corev1.ConditionTrue, c.Reason + ": " + c.Message
-			}
-		}
-		return false, "no Ready condition"
+		return nodeReady(n), fmt.Sprintf("conditions %v", n.Status.Conditions)
 	})
 }
 

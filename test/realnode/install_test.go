@@ -296,10 +296,7 @@ func checkPlacedByTheChart(ctx context.Context, t *testing.T, e *Env, p *corev1.
 	if _, ok := p.Annotations[e.Names.AdmissionAnnotation]; !ok {
 		t.Errorf("pod %s has no admission record %s: the queue did not admit it", p.Name, e.Names.AdmissionAnnotation)
 	}
-	a, err := e.Assignment(p)
-	if err != nil {
-		t.Fatalf("pod %s: %v", p.Name, err)
-	}
+	a := mustAssignment(t, e, p)
 	if err := e.CheckPodResources(ctx, p.Namespace+"/"+p.Name); err != nil {
 		t.Error(err)
 	}
