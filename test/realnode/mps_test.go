@@ -313,35 +313,47 @@ func (e *Env) waitListing(ctx context.Context, t *testing.T, ns, pod, dir string
 	return last
 }
 
-// wantMetric checks the device plugin's metric for gpu.
+// wantMetric waits (10 s at most) until the device plugin's metric for gpu
+// is want: the plugin counts a daemon up once it answers, a moment after
+// the daemon wrote its PID file.
 func wantMetric(ctx context.Context, t *testing.T, e *Env, name, gpu string, want float64) {
 	t.Helper()
-	got, err := e.PluginMetric(ctx, name, `gpu="`+gpu+`"`)
+	err := waitUntil(ctx, 10*time.Second, fmt.Sprintf("%s{gpu=%q} = %v", name, gpu, want), e.plugin, func() (bool, string) {
+		got, err := e.PluginMetric(ctx, name, `gpu="`+gpu+`"`)
+		if err != nil {
+			return false, err.Error()
+		}
+		return got == want, fmt.Sprint(got)
+	})
 	if err != nil {
 		t.Error(err)
-	} else if got != want {
-		t.Errorf("%s{gpu=%q} = %v, want %v", name, gpu, got, want)
 	}
 }
 
-// wantPluginLog checks that one line of the device plugin's log holds
-// every part.
+// wantPluginLog waits (10 s at most) until one line of the device plugin's
+// log holds every part.
 func wantPluginLog(t *testing.T, e *Env, parts ...string) {
 	t.Helper()
-	b, err := os.ReadFile(e.PluginLog())
+	err := waitUntil(t.Context(), 10*time.Second, fmt.Sprintf("a line of the device plugin's log with all of %q", parts),
+		e.plugin, func() (bool, string) {
+			b, err := os.ReadFile(e.PluginLog())
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				ok := true
+				for _, p := range parts {
+					ok = ok && strings.Contains(line, p)
+				}
+				if ok {
+					return true, ""
+				}
+			}
+			return false, "none yet"
+		})
 	if err != nil {
-		t.Fatal(err)
+		t.Error(err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		ok := true
-		for _, p := range parts {
-			ok = ok && strings.Contains(line, p)
-		}
-		if ok {
-			return
-		}
-	}
-	t.Errorf("no line of the device plugin's log holds all of %q", parts)
 }
 
 // wantControlLog checks how many lines of the stand-in's control.log
