@@ -285,6 +285,17 @@ func TestChartWebhooksOnRealAPIServer(t *testing.T) {
 		}
 	}
 
+	// A refused update may be sent more than once: the API server runs an
+	// update's admission against its cached object first, and when that
+	// fails against a cache behind etcd it reads etcd and runs it again
+	// (storage GuaranteedUpdate). Refused updates are counted at least.
+	atLeast := func(key string, n int) {
+		t.Helper()
+		if got := rec.count(key); got < n {
+			t.Errorf("%s: sent %d times, want at least %d", key, got, n)
+		}
+	}
+
 	cpu := create(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "web"}}}})
 	want("/mutate CREATE team/web", 0)
@@ -311,7 +322,7 @@ func TestChartWebhooksOnRealAPIServer(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "only Rota's queue controller may remove scheduling gate") {
 		t.Errorf("removing the gate by hand: %v", err)
 	}
-	want("/validate UPDATE team/g", 2)
+	atLeast("/validate UPDATE team/g", 2)
 
 	// Queueing off: never sent to the mutating webhook, updates sent only
 	// when a quota key changes.
@@ -336,6 +347,6 @@ func TestChartWebhooksOnRealAPIServer(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "cannot change on an existing GPU pod") {
 		t.Errorf("adding a gang size: %v", err)
 	}
-	want("/validate UPDATE off/o", 2)
+	atLeast("/validate UPDATE off/o", 2)
 	t.Logf("reviews sent: %v", rec.seen)
 }
