@@ -32,7 +32,9 @@ host-deps: ## install (as root) or name (otherwise) the host packages the suites
 	@bash hack/host-deps.sh
 
 e2e: k8s-tools helm promtool build ## scenario tests against a real etcd + kube-apiserver + kube-scheduler
-	$(GO) test -tags e2e -count=1 -timeout 30m -v ./test/... 2>&1 | tee $(BIN)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|SUMMARY|panic|  passed:|  FAILED)' ; exit $${PIPESTATUS[0]}
+	@mkdir -p $(BIN)
+	$(GO) test -tags e2e -count=1 -timeout 30m -v ./test/... 2>&1 | tee $(BIN)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|SUMMARY|panic|  passed:|  FAILED)' ; \
+	  rc=$${PIPESTATUS[0]}; if [[ $$rc != 0 ]]; then bash hack/failed-tests.sh $(BIN)/e2e.log; fi; exit $$rc
 
 lint: ## golangci-lint (.golangci.yml: vet, staticcheck, depguard for pkg/ purity, errorlint, contextcheck, gosec, revive, logcheck, gofmt) and go.mod drift
 	@GO=$(GO) bash hack/lint.sh

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -656,8 +657,12 @@ func schedulerArgs(dir, configFile string, port int) []string {
 	}
 }
 
-// FreePorts returns n distinct free TCP ports on 127.0.0.1. Another process
-// could take one before it is used; on a test machine that is rare enough.
+// FreePorts returns n distinct free TCP ports on 127.0.0.1, chosen below the
+// kernel's ephemeral range (net.ipv4.ip_local_port_range) where there is
+// room: a port from that range, free when asked, can be taken a moment later
+// as the source port of any outgoing connection on the machine, and then the
+// server meant for it fails to start. Another test process could still pick
+// the same port first; the ports are drawn at random to make that rare.
 func FreePorts(n int) ([]int, error) {
 	var ports []int
 	var listeners []net.Listener
@@ -666,13 +671,41 @@ func FreePorts(n int) ([]int, error) {
 			l.Close()
 		}
 	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	lo, hi := portsBelowEphemeral()
+	for len(ports) < n {
+		addr := "127.0.0.1:0"
+		if hi > lo {
+			addr = "127.0.0.1:" + strconv.Itoa(lo+rand.IntN(hi-lo))
+		}
+		l, err := net.Listen("tcp", addr)
 		if err != nil {
+			if addr != "127.0.0.1:0" {
+				continue // taken: draw another
+			}
 			return nil, fmt.Errorf("finding a free port: %w", err)
 		}
 		listeners = append(listeners, l)
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// portsBelowEphemeral is the range FreePorts draws from: from 20000 up to the
+// ephemeral range's first port, or an empty range where that leaves fewer
+// than 2,000 ports (the kernel then chooses, from its ephemeral range).
+func portsBelowEphemeral() (lo, hi int) {
+	const from = 20000
+	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	f := strings.Fields(string(data))
+	if len(f) != 2 {
+		return 0, 0
+	}
+	first, err := strconv.Atoi(f[0])
+	if err != nil || first-from < 2000 {
+		return 0, 0
+	}
+	return from, first
 }
