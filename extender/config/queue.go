@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 	"time"
+
+	"github.com/rota-sched/rota/pkg/contract"
 )
 
 // Queue configures the queue controller (extender/queue).
@@ -24,6 +26,14 @@ type Queue struct {
 	// HoldTTL is how long room stays held for an admitted pod that has not
 	// bound; after it the pod goes wherever it fits.
 	HoldTTL time.Duration `json:"holdTTL"`
+	// NarrowCandidates: a single pod that a controller owns (a Job's, a
+	// ReplicaSet's) and that has no required node affinity is narrowed at
+	// admission to this many nodes, its held node and the next best that
+	// fit it (a required node affinity, one metadata.name term each), so
+	// that kube-scheduler filters those instead of every node. One still
+	// unplaced when its hold lapses is evicted for its controller to
+	// recreate, queued. 0 narrows nothing.
+	NarrowCandidates int `json:"narrowCandidates"`
 	// ConditionInterval and ConditionQPS bound the Queued condition writes
 	// (per pod, and cluster-wide).
 	ConditionInterval time.Duration `json:"conditionInterval"`
@@ -66,7 +76,7 @@ type Reserve struct {
 // DefaultQueue is the queue controller's default configuration.
 func DefaultQueue() Queue {
 	return Queue{Enabled: true, Namespace: "rota-system", ConfigMap: "rota-quota", ConfigMapKey: "quota.yaml",
-		Interval: time.Second, AdmitConcurrency: 1, HoldTTL: 5 * time.Minute, ConditionInterval: 10 * time.Second, ConditionQPS: 20,
+		Interval: time.Second, AdmitConcurrency: 1, HoldTTL: 5 * time.Minute, NarrowCandidates: 3, ConditionInterval: 10 * time.Second, ConditionQPS: 20,
 		UrgentPriority: 1000000, Reclaim: true,
 		Reserve: Reserve{Enabled: true, LargeGPUs: 64, MaxAge: 30 * time.Minute, MaxHold: 2 * time.Hour, CoolOff: 30 * time.Minute, Max: 4}}
 }
@@ -81,6 +91,9 @@ func (q Queue) validate() []error {
 	}
 	if q.HoldTTL <= 0 {
 		errs = append(errs, fmt.Errorf("admission-hold-ttl: %v is not positive", q.HoldTTL))
+	}
+	if q.NarrowCandidates < 0 || q.NarrowCandidates > contract.MaxNarrowedTo {
+		errs = append(errs, fmt.Errorf("queue-narrow-candidates: %d is not between 0 and %d", q.NarrowCandidates, contract.MaxNarrowedTo))
 	}
 	if q.ConditionInterval <= 0 || q.ConditionQPS <= 0 {
 		errs = append(errs, fmt.Errorf("queue-condition-interval and queue-condition-qps must be positive"))

@@ -99,8 +99,8 @@ func where(h scheduling.Hold) string {
 }
 
 // ungate is the one update that admits a pod: the gate removed, the
-// admission record written, a gang narrowed to its tier, the declared
-// runtime enforced. The pod's UID is a precondition.
+// admission record written, a gang narrowed to its tier or a single pod to
+// its candidate nodes (narrow.go), the declared runtime enforced. The pod's UID is a precondition.
 func (c *Controller) ungate(ctx context.Context, pod *corev1.Pod, wl *workload, a ledger.Allocation, now time.Time) error {
 	rec := contract.Admission{Version: contract.Version, AdmittedAt: now.UTC().Truncate(time.Second),
 		QueuedFor: now.Sub(wl.w.Created).Round(time.Second).String(), Team: wl.acct.Team, Model: wl.acct.Model}
@@ -108,21 +108,25 @@ func (c *Controller) ungate(ctx context.Context, pod *corev1.Pod, wl *workload, 
 		as := podreq.ToAssignment(a)
 		rec.Hold, rec.HoldUntil = &as, a.Expires.UTC()
 	}
-	data, err := rec.Marshal()
-	if err != nil {
-		return err
-	}
 	spec := map[string]any{
 		"schedulingGates": []map[string]any{{"name": c.o.Names.QueueGate, "$patch": "delete"}},
 	}
 	if sel := c.tierSelector(wl.hold); sel != nil {
 		spec["nodeSelector"] = sel
 	}
+	if rec.Hold != nil && c.narrowable(pod, wl) {
+		rec.NarrowedTo = wl.hold.Candidates
+		spec["affinity"] = narrowAffinity(rec.NarrowedTo)
+	}
 	if d, ok, err := podreq.MaxRuntime(pod, c.o.Names); err == nil && ok {
 		secs := int64(math.Ceil(d.Seconds()))
 		if pod.Spec.ActiveDeadlineSeconds == nil || *pod.Spec.ActiveDeadlineSeconds > secs {
 			spec["activeDeadlineSeconds"] = secs
 		}
+	}
+	data, err := rec.Marshal()
+	if err != nil {
+		return err
 	}
 	annotations := map[string]any{c.o.Names.AdmissionAnnotation: string(data)}
 	if _, ok := pod.Annotations[c.o.Names.ReservationAnnotation]; ok {
@@ -138,6 +142,9 @@ func (c *Controller) ungate(ctx context.Context, pod *corev1.Pod, wl *workload, 
 	got, err := c.o.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: "rota-queue"})
 	if err != nil {
 		return fmt.Errorf("admit pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	if len(rec.NarrowedTo) > 0 {
+		c.o.Metrics.Narrowed.Inc()
 	}
 	c.mu.Lock()
 	c.ungated[pod.UID] = got

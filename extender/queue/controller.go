@@ -60,6 +60,10 @@ type Options struct {
 	// admitted pod that has not bound.
 	Interval time.Duration
 	HoldTTL  time.Duration
+	// Narrow narrows an admitted single pod that a controller owns, without
+	// required node affinity of its own, to its hold's candidates (see
+	// narrowing); Holder names how many.
+	Narrow bool
 	// ConditionInterval is the least time between two Queued condition
 	// writes on one pod; ConditionQPS bounds them cluster-wide.
 	ConditionInterval time.Duration
@@ -109,6 +113,7 @@ type Controller struct {
 
 	mu        sync.Mutex
 	reclaimed map[string]time.Time    // workload key -> last reclaim for it
+	requeued  map[types.UID]time.Time // stranded narrowed pod -> its eviction (narrow.go)
 	written   map[types.UID]condWrite // last Queued condition written per pod
 	seen      map[types.UID]bool      // pods that got their Queued event
 	status    map[string]queuedPod    // pod key -> where it stands, from the last pass
@@ -167,7 +172,7 @@ func New(o Options) (*Controller, error) {
 	if o.ReclaimCooldown <= 0 {
 		o.ReclaimCooldown = time.Minute
 	}
-	c := &Controller{o: o, now: o.Now, written: map[types.UID]condWrite{}, seen: map[types.UID]bool{}, reclaimed: map[string]time.Time{},
+	c := &Controller{o: o, now: o.Now, written: map[types.UID]condWrite{}, seen: map[types.UID]bool{}, reclaimed: map[string]time.Time{}, requeued: map[types.UID]time.Time{},
 		status: map[string]queuedPod{}, ungated: map[types.UID]*corev1.Pod{}, teams: map[string]TeamStatus{}}
 	if c.now == nil {
 		c.now = time.Now

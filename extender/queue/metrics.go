@@ -15,6 +15,10 @@ type Metrics struct {
 	Reservations         prometheus.Gauge
 	ReservedGPUs         prometheus.Gauge
 	ReservationsReleased prometheus.Counter
+	// Narrowed counts pods admitted narrowed to a few nodes; Requeued those
+	// evicted when none of those nodes took them within their hold.
+	Narrowed prometheus.Counter
+	Requeued prometheus.Counter
 }
 
 // NewMetrics registers the metrics with reg (nil: not registered).
@@ -39,10 +43,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "GPUs the reservations need on their held nodes."}),
 		ReservationsReleased: prometheus.NewCounter(prometheus.CounterOpts{Name: "rota_queue_reservations_released_total",
 			Help: "Reservations released because their job did not start within the maximum hold."}),
+		Narrowed: prometheus.NewCounter(prometheus.CounterOpts{Name: "rota_queue_narrowed_total",
+			Help: "Pods admitted narrowed to their held node and the next best (a required node affinity by node name)."}),
+		Requeued: prometheus.NewCounter(prometheus.CounterOpts{Name: "rota_queue_requeued_total",
+			Help: "Narrowed pods evicted for their controller to recreate, queued: none of their nodes took them while their room was held."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Length, m.OldestWait, m.Admissions, m.Wait, m.Reclaims, m.ConditionWrites,
-			m.Reservations, m.ReservedGPUs, m.ReservationsReleased)
+			m.Reservations, m.ReservedGPUs, m.ReservationsReleased, m.Narrowed, m.Requeued)
 	}
 	return m
 }

@@ -57,6 +57,7 @@ type passState struct {
 	victimPods    map[string][]*corev1.Pod
 	parsed        map[types.UID]parsedRequest // this pass's parses, the next pass's cache
 	still         map[types.UID]*corev1.Pod   // ungated here, still gated in the informer
+	stranded      []strandedPod               // narrowed, unplaced past their hold (narrow.go)
 }
 
 // collect reads every GPU pod once: admitted ones count against their
@@ -98,6 +99,9 @@ func (c *Controller) collect(cfg quota.Config, now time.Time) *passState {
 		ref, _ := podreq.GangOf(pod, c.o.Names)
 		if !podreq.Queued(pod, c.o.Names) {
 			c.countAdmitted(st, cfg, pod, req, team, amt, ref, now)
+			if rec, ok := c.stranded(pod, now); ok {
+				st.stranded = append(st.stranded, strandedPod{pod: pod, rec: rec})
+			}
 			continue
 		}
 		c.addQueued(st, cfg, pod, req, team, amt, ref, now)
@@ -242,6 +246,7 @@ func (c *Controller) pass(ctx context.Context) (full bool) {
 		})
 	}
 	admitting.Wait()
+	c.requeue(ctx, st.stranded, now)
 	if c.o.Reclaim {
 		c.reclaim(ctx, in, res, byKey, victims, victimPods, now)
 	}

@@ -56,7 +56,11 @@ type Options struct {
 	GangTTL                time.Duration
 	MaxPreemptibleGangSize int
 	FilterBestOnly         bool
-	DebugPods              int
+	// HoldCandidates is how many nodes HoldRoom names for a single pod it
+	// holds room for (Hold.Candidates): the held node and the next best that
+	// fit it now. 0 or 1 names the held node only.
+	HoldCandidates int
+	DebugPods      int
 	DebugTTL               time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time

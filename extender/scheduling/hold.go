@@ -1,6 +1,7 @@
 package scheduling
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -23,6 +24,12 @@ type Hold struct {
 	// Level is placement.TierNode for a single pod.
 	Level int
 	Where string
+	// Candidates, for a single pod, are the held node and then the other
+	// nodes that fit it best as the hold was made (at most
+	// Options.HoldCandidates in all): where the queue controller may narrow
+	// it to, so that kube-scheduler filters a handful of nodes and still
+	// has somewhere to go when it rules the held node out.
+	Candidates []string
 }
 
 // HoldRoom reserves room for pods that the queue admits together: a single
@@ -114,6 +121,10 @@ func (e *Extender) holdBest(req placement.Request, pod *corev1.Pod, snap *ledger
 		return Hold{}, "", false
 	}
 	h, reason := e.holdAt(req, snap, best, fits[best].choice, expires)
+	if reason == "" {
+		m := newNodeMatch(pod)
+		h.Candidates = e.candidates(snap, fits, best, nil, func(n *corev1.Node) bool { return mayGo(pod, m, n) })
+	}
 	return h, reason, true
 }
 
@@ -142,7 +153,53 @@ func (e *Extender) holdOne(req placement.Request, snap *ledger.Snapshot, candida
 	if best < 0 {
 		return Hold{}, tally.summary(len(candidates))
 	}
-	return e.holdAt(req, snap, best, fits[best].choice, expires)
+	h, reason := e.holdAt(req, snap, best, fits[best].choice, expires)
+	if reason == "" {
+		h.Candidates = e.candidates(snap, fits, best, candidates, nil)
+	}
+	return h, reason
+}
+
+// candidates names the held node (position held) and the nodes that fit
+// best after it, by score then position, Options.HoldCandidates in all.
+// among, when not nil, are the positions to choose from; may, when not
+// nil, says whether the pod may go to a node (checked only for the few
+// chosen, best first).
+func (e *Extender) candidates(snap *ledger.Snapshot, fits []nodeFit, held int, among []int32, may func(*corev1.Node) bool) []string {
+	names := snap.Names()
+	out := []string{names[held]}
+	want := e.o.HoldCandidates
+	if want <= 1 {
+		return out
+	}
+	var ranked []int32
+	consider := func(i int32) {
+		if int(i) != held && fits[i].reason == nil {
+			ranked = append(ranked, i)
+		}
+	}
+	if among != nil {
+		for _, i := range among {
+			consider(i)
+		}
+	} else {
+		for i := range fits {
+			consider(int32(i))
+		}
+	}
+	slices.SortStableFunc(ranked, func(a, b int32) int { return cmp.Compare(fits[b].score, fits[a].score) })
+	for _, i := range ranked {
+		if len(out) == want {
+			break
+		}
+		if may != nil {
+			if node, ok := e.cache.Node(names[i]); !ok || !may(node) {
+				continue
+			}
+		}
+		out = append(out, names[i])
+	}
+	return out
 }
 
 // holdAt reserves choice c on the node at position i of snap.Names.

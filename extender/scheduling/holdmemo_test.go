@@ -1,13 +1,15 @@
 package scheduling_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
+	gocmp "github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
@@ -65,7 +67,8 @@ func TestHoldRoomReusesFitsExactly(t *testing.T) {
 	m := metrics.New(metrics.Source{Snapshot: led.Snapshot})
 	newExt := func() *scheduling.Extender {
 		e, err := scheduling.New(scheduling.Options{Names: names, SchedulerNames: []string{corev1.DefaultSchedulerName},
-			Tiers: len(tiers.Tiers), Policy: policy, Cache: c, Ledger: led, Binder: binder.New(client, names, time.Second), Metrics: m})
+			Tiers: len(tiers.Tiers), Policy: policy, Cache: c, Ledger: led, Binder: binder.New(client, names, time.Second), Metrics: m,
+			HoldCandidates: 3})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,30 +107,41 @@ func TestHoldRoomReusesFitsExactly(t *testing.T) {
 			}
 		}
 		p := randomPod(fmt.Sprintf("probe-%d", step))
-		wantNode := plainBest(t, c, led.Snapshot(), policy, p)
+		ranked := plainRanked(t, c, led.Snapshot(), policy, p)
+		wantNode := ""
+		if len(ranked) > 0 {
+			wantNode = ranked[0]
+		}
 		want, wantReason := newExt().HoldRoom([]*corev1.Pod{p}, "", expires)
 		newExt().ReleaseHold(want)
 		got, gotReason := warm.HoldRoom([]*corev1.Pod{p}, "", expires)
 		warm.ReleaseHold(got)
-		if diff := cmp.Diff(want, got); diff != "" || gotReason != wantReason {
+		if diff := gocmp.Diff(want, got); diff != "" || gotReason != wantReason {
 			t.Fatalf("step %d: warm extender holds (-fresh +warm):\n%s\nreason %q, fresh %q", step, diff, gotReason, wantReason)
 		}
 		if got.Where != wantNode {
 			t.Fatalf("step %d: held on %q (%s), a pass over every node picks %q", step, got.Where, gotReason, wantNode)
 		}
+		if wantCandidates := ranked[:min(3, len(ranked))]; gotReason == "" && !slices.Equal(got.Candidates, wantCandidates) {
+			t.Fatalf("step %d: candidates %v, a pass over every node ranks %v", step, got.Candidates, wantCandidates)
+		}
 	}
 }
 
-// plainBest is the node a plain pass picks for p: the highest score among
-// the nodes p may go to that it fits, the first by name among equals; ""
-// when none.
-func plainBest(t *testing.T, c *state.Cache, snap *ledger.Snapshot, policy placement.Policy, p *corev1.Pod) string {
+// plainRanked is what a plain pass ranks for p: the nodes p may go to that
+// it fits, by score, the first by name among equals (the node to hold
+// first); nil when none.
+func plainRanked(t *testing.T, c *state.Cache, snap *ledger.Snapshot, policy placement.Policy, p *corev1.Pod) []string {
 	t.Helper()
 	req, err := podreq.FromPod(p, podreq.Options{Names: contract.Default})
 	if err != nil {
 		t.Fatal(err)
 	}
-	best, bestScore := "", int64(0)
+	type scored struct {
+		node  string
+		score int64
+	}
+	var fit []scored
 	for _, n := range snap.Names() {
 		node, ok := c.Node(n)
 		if !ok {
@@ -150,11 +164,14 @@ func plainBest(t *testing.T, c *state.Cache, snap *ledger.Snapshot, policy place
 		if reason != nil {
 			continue
 		}
-		if s := policy.Score(req, ni, ch); best == "" || s > bestScore {
-			best, bestScore = n, s
-		}
+		fit = append(fit, scored{n, policy.Score(req, ni, ch)})
 	}
-	return best
+	slices.SortStableFunc(fit, func(a, b scored) int { return cmp.Compare(b.score, a.score) })
+	var out []string
+	for _, f := range fit {
+		out = append(out, f.node)
+	}
+	return out
 }
 
 func tolerates(p *corev1.Pod, taint corev1.Taint) bool {

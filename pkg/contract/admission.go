@@ -2,6 +2,7 @@ package contract
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -24,7 +25,14 @@ type Admission struct {
 	// when the hold lapses (the pod may then go wherever it fits).
 	Hold      *Assignment `json:"hold,omitempty"`
 	HoldUntil time.Time   `json:"holdUntil,omitzero"`
+	// NarrowedTo names the nodes the pod was narrowed to at admission (a
+	// required node affinity with one metadata.name term each), the held
+	// node first; empty when it was not narrowed.
+	NarrowedTo []string `json:"narrowedTo,omitempty"`
 }
+
+// MaxNarrowedTo bounds Admission.NarrowedTo.
+const MaxNarrowedTo = 16
 
 // ParseAdmission decodes and validates an admission record.
 func ParseAdmission(data []byte) (Admission, error) {
@@ -60,6 +68,14 @@ func (a Admission) Validate() error {
 		}
 		if a.HoldUntil.IsZero() {
 			return fieldErr("admission.holdUntil", nil, "is missing", "write when the hold lapses")
+		}
+	}
+	if len(a.NarrowedTo) > MaxNarrowedTo {
+		return fieldErr("admission.narrowedTo", len(a.NarrowedTo), "names too many nodes", fmt.Sprintf("name at most %d", MaxNarrowedTo))
+	}
+	for i, n := range a.NarrowedTo {
+		if n == "" {
+			return fieldErr(fmt.Sprintf("admission.narrowedTo[%d]", i), nil, "is empty", "name a node")
 		}
 	}
 	return nil

@@ -3,6 +3,7 @@ package contract
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -148,6 +149,7 @@ func FuzzNewNames(f *testing.F) {
 func FuzzParseAdmission(f *testing.F) {
 	f.Add([]byte(`{"version":"v1","admittedAt":"2026-12-01T10:00:00Z","team":"vision","hold":{"version":"v1","node":"n1","gpus":[{"index":0,"uuid":"GPU-a","memoryMiB":1024}]},"holdUntil":"2026-12-01T10:05:00Z"}`))
 	f.Add([]byte(`{"version":"v1","admittedAt":"2026-12-01T10:00:00Z","team":"t"}`))
+	f.Add([]byte(`{"version":"v1","admittedAt":"2026-12-01T10:00:00Z","team":"t","narrowedTo":["n1","n2",""]}`))
 	f.Add([]byte(`{}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		a, err := ParseAdmission(data)
@@ -162,7 +164,7 @@ func FuzzParseAdmission(f *testing.F) {
 		if err != nil {
 			t.Fatalf("a marshalled admission does not parse: %v (%s)", err, out)
 		}
-		if !a.AdmittedAt.Equal(b.AdmittedAt) || a.Team != b.Team || (a.Hold == nil) != (b.Hold == nil) {
+		if !a.AdmittedAt.Equal(b.AdmittedAt) || a.Team != b.Team || (a.Hold == nil) != (b.Hold == nil) || !slices.Equal(a.NarrowedTo, b.NarrowedTo) {
 			t.Fatalf("round trip changed the record: %+v -> %+v", a, b)
 		}
 	})
