@@ -61,7 +61,7 @@ type Options struct {
 	// fit it now. 0 or 1 names the held node only.
 	HoldCandidates int
 	DebugPods      int
-	DebugTTL               time.Duration
+	DebugTTL       time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
