@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/rota-sched/rota/extender/scheduling"
+	"github.com/rota-sched/rota/extender/state"
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/placement"
@@ -85,6 +86,11 @@ func start(t testing.TB, cfg *quota.Config, h Holder, objs ...runtime.Object) (*
 	client := fake.NewClientset(append(objs, ns)...)
 	f := informers.NewSharedInformerFactory(client, 0)
 	pods, nss := f.Core().V1().Pods().Informer(), f.Core().V1().Namespaces().Informer()
+	// The extender's pod informer trims pods (state.PodTransform): the
+	// controller reads only what that keeps.
+	if err := pods.SetTransform(state.PodTransform(names)); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(t.Context())
 	t.Cleanup(cancel)
 	f.Start(ctx.Done())

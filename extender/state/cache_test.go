@@ -285,3 +285,33 @@ func startCache(ctx context.Context, t *testing.T, objs ...runtime.Object) (c *C
 	}
 	return c, led, client, func() []ledger.Allocation { mu.Lock(); defer mu.Unlock(); return slices.Clone(seen) }
 }
+
+// TestPodTransformKeepsControllerOfUnboundPods: an unbound pod keeps its
+// controller reference (the queue narrows and requeues only such pods) and
+// no other owner; a bound pod keeps none.
+func TestPodTransformKeepsControllerOfUnboundPods(t *testing.T) {
+	_, n := gpuNode()
+	yes := true
+	ctrl := metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: "train", UID: "uid-train", Controller: &yes}
+	other := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "cm", UID: "uid-cm"}
+	for _, tc := range []struct {
+		name     string
+		nodeName string
+		owners   []metav1.OwnerReference
+		want     []metav1.OwnerReference
+	}{
+		{name: "unbound, controlled", owners: []metav1.OwnerReference{other, ctrl}, want: []metav1.OwnerReference{ctrl}},
+		{name: "unbound, no controller", owners: []metav1.OwnerReference{other}},
+		{name: "bound", nodeName: "n1", owners: []metav1.OwnerReference{ctrl}},
+	} {
+		p := boundPod(n)
+		p.Spec.NodeName, p.OwnerReferences = tc.nodeName, tc.owners
+		obj, err := PodTransform(names)(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := obj.(*corev1.Pod).OwnerReferences; !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: owner references %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -60,6 +60,10 @@ func PodTransform(names contract.Names) cache.TransformFunc {
 			Status: corev1.PodStatus{Phase: pod.Status.Phase, StartTime: pod.Status.StartTime},
 		}
 		if pod.Spec.NodeName == "" {
+			// The queue narrows, and requeues, only pods a controller owns.
+			if ref := metav1.GetControllerOfNoCopy(pod); ref != nil {
+				out.OwnerReferences = []metav1.OwnerReference{*ref}
+			}
 			out.Spec.NodeSelector, out.Spec.Tolerations = constraints.of(pod.Spec.NodeSelector, pod.Spec.Tolerations)
 			if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
 				out.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{

@@ -142,7 +142,10 @@ func run(m *testing.M) int {
 	env, err = harness.Start(ctx, harness.Options{Quota: quotaDoc, AuditLog: true,
 		// Gangs of 16 GPUs are held for at once (TestBackfill*); the
 		// other scenarios' workloads are smaller.
-		ExtenderArgs: []string{fmt.Sprintf("--reserve-large-gpus=%d", reserveLargeGPUs)},
+		// Holds lapse after 20 s (5 minutes by default), so that a narrowed
+		// pod no candidate takes is requeued within the scenario
+		// (TestQueueNarrowing); the others bind within seconds of admission.
+		ExtenderArgs: []string{fmt.Sprintf("--reserve-large-gpus=%d", reserveLargeGPUs), "--admission-hold-ttl=20s"},
 		Logf:         func(f string, a ...any) { fmt.Printf("e2e: "+f+"\n", a...) }})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: starting the control plane with Rota: %v\n", err)

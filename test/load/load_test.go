@@ -61,6 +61,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -393,8 +394,12 @@ func runPhase(ctx context.Context, t *testing.T, env *harness.Env, w *bindWatch,
 			t.Fatal(err)
 		}
 	}
+	var owner *metav1.OwnerReference
+	if o.gpu {
+		owner = phaseJob(ctx, t, env, phase)
+	}
 	created := time.Now()
-	createPods(ctx, t, phase, n, func(i int) *corev1.Pod { return loadPod(env, phase, i, o.gpu) }, env)
+	createPods(ctx, t, phase, n, func(i int) *corev1.Pod { return loadPod(env, phase, i, o.gpu, owner) }, env)
 	createRate := float64(n) / time.Since(created).Seconds()
 	w.setExpect(phase, n)
 	started := time.Now()
@@ -473,7 +478,27 @@ func createPods(ctx context.Context, t *testing.T, what string, n int, pod func(
 
 // loadPod is pod i of a phase: GPU-free (100m CPU) or, for Rota, a mix of
 // 10/20/40 GiB memory shares (60%) and 1 or 2 whole GPUs (40%).
-func loadPod(env *harness.Env, phase string, i int, gpu bool) *corev1.Pod {
+// phaseJob creates a suspended Job that a phase's GPU pods name as their
+// controller, as a training Job's pods do (no Job controller runs here: the
+// pods are created directly). The queue orders them by the Job's creation
+// and narrows them at admission, as it does a Job's pods (it narrows no
+// bare pod).
+func phaseJob(ctx context.Context, t *testing.T, env *harness.Env, phase string) *metav1.OwnerReference {
+	t.Helper()
+	suspend := true
+	j, err := env.Client.BatchV1().Jobs(namespace).Create(ctx, &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: phase},
+		Spec: batchv1.JobSpec{Suspend: &suspend, Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "c", Image: "rota.test/none"}}}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("phase %s: its Job: %v", phase, err)
+	}
+	yes := true
+	return &metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: j.Name, UID: j.UID, Controller: &yes}
+}
+
+func loadPod(env *harness.Env, phase string, i int, gpu bool, owner *metav1.OwnerReference) *corev1.Pod {
 	b := harness.Pod(namespace, fmt.Sprintf("%s-%05d", phase, i)).Label("rota.test/phase", phase).CPU("100m")
 	if gpu {
 		switch i % 5 {
@@ -487,6 +512,9 @@ func loadPod(env *harness.Env, phase string, i int, gpu bool) *corev1.Pod {
 	}
 	p := b.Obj()
 	p.Spec.Containers[0].Resources.Requests[corev1.ResourceMemory] = resource.MustParse("64Mi")
+	if owner != nil {
+		p.OwnerReferences = []metav1.OwnerReference{*owner}
+	}
 	return p
 }
 
