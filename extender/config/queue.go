@@ -21,7 +21,8 @@ type Queue struct {
 	// Interval between admission passes.
 	Interval time.Duration `json:"interval"`
 	// AdmitConcurrency is how many admitting updates of one pass are in
-	// flight at once (1: one after the other, in the queue's order).
+	// flight at once (1: one after the other, in the queue's order; more:
+	// in no set order within the pass, each pod's room already held).
 	AdmitConcurrency int `json:"admitConcurrency"`
 	// HoldTTL is how long room stays held for an admitted pod that has not
 	// bound; after it the pod goes wherever it fits.
@@ -76,7 +77,7 @@ type Reserve struct {
 // DefaultQueue is the queue controller's default configuration.
 func DefaultQueue() Queue {
 	return Queue{Enabled: true, Namespace: "rota-system", ConfigMap: "rota-quota", ConfigMapKey: "quota.yaml",
-		Interval: time.Second, AdmitConcurrency: 1, HoldTTL: 5 * time.Minute, NarrowCandidates: 3, ConditionInterval: 10 * time.Second, ConditionQPS: 20,
+		Interval: time.Second, AdmitConcurrency: 16, HoldTTL: 5 * time.Minute, NarrowCandidates: 3, ConditionInterval: 10 * time.Second, ConditionQPS: 20,
 		UrgentPriority: 1000000, Reclaim: true,
 		Reserve: Reserve{Enabled: true, LargeGPUs: 64, MaxAge: 30 * time.Minute, MaxHold: 2 * time.Hour, CoolOff: 30 * time.Minute, Max: 4}}
 }

@@ -116,7 +116,7 @@ func parseFlags(args []string) (config.Config, remediation.Config, error) {
 	fs.StringVar(&cfg.Queue.ConfigMap, "quota-config-map", cfg.Queue.ConfigMap, "quota ConfigMap (the one rota-admission reads); empty admits every team without quota")
 	fs.StringVar(&cfg.Queue.ConfigMapKey, "quota-config-map-key", cfg.Queue.ConfigMapKey, "key of the quota document in the ConfigMap")
 	fs.DurationVar(&cfg.Queue.Interval, "queue-interval", cfg.Queue.Interval, "time between queue admission passes")
-	fs.IntVar(&cfg.Queue.AdmitConcurrency, "queue-admit-concurrency", cfg.Queue.AdmitConcurrency, "admitting updates of one pass in flight at once (1: one after the other, in queue order; more admits a backlog faster, in no set order within a pass)")
+	fs.IntVar(&cfg.Queue.AdmitConcurrency, "queue-admit-concurrency", cfg.Queue.AdmitConcurrency, "admitting updates of one pass in flight at once (1: one after the other, in queue order; more admits a backlog faster, in no set order within a pass: each pod's room is already held)")
 	fs.DurationVar(&cfg.Queue.HoldTTL, "admission-hold-ttl", cfg.Queue.HoldTTL, "how long room stays held for an admitted pod that has not bound")
 	fs.IntVar(&cfg.Queue.NarrowCandidates, "queue-narrow-candidates", cfg.Queue.NarrowCandidates, "narrow an admitted single pod that a controller owns to this many nodes (its held node and the next best), so that kube-scheduler filters only those; one unplaced when its hold lapses is evicted for its controller to recreate (0: never narrow)")
 	fs.DurationVar(&cfg.Queue.ConditionInterval, "queue-condition-interval", cfg.Queue.ConditionInterval, "least time between two Queued condition writes on one pod")
