@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -64,6 +65,10 @@ func New(ctx context.Context, cfg config.Config) (*App, error) {
 	}
 	restCfg.QPS, restCfg.Burst = cfg.KubeQPS, cfg.KubeBurst
 	restCfg.UserAgent = "rota-admission"
+	// Protobuf, as kube-scheduler's client: the API server then encodes the
+	// pod watch events this informer gets in the encoding it makes anyway.
+	restCfg.ContentType = runtime.ContentTypeProtobuf
+	restCfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return nil, fmt.Errorf("building the API client: %w", err)

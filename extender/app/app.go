@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -122,7 +123,7 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 	// (client-go's NewFromKubeconfig uses the same bound).
 	elRest := rest.CopyConfig(base)
 	elRest.Timeout = max(le.RenewDeadline/2, time.Second)
-	elClient, err := kubernetes.NewForConfig(elRest)
+	elClient, err := kubernetes.NewForConfig(protobuf(elRest))
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
@@ -133,7 +134,7 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 	if le.Enabled {
 		partsRest.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &fence{next: rt, until: a.election.deadline} })
 	}
-	client, err := kubernetes.NewForConfig(partsRest)
+	client, err := kubernetes.NewForConfig(protobuf(partsRest))
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
@@ -599,4 +600,16 @@ func (a *App) addQueue(ctx context.Context, cfg config.Config, names contract.Na
 	a.queue = c
 	a.AddLeaderLoop("queue", c.Run)
 	return nil
+}
+
+// protobuf has a typed client speak protobuf, as kube-scheduler's does: the
+// API server encodes each watch event once per encoding its watchers ask
+// for, so a JSON watcher of every pod (the extender's informer) would cost
+// it a JSON encoding of every pod update. Kinds without protobuf (custom
+// resources go through the dynamic and metadata clients) fall back to JSON.
+func protobuf(c *rest.Config) *rest.Config {
+	c = rest.CopyConfig(c)
+	c.ContentType = runtime.ContentTypeProtobuf
+	c.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	return c
 }

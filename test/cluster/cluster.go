@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -458,7 +459,13 @@ func (c *Cluster) writeKubeconfigs(p *pki) error {
 	cfg.QPS, cfg.Burst = 1000, 2000
 	cfg.UserAgent = "rota-test-cluster"
 	c.restConfig = cfg
-	c.client, err = kubernetes.NewForConfig(cfg)
+	// The typed client speaks protobuf, as kube-scheduler and Rota's do, so
+	// that the tests' own watches (make load's bind watch) ask the API
+	// server for no JSON encoding that the parts under test do not.
+	pb := rest.CopyConfig(cfg)
+	pb.ContentType = runtime.ContentTypeProtobuf
+	pb.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	c.client, err = kubernetes.NewForConfig(pb)
 	return err
 }
 

@@ -133,7 +133,7 @@ func TestQueueNarrowing(t *testing.T) {
 	msg, _ := env.LastFailedScheduling(ctx, ns, first.Name)
 	t.Logf("%s unschedulable on its candidates: %s", first.Name, msg)
 
-	pods = waitPods(ctx, t, ns, "the stuck pod evicted and replaced", func(p []corev1.Pod) bool {
+	waitPods(ctx, t, ns, "the stuck pod evicted and replaced", func(p []corev1.Pod) bool {
 		jp := jobPods(p, "stuck")
 		return byName(p, first.Name) == nil && len(jp) == 1 && jp[0].UID != first.UID
 	})
