@@ -20,6 +20,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/rota-sched/rota/pkg/contract"
@@ -96,6 +97,9 @@ func enableQueueing(ctx context.Context, t *testing.T, env *harness.Env) {
 		p := harness.Pod(probeNamespace, fmt.Sprintf("probe-%d", i)).GPUs(1).CPU("100m").Obj()
 		p.Spec.Containers[0].Resources.Requests[corev1.ResourceMemory] = resource.MustParse("64Mi")
 		got, err := env.CreatePod(ctx, p)
+		if apierrors.IsAlreadyExists(err) {
+			continue // queueing was on in an earlier round
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,6 +114,10 @@ func runQueued(ctx context.Context, t *testing.T, env *harness.Env, w *bindWatch
 	t.Helper()
 	enableQueueing(ctx, t, env)
 	res := runPhase(ctx, t, env, w, fmt.Sprintf("rotaq-%d", size), pods, phaseOpts{gpu: true, backlog: true, profile: true})
+	// The next round's rota phase runs with queueing off again.
+	if _, err := env.SetQueueing(ctx, false); err != nil {
+		t.Fatal(err)
+	}
 	return queueResult{phase: res, interval: queueInterval(extArgs)}
 }
 
