@@ -86,14 +86,10 @@ func (c *Controller) stranded(pod *corev1.Pod, now time.Time) (contract.Admissio
 		return contract.Admission{}, false
 	}
 	rec, err := contract.ParseAdmission([]byte(data))
-	if err != nil || len(rec.NarrowedTo) == 0 {
+	if err != nil || len(rec.NarrowedTo) == 0 || rec.Hold == nil { // only a held pod is narrowed
 		return contract.Admission{}, false
 	}
-	lapsed := rec.AdmittedAt.Add(c.o.HoldTTL)
-	if rec.Hold != nil && rec.HoldUntil.After(lapsed) {
-		lapsed = rec.HoldUntil
-	}
-	return rec, !now.Before(lapsed)
+	return rec, !now.Before(rec.HoldUntil)
 }
 
 // requeue evicts stranded pods (Eviction API: the controller sees a
@@ -111,13 +107,14 @@ func (c *Controller) requeue(ctx context.Context, pods []strandedPod, now time.T
 	for _, s := range pods {
 		c.mu.Lock()
 		last, recent := c.requeued[s.pod.UID]
+		due := !recent || now.Sub(last) >= c.o.HoldTTL
+		if due {
+			c.requeued[s.pod.UID] = now
+		}
 		c.mu.Unlock()
-		if recent && now.Sub(last) < c.o.HoldTTL {
+		if !due {
 			continue
 		}
-		c.mu.Lock()
-		c.requeued[s.pod.UID] = now
-		c.mu.Unlock()
 		owner := metav1.GetControllerOf(s.pod)
 		msg := fmt.Sprintf("none of the %d nodes it was narrowed to at admission (%s) took it while its room was held: evicted so that its %s %s creates it again, queued",
 			len(s.rec.NarrowedTo), strings.Join(s.rec.NarrowedTo, ", "), owner.Kind, owner.Name)

@@ -162,41 +162,44 @@ func (e *Extender) holdOne(req placement.Request, snap *ledger.Snapshot, candida
 
 // candidates names the held node (position held) and the nodes that fit
 // best after it, by score then position, Options.HoldCandidates in all.
-// among, when not nil, are the positions to choose from; may, when not
-// nil, says whether the pod may go to a node (checked only for the few
-// chosen, best first).
+// among, when not nil, are the positions to choose from (in order); may,
+// when not nil, says whether the pod may go to a node. One walk keeps the
+// best few: may is asked only of a node that would join them.
 func (e *Extender) candidates(snap *ledger.Snapshot, fits []nodeFit, held int, among []int32, may func(*corev1.Node) bool) []string {
 	names := snap.Names()
-	out := []string{names[held]}
-	want := e.o.HoldCandidates
-	if want <= 1 {
-		return out
-	}
-	var ranked []int32
+	want := e.o.HoldCandidates - 1 // besides the held node
+	var best []int32               // by score, then position
 	consider := func(i int32) {
-		if int(i) != held && fits[i].reason == nil {
-			ranked = append(ranked, i)
-		}
-	}
-	if among != nil {
-		for _, i := range among {
-			consider(i)
-		}
-	} else {
-		for i := range fits {
-			consider(int32(i))
-		}
-	}
-	slices.SortStableFunc(ranked, func(a, b int32) int { return cmp.Compare(fits[b].score, fits[a].score) })
-	for _, i := range ranked {
-		if len(out) == want {
-			break
+		f := &fits[i]
+		if int(i) == held || f.reason != nil || (len(best) == want && f.score <= fits[best[want-1]].score) {
+			return
 		}
 		if may != nil {
 			if node, ok := e.cache.Node(names[i]); !ok || !may(node) {
-				continue
+				return
 			}
 		}
+		at, _ := slices.BinarySearchFunc(best, f.score, func(b int32, score int64) int {
+			return cmp.Compare(score, fits[b].score+1) // after every node of the same score
+		})
+		best = slices.Insert(best, at, i)
+		if len(best) > want {
+			best = best[:want]
+		}
+	}
+	if want > 0 {
+		if among != nil {
+			for _, i := range among {
+				consider(i)
+			}
+		} else {
+			for i := range fits {
+				consider(int32(i))
+			}
+		}
+	}
+	out := []string{names[held]}
+	for _, i := range best {
 		out = append(out, names[i])
 	}
 	return out

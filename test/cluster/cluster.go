@@ -679,9 +679,9 @@ func FreePorts(n int) ([]int, error) {
 		}
 	}()
 	lo, hi := portsBelowEphemeral()
-	for len(ports) < n {
-		addr := "127.0.0.1:0"
-		if hi > lo {
+	for draws := 0; len(ports) < n; draws++ {
+		addr := "127.0.0.1:0" // the kernel chooses, after 100 taken draws too
+		if hi > lo && draws < 100 {
 			addr = "127.0.0.1:" + strconv.Itoa(lo+rand.IntN(hi-lo))
 		}
 		l, err := net.Listen("tcp", addr)

@@ -98,6 +98,20 @@ func followAdmissions(ctx context.Context, t *testing.T, ns string) *admissionLo
 	return l
 }
 
+// deleteJobAtEnd deletes Job name when the test ends. Background: the Job
+// goes at once; its controller lets go of the pods, which setup's cleanup
+// deletes.
+func deleteJobAtEnd(t *testing.T, ns, name string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		bg := metav1.DeletePropagationBackground
+		if err := env.Client.BatchV1().Jobs(ns).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
+			t.Logf("deleting Job %s: %v", name, err)
+		}
+	})
+}
+
 // jobPods are the pods of Job job that are not being deleted.
 func jobPods(pods []corev1.Pod, job string) []corev1.Pod {
 	var out []corev1.Pod
@@ -145,16 +159,7 @@ func TestQueueJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		// Background: the Job goes at once; its controller lets go of the
-		// pods, which setup's cleanup deletes.
-		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		bg := metav1.DeletePropagationBackground
-		if err := env.Client.BatchV1().Jobs(ns).Delete(dctx, "train", metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
-			t.Logf("deleting Job train: %v", err)
-		}
-	})
+	deleteJobAtEnd(t, ns, "train")
 	pods := waitPods(ctx, t, ns, "the Job's 10 pods queued", func(p []corev1.Pod) bool {
 		jp := jobPods(p, "train")
 		return len(jp) == 10 && !slices.ContainsFunc(jp, func(p corev1.Pod) bool { return !gated(&p) || queuedCondition(&p) == nil })
@@ -384,14 +389,7 @@ func TestQueueJobSet(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		bg := metav1.DeletePropagationBackground
-		if err := env.Client.BatchV1().Jobs(ns).Delete(dctx, "suite-workers-0", metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
-			t.Logf("deleting Job suite-workers-0: %v", err)
-		}
-	})
+	deleteJobAtEnd(t, ns, "suite-workers-0")
 	// The queue learns of the JobSet API when it meets the Job's pod (it
 	// asks discovery again at most every 10 s), then puts the pod first.
 	began := time.Now()

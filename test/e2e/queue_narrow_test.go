@@ -51,14 +51,7 @@ func createJob(ctx context.Context, t *testing.T, ns, name string, parallelism i
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		bg := metav1.DeletePropagationBackground
-		if err := env.Client.BatchV1().Jobs(ns).Delete(dctx, name, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
-			t.Logf("deleting Job %s: %v", name, err)
-		}
-	})
+	deleteJobAtEnd(t, ns, name)
 }
 
 // TestQueueNarrowing: the queue narrows a Job's pod at admission to its
