@@ -39,13 +39,16 @@ func (l *Ledger) Check() []error {
 			}
 		}
 	}
+	// Allocations by node, in one walk: a check is linear in nodes plus
+	// allocations, and holds the read lock only that long.
+	onNode := make(map[string][]*Allocation, len(l.nodes))
+	for _, a := range l.allocs {
+		onNode[a.Node] = append(onNode[a.Node], a)
+	}
 	for _, name := range names {
 		ni := l.nodes[name]
 		want := make([]GPUUse, len(ni.Node.GPUs))
-		for _, a := range l.allocs {
-			if a.Node != name {
-				continue
-			}
+		for _, a := range onNode[name] {
 			if ni.Allocs[a.PodUID] != a {
 				errs = append(errs, fmt.Errorf("node %s: allocation of %s missing from the node view", name, nameOr(a)))
 			}
@@ -62,8 +65,8 @@ func (l *Ledger) Check() []error {
 				}
 			}
 		}
-		if len(ni.Allocs) != countOn(l.allocs, name) {
-			errs = append(errs, fmt.Errorf("node %s: node view lists %d allocations, ledger %d", name, len(ni.Allocs), countOn(l.allocs, name)))
+		if len(ni.Allocs) != len(onNode[name]) {
+			errs = append(errs, fmt.Errorf("node %s: node view lists %d allocations, ledger %d", name, len(ni.Allocs), len(onNode[name])))
 		}
 		for s, w := range want {
 			g := ni.Node.GPUs[s]
@@ -173,12 +176,3 @@ func (l *Ledger) Check() []error {
 	return errs
 }
 
-func countOn(allocs map[string]*Allocation, node string) int {
-	c := 0
-	for _, a := range allocs {
-		if a.Node == node {
-			c++
-		}
-	}
-	return c
-}
