@@ -25,7 +25,6 @@ package server
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -333,14 +332,16 @@ func (s *Server) Run(ctx context.Context, h HTTP, ready chan<- net.Addr) error {
 		// The certificates are read now (a bad file fails Run) and re-read
 		// until ctx ends.
 		certs, err := servingtls.Load("rota-extender", servingtls.Files{CertFile: h.TLS.CertFile, KeyFile: h.TLS.KeyFile,
-			ClientCAFile: h.TLS.ClientCAFile}, "http/1.1")
+			ClientCAFile: h.TLS.ClientCAFile}, "h2", "http/1.1")
 		if err != nil {
 			return err
 		}
 		go certs.Run(ctx)
+		// HTTP/2 is offered first: kube-scheduler's extender client
+		// multiplexes its calls on one connection, where over HTTP/1.1 it
+		// keeps two idle connections and opens (and handshakes) a new one
+		// for every concurrent bind beyond them.
 		verbs.srv.TLSConfig = certs.TLSConfig()
-		// HTTP/1.1 only, as over plain HTTP (no ALPN "h2" is offered).
-		verbs.srv.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
 	}
 	ls := []*listener{verbs}
 	if h.OpsListen != "" {

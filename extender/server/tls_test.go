@@ -13,9 +13,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/rota-sched/rota/extender/scheduling"
@@ -368,5 +371,65 @@ func TestSingleListener(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || <-stub.calls != "filter" {
 		t.Errorf("POST /filter = %d", resp.StatusCode)
+	}
+}
+
+// TestVerbsOverOneHTTP2Connection: the verbs listener offers HTTP/2, so a
+// client configured as kube-scheduler's extender client is (client-go's
+// transport defaults, HTTP/2 allowed) makes concurrent calls over a single
+// connection: one TLS handshake, not one per call beyond two idle
+// HTTP/1.1 connections.
+func TestVerbsOverOneHTTP2Connection(t *testing.T) {
+	p := newPKI(t)
+	stub := &stubVerbs{calls: make(chan string, 100)}
+	verbs, _ := runServer(t, New(stub, Options{}), HTTP{OpsListen: "127.0.0.1:0", TLS: p.tls()})
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(p.servingCA)
+	pair, err := tls.X509KeyPair(p.good.CertPEM, p.good.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var handshakes atomic.Int32
+	cfg := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			handshakes.Add(1)
+			return &pair, nil
+		}}
+	c := &http.Client{Timeout: 5 * time.Second, Transport: utilnet.SetTransportDefaults(&http.Transport{TLSClientConfig: cfg})}
+	t.Cleanup(c.CloseIdleConnections)
+	// The first call opens the connection (concurrent first calls may each
+	// dial before one is up); the burst after it shares it.
+	resp, err := c.Post("https://"+verbs+"/bind", "application/json", bytes.NewReader(bindBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	var wg sync.WaitGroup
+	protos := make(chan string, 40)
+	for range 40 {
+		wg.Go(func() {
+			resp, err := c.Post("https://"+verbs+"/bind", "application/json", bytes.NewReader(bindBody))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer resp.Body.Close()
+			io.Copy(io.Discard, resp.Body)
+			protos <- resp.Proto
+		})
+	}
+	wg.Wait()
+	close(protos)
+	for p := range protos {
+		if p != "HTTP/2.0" {
+			t.Fatalf("a call went over %s, want HTTP/2.0", p)
+		}
+	}
+	if n := handshakes.Load(); n != 1 {
+		t.Errorf("41 calls, 40 of them concurrent, took %d TLS handshakes, want 1", n)
+	}
+	if n := len(stub.calls); n != 41 {
+		t.Errorf("the decision layer got %d calls, want 41", n)
 	}
 }
