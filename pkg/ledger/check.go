@@ -175,4 +175,3 @@ func (l *Ledger) Check() []error {
 	}
 	return errs
 }
-
