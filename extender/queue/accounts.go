@@ -45,14 +45,17 @@ func accountsOf(cfg quota.Config, team string, models []string) []quota.Account 
 	return cfg.Accounts(team, models)
 }
 
-// account is the account an admitted pod is charged to: its admission
+// accountOf is the account an admitted pod is charged to: its admission
 // record's, else the first its team and models allow.
-func (c *Controller) account(cfg quota.Config, pod *corev1.Pod, team string) quota.Account {
-	return accountOf(cfg, c.o.Names, pod, team)
+func accountOf(cfg quota.Config, names contract.Names, pod *corev1.Pod, team string) quota.Account {
+	adm, _ := podreq.AdmissionOf(pod, names)
+	return accountFrom(cfg, names, pod, team, adm)
 }
 
-func accountOf(cfg quota.Config, names contract.Names, pod *corev1.Pod, team string) quota.Account {
-	if adm, err := podreq.AdmissionOf(pod, names); err == nil && adm != nil {
+// accountFrom is accountOf with the pod's admission record (nil: none)
+// already read.
+func accountFrom(cfg quota.Config, names contract.Names, pod *corev1.Pod, team string, adm *contract.Admission) quota.Account {
+	if adm != nil {
 		return quota.Account{Team: adm.Team, Model: adm.Model}
 	}
 	models, _ := podreq.GPUModels(pod, names)

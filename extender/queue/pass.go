@@ -12,30 +12,40 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/rota-sched/rota/extender/scheduling"
+	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/placement"
 	"github.com/rota-sched/rota/pkg/podreq"
 	pkgqueue "github.com/rota-sched/rota/pkg/queue"
 	"github.com/rota-sched/rota/pkg/quota"
 )
 
-// parsedRequest is a pod's request as its resource version states it.
+// parsedRequest is a pod's request, and its admission record, as its
+// resource version states them.
 type parsedRequest struct {
 	rv  string
 	req placement.Request
 	err error
+	// adm is the pod's admission record: nil when it has none, or one that
+	// does not parse (the pod's account then follows from its team).
+	adm *contract.Admission
 }
 
-// request parses a pod's request, or takes it from the last pass when the
-// pod did not change since: a pass reads every GPU pod, and most of them
-// are the same as a second ago. It records what it used in next.
-func (c *Controller) request(pod *corev1.Pod, next map[types.UID]parsedRequest) (placement.Request, error) {
+// request parses a pod's request and admission record, or takes them from
+// the last pass when the pod did not change since: a pass reads every GPU
+// pod, and most of them are the same as a second ago. It records what it
+// used in next.
+func (c *Controller) request(pod *corev1.Pod, next map[types.UID]parsedRequest) parsedRequest {
 	if p, ok := c.parsed[pod.UID]; ok && p.rv == pod.ResourceVersion && pod.ResourceVersion != "" {
 		next[pod.UID] = p
-		return p.req, p.err
+		return p
 	}
 	req, err := podreq.FromPod(pod, podreq.Options{Names: c.o.Names, MemoryUnitMiB: c.o.MemoryUnitMiB})
-	next[pod.UID] = parsedRequest{rv: pod.ResourceVersion, req: req, err: err}
-	return req, err
+	p := parsedRequest{rv: pod.ResourceVersion, req: req, err: err}
+	if err == nil {
+		p.adm, _ = podreq.AdmissionOf(pod, c.o.Names)
+	}
+	next[pod.UID] = p
+	return p
 }
 
 // workload is a queued workload with its pods.
@@ -86,10 +96,11 @@ func (c *Controller) collect(cfg quota.Config, now time.Time) *passState {
 		if podreq.Terminal(pod) || pod.DeletionTimestamp != nil || !podreq.Wants(pod, c.o.Names) {
 			continue
 		}
-		req, err := c.request(pod, st.parsed)
-		if err != nil {
+		p := c.request(pod, st.parsed)
+		if p.err != nil {
 			continue // rota-admission refuses these; the extender explains them at filter
 		}
+		req := p.req
 		team := podreq.Team(pod, ns[pod.Namespace], c.o.Names, cfg.AllowPodTeamOverride)
 		if _, known := cfg.Teams[team]; !known && cfg.Policy() == quota.UnlimitedUnknown {
 			cfg = withUnlimited(cfg, team)
@@ -98,7 +109,7 @@ func (c *Controller) collect(cfg quota.Config, now time.Time) *passState {
 		amt := amountOf(req.GPUs, req.MemoryUnits, c.o.MemoryUnitMiB)
 		ref, _ := podreq.GangOf(pod, c.o.Names)
 		if !podreq.Queued(pod, c.o.Names) {
-			c.countAdmitted(st, cfg, pod, req, team, amt, ref, now)
+			c.countAdmitted(st, cfg, pod, req, p.adm, team, amt, ref, now)
 			if rec, ok := c.stranded(pod, now); ok {
 				st.stranded = append(st.stranded, strandedPod{pod: pod, rec: rec})
 			}
@@ -111,10 +122,10 @@ func (c *Controller) collect(cfg quota.Config, now time.Time) *passState {
 
 // countAdmitted charges an admitted pod (ungated, pending or running) to
 // its team's account, and records it as work reclaim may take back.
-func (c *Controller) countAdmitted(st *passState, cfg quota.Config, pod *corev1.Pod, req placement.Request, team string,
-	amt quota.Amount, ref *podreq.GangRef, now time.Time) {
+func (c *Controller) countAdmitted(st *passState, cfg quota.Config, pod *corev1.Pod, req placement.Request, adm *contract.Admission,
+	team string, amt quota.Amount, ref *podreq.GangRef, now time.Time) {
 	in := &st.in
-	acct := c.account(cfg, pod, team)
+	acct := accountFrom(cfg, c.o.Names, pod, team, adm)
 	u := in.Admitted[acct]
 	if pod.Spec.NodeName != "" {
 		u.Running = u.Running.Add(amt)

@@ -229,8 +229,11 @@ type holdMemo struct {
 }
 
 // holdMemoShapes bounds the shapes kept (each costs about 100 bytes per
-// node).
-const holdMemoShapes = 4
+// node: 8 MB for all of them at 5,000 nodes). The queue admits in its own
+// order, which cycles through the shapes waiting: with fewer entries than
+// shapes in that cycle every hold evicts the shape the next one needs and
+// refits every node.
+const holdMemoShapes = 16
 
 type shapeFits struct {
 	req  placement.Request // the shape (placement.Request.SameShape, ShareWithoutMPS)
