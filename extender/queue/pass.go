@@ -148,7 +148,7 @@ func (c *Controller) countAdmitted(st *passState, cfg quota.Config, pod *corev1.
 		st.admittedGangs[ref.Key] = acct
 	}
 	if pod.Spec.NodeName != "" {
-		c.addVictim(st.victims, st.victimPods, pod, ref, acct, amt)
+		c.addVictim(st.victims, st.victimPods, pod, adm, ref, acct, amt)
 	}
 }
 

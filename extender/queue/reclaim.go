@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/podreq"
 	pkgqueue "github.com/rota-sched/rota/pkg/queue"
 	"github.com/rota-sched/rota/pkg/quota"
@@ -19,7 +20,7 @@ import (
 // addVictim records a running admitted pod as reclaimable work: a pod
 // alone, or its whole gang (evicting one member would break it).
 func (c *Controller) addVictim(victims map[string]*pkgqueue.Victim, pods map[string][]*corev1.Pod, pod *corev1.Pod,
-	ref *podreq.GangRef, acct quota.Account, amt quota.Amount) {
+	adm *contract.Admission, ref *podreq.GangRef, acct quota.Account, amt quota.Amount) {
 	key := pod.Namespace + "/" + pod.Name
 	if ref != nil {
 		key = ref.Key
@@ -32,7 +33,7 @@ func (c *Controller) addVictim(victims map[string]*pkgqueue.Victim, pods map[str
 	}
 	v.Amount = v.Amount.Add(amt)
 	v.Preemptible = v.Preemptible && podreq.Preemptible(pod, c.o.Names)
-	if adm, err := podreq.AdmissionOf(pod, c.o.Names); err == nil && adm != nil {
+	if adm != nil {
 		if adm.AdmittedAt.After(v.AdmittedAt) {
 			v.AdmittedAt = adm.AdmittedAt
 		}

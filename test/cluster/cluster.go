@@ -649,7 +649,9 @@ func apiServerArgs(p *pki, etcdURL string, port int) []string {
 		// See the package comment: without kube-controller-manager these two
 		// would reject every pod and keep every new Node tainted.
 		"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
-		"--profiling=false",
+		// ROTA_LOAD_PROFILE_APISERVER=1 (make load) serves /debug/pprof,
+		// to cluster-admin only, for reading where its CPU goes.
+		"--profiling=" + strconv.FormatBool(os.Getenv("ROTA_LOAD_PROFILE_APISERVER") == "1"),
 		"--v=1",
 	}
 }
