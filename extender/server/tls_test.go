@@ -403,7 +403,9 @@ func TestVerbsOverOneHTTP2Connection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	io.Copy(io.Discard, resp.Body)
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		t.Fatal(err)
+	}
 	resp.Body.Close()
 	var wg sync.WaitGroup
 	protos := make(chan string, 40)
@@ -415,7 +417,10 @@ func TestVerbsOverOneHTTP2Connection(t *testing.T) {
 				return
 			}
 			defer resp.Body.Close()
-			io.Copy(io.Discard, resp.Body)
+			if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+				t.Error(err)
+				return
+			}
 			protos <- resp.Proto
 		})
 	}
