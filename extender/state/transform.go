@@ -35,6 +35,7 @@ func PodTransform(names contract.Names) cache.TransformFunc {
 	resources := []corev1.ResourceName{corev1.ResourceName(names.GPU), corev1.ResourceName(names.GPUMemory)}
 	requests := &nodeRequests{}
 	constraints := &placementConstraints{}
+	containers := &containerShapes{}
 	return func(obj any) (any, error) {
 		pod, ok := obj.(*corev1.Pod)
 		if !ok {
@@ -48,8 +49,8 @@ func PodTransform(names contract.Names) cache.TransformFunc {
 			},
 			Spec: corev1.PodSpec{
 				NodeName: pod.Spec.NodeName, Priority: pod.Spec.Priority, SchedulerName: pod.Spec.SchedulerName,
-				InitContainers: trimContainers(pod.Spec.InitContainers, resources),
-				Containers:     trimContainers(pod.Spec.Containers, resources),
+				InitContainers: containers.trim(pod.Spec.InitContainers, resources),
+				Containers:     containers.trim(pod.Spec.Containers, resources),
 				Resources:      requests.of(pod),
 				// The queue reads these: whether the pod is still queued,
 				// and its declared runtime.
@@ -290,21 +291,73 @@ func (in *interner) of(s string) string {
 }
 
 func keep(m map[string]string, keys []string) map[string]string {
-	var out map[string]string
+	n := 0
+	for _, k := range keys {
+		if _, ok := m[k]; ok {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	// Sized to what is kept: a map sized for every key would hold twice
+	// the slots a pod's one or two Rota annotations need.
+	out := make(map[string]string, n)
 	for _, k := range keys {
 		if v, ok := m[k]; ok {
-			if out == nil {
-				out = make(map[string]string, len(keys))
-			}
 			out[k] = v
 		}
 	}
 	return out
 }
 
-// trimContainers keeps, per container, only the Rota resources (and the
-// restart policy that makes an init container a sidecar). Containers that
-// ask for none are dropped; nil when no container asks.
+// containerShapes trims containers to the Rota resources they ask for and
+// shares one read-only copy of identical trimmed lists across pods: a
+// workload's pods all carry the same container names and requests, and a
+// trimmed list of its own (a container and one or two resource maps) costs
+// about 1 KiB per pod. Bounded like nodeRequests: past maxSharedRequests
+// distinct lists, a pod keeps its own. Safe for concurrent use.
+type containerShapes struct {
+	mu     sync.Mutex
+	shared map[string][]corev1.Container
+	key    strings.Builder // guarded by mu
+}
+
+// trim keeps, per container, only the Rota resources (and the restart
+// policy that makes an init container a sidecar). Containers that ask for
+// none are dropped; nil when no container asks.
+func (s *containerShapes) trim(cs []corev1.Container, resources []corev1.ResourceName) []corev1.Container {
+	out := trimContainers(cs, resources)
+	if len(out) == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.key.Reset()
+	for _, c := range out {
+		s.key.WriteString(c.Name)
+		s.key.WriteByte(0)
+		if c.RestartPolicy != nil {
+			s.key.WriteString(string(*c.RestartPolicy))
+		}
+		s.key.WriteByte(0)
+		for _, rl := range []corev1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
+			for _, n := range resources {
+				if q, ok := rl[n]; ok {
+					s.key.WriteString(string(n))
+					s.key.WriteByte('=')
+					s.key.WriteString(q.String())
+				}
+				s.key.WriteByte(0)
+			}
+			s.key.WriteByte(1)
+		}
+		s.key.WriteByte(2)
+	}
+	return share(&s.shared, s.key.String(), out)
+}
+
+// trimContainers is containerShapes.trim without the sharing.
 func trimContainers(cs []corev1.Container, resources []corev1.ResourceName) []corev1.Container {
 	var out []corev1.Container
 	for i := range cs {
