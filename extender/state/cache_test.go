@@ -76,6 +76,47 @@ func TestPodTransformKeepsWhatPodreqReads(t *testing.T) {
 	}
 }
 
+// TestPodTransformSharesContainers: pods whose containers ask the same
+// share one trimmed container list; a pod asking differently (another
+// quantity, another container name) gets its own, with its own values.
+func TestPodTransformSharesContainers(t *testing.T) {
+	_, n := gpuNode()
+	transform := PodTransform(names)
+	trim := func(mutate func(*corev1.Pod)) *corev1.Pod {
+		t.Helper()
+		p := boundPod(n)
+		mutate(p)
+		obj, err := transform(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return obj.(*corev1.Pod)
+	}
+	a := trim(func(*corev1.Pod) {})
+	b := trim(func(p *corev1.Pod) { p.Name, p.UID = "q", "uid-q" })
+	if &a.Spec.Containers[0] != &b.Spec.Containers[0] {
+		t.Error("two pods asking the same keep two trimmed container lists")
+	}
+	more := trim(func(p *corev1.Pod) {
+		p.Spec.Containers[1].Resources.Limits[corev1.ResourceName(names.GPUMemory)] = resource.MustParse("9")
+	})
+	renamed := trim(func(p *corev1.Pod) { p.Spec.Containers[1].Name = "trainer" })
+	for _, p := range []*corev1.Pod{more, renamed} {
+		if &p.Spec.Containers[0] == &a.Spec.Containers[0] {
+			t.Errorf("pod asking %+v shares the list of a pod asking %+v", p.Spec.Containers, a.Spec.Containers)
+		}
+	}
+	if got := more.Spec.Containers[0].Resources.Limits[corev1.ResourceName(names.GPUMemory)]; got.Value() != 9 {
+		t.Errorf("memory limit %v, want 9", got.String())
+	}
+	if got := renamed.Spec.Containers[0].Name; got != "trainer" {
+		t.Errorf("container %q, want trainer", got)
+	}
+	if a.Spec.Containers[0].Name != "main" || len(a.Spec.Containers) != 1 {
+		t.Errorf("shared list changed: %+v", a.Spec.Containers)
+	}
+}
+
 // TestPodTransformKeepsSchedulerReason: an unbound pod keeps
 // kube-scheduler's PodScheduled=False condition (the status page shows it
 // for pods the extender never saw); a bound pod keeps no condition.
