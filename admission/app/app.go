@@ -136,7 +136,10 @@ func NewForClient(ctx context.Context, cfg config.Config, client kubernetes.Inte
 			logger.Error(err, "Ignoring the node's GPU topology annotation", "node", klog.KObj(n))
 		}
 	}
-	a.hasSynced = []cache.InformerSynced{pods.HasSynced, namespaces.HasSynced, nodes.HasSynced}
+	// Ready waits on each handler's registration, not the informer: an
+	// informer has synced once its store holds the initial list, its
+	// handlers (the view that quota and "can never run" read) only once they
+	// have been handed all of it.
 	for _, reg := range []struct {
 		inf cache.SharedIndexInformer
 		h   cache.ResourceEventHandler
@@ -145,9 +148,11 @@ func NewForClient(ctx context.Context, cfg config.Config, client kubernetes.Inte
 		{namespaces, handler(v.UpsertNamespace, func(_, name string) { v.DeleteNamespace(name) })},
 		{nodes, handler(upsertNode, func(_, name string) { v.DeleteNode(name) })},
 	} {
-		if _, err := reg.inf.AddEventHandler(reg.h); err != nil {
+		r, err := reg.inf.AddEventHandler(reg.h)
+		if err != nil {
 			return nil, err
 		}
+		a.hasSynced = append(a.hasSynced, r.HasSynced)
 	}
 
 	if cfg.ConfigMap == "" {
@@ -160,8 +165,7 @@ func NewForClient(ctx context.Context, cfg config.Config, client kubernetes.Inte
 		}))
 	a.factories = append(a.factories, cmFactory)
 	cms := cmFactory.Core().V1().ConfigMaps().Informer()
-	a.hasSynced = append(a.hasSynced, cms.HasSynced)
-	if _, err := cms.AddEventHandler(handler(func(cm *corev1.ConfigMap) {
+	r, err := cms.AddEventHandler(handler(func(cm *corev1.ConfigMap) {
 		if cm.Name == cfg.ConfigMap { // the fake clientset ignores field selectors
 			loader.apply(logger, cm)
 		}
@@ -169,17 +173,19 @@ func NewForClient(ctx context.Context, cfg config.Config, client kubernetes.Inte
 		if name == cfg.ConfigMap {
 			loader.apply(logger, nil)
 		}
-	})); err != nil {
+	}))
+	if err != nil {
 		return nil, err
 	}
+	a.hasSynced = append(a.hasSynced, r.HasSynced)
 	return a, nil
 }
 
 // View is the app's usage view (for tests and the benchmark).
 func (a *App) View() *view.View { return a.view }
 
-// informersSynced reports whether every informer has delivered its
-// initial list.
+// informersSynced reports whether every informer's handlers have been
+// handed its initial list.
 func (a *App) informersSynced() bool {
 	for _, s := range a.hasSynced {
 		if !s() {
