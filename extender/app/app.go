@@ -290,7 +290,7 @@ func (a *App) addServer(cfg config.Config, logger klog.Logger) {
 	}
 	a.status = ui.New(uo)
 	so := server.Options{MaxBodyBytes: cfg.MaxBodyBytes, Metrics: a.metrics, Logger: logger, UI: a.status,
-		Profiling: cfg.Profiling}
+		Profiling: cfg.Profiling, Pods: a.cache.Pod}
 	if cfg.LeaderElection.Enabled {
 		so.Serving = a.election.Serving
 	}

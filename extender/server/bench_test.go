@@ -18,10 +18,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/rota-sched/rota/extender/binder"
 	"github.com/rota-sched/rota/extender/metrics"
@@ -298,4 +300,75 @@ func BenchmarkHeap5kNodes50kPods(b *testing.B) {
 		b.ReportMetric(mib, "heap-MiB")
 		bc.stop()
 	}
+}
+
+// BenchmarkFilterRequestDecode decodes one filter request as kube-scheduler
+// sends it: the pod whole (a Job's training pod with its managed fields,
+// environment and volumes) and 3 node names (a pod the queue narrowed) or
+// 1,000.
+// "informer": the informer holds the same version of the pod, so only its
+// identity is read; "whole": it does not (or Options.Pods is unset), so the
+// pod is decoded.
+func BenchmarkFilterRequestDecode(b *testing.B) {
+	p := schedulerPod()
+	cached := p.DeepCopy()
+	for _, nodes := range []int{3, 1000} {
+		names := make([]string, nodes)
+		for i := range names {
+			names[i] = fmt.Sprintf("load-%05d", i)
+		}
+		body, err := json.Marshal(args(p, names...))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, bc := range []struct {
+			name string
+			pods func(string, string) (*corev1.Pod, bool)
+		}{
+			{"informer", func(string, string) (*corev1.Pod, bool) { return cached, true }},
+			{"whole", nil},
+		} {
+			b.Run(fmt.Sprintf("%dnodes/%s", nodes, bc.name), func(b *testing.B) {
+				s := New(nil, Options{MaxBodyBytes: 16 << 20, Logger: klog.Background(), Pods: bc.pods})
+				b.ReportAllocs()
+				b.SetBytes(int64(len(body)))
+				for b.Loop() {
+					r := httptest.NewRequest(http.MethodPost, "/filter", bytes.NewReader(body))
+					got, err := s.extenderArgs(httptest.NewRecorder(), r, "filter")
+					if err != nil || got.Pod == nil || len(*got.NodeNames) != len(names) {
+						b.Fatalf("decoded %+v, %v", got, err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// schedulerPod is a pod as kube-scheduler holds it: a Job's GPU pod with a
+// resourceVersion, managed fields of its creator and of the queue, and the
+// environment, volumes and probes of a training container.
+func schedulerPod() *corev1.Pod {
+	p := fixture.Pod("load", "train-0").MemoryMiB(40 * gib).Obj()
+	p.UID, p.ResourceVersion = "0b6d3f4e-7c1a-4b8e-9a51-2f0c5d7e8a90", "123456"
+	p.Labels = map[string]string{"app": "train", "batch.kubernetes.io/job-name": "train", "example.com/team": "ml"}
+	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "train", UID: "4c1f", Controller: ptr.To(true)}}
+	fields := []byte(`{"f:metadata":{"f:labels":{".":{},"f:app":{},"f:batch.kubernetes.io/job-name":{}},"f:ownerReferences":{}},"f:spec":{"f:containers":{"k:{\"name\":\"main\"}":{".":{},"f:env":{},"f:image":{},"f:resources":{}}}}}`)
+	for _, m := range []string{"kube-controller-manager", "rota-queue"} {
+		p.ManagedFields = append(p.ManagedFields, metav1.ManagedFieldsEntry{Manager: m, Operation: metav1.ManagedFieldsOperationUpdate,
+			APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: fields}})
+	}
+	c := &p.Spec.Containers[0]
+	c.Image = "registry.example.com/ml/train:2026.11"
+	c.Command = []string{"torchrun", "--nproc-per-node=1", "train.py", "--config=/etc/train/config.yaml"}
+	for i := range 20 {
+		c.Env = append(c.Env, corev1.EnvVar{Name: fmt.Sprintf("TRAIN_SETTING_%02d", i), Value: "some-value-of-a-setting"})
+	}
+	c.VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}, {Name: "config", MountPath: "/etc/train"}}
+	c.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}}}
+	p.Spec.Volumes = []corev1.Volume{
+		{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}},
+		{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "train"}}}},
+	}
+	p.Spec.Tolerations = []corev1.Toleration{{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}}
+	return p
 }

@@ -62,7 +62,7 @@ func newFixture(t testing.TB, o fixtureOpts, objs ...runtime.Object) *served {
 func serve(e *schedulingtest.Env) *served {
 	f := &served{t: e.T, env: e, ctx: e.Ctx, client: e.Client, api: e.API, ledger: e.Ledger, cache: e.Cache,
 		ext: e.Ext, recorder: e.Recorder, clock: e.Clock}
-	f.handler = New(e.Ext, Options{MaxBodyBytes: 16 << 20, Metrics: e.Metrics, Logger: klog.FromContext(e.Ctx)}).Handler()
+	f.handler = New(e.Ext, Options{MaxBodyBytes: 16 << 20, Metrics: e.Metrics, Logger: klog.FromContext(e.Ctx), Pods: e.Cache.Pod}).Handler()
 	f.srv = httptest.NewServer(f.handler)
 	e.T.Cleanup(f.srv.Close)
 	return f

@@ -35,6 +35,8 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
@@ -73,6 +75,12 @@ type Options struct {
 	// Queue, when set, serves the queue's positions under /debug/queue
 	// (extender/queue).
 	Queue http.Handler
+	// Pods, when set, looks a pod up in the extender's informer (its
+	// trimmed copy, see state.PodTransform). Filter and prioritize then
+	// decode only the identity of the pod kube-scheduler sends and use the
+	// cached copy when it is the same version (UID and resourceVersion);
+	// otherwise, and without Pods, the pod in the request is decoded whole.
+	Pods func(namespace, name string) (*corev1.Pod, bool)
 }
 
 // Server routes the extender's HTTP endpoints.
@@ -173,22 +181,83 @@ func (s *Server) observe(verb string, start time.Time) {
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, verb string, v any) error {
 	body := http.MaxBytesReader(w, r.Body, s.o.MaxBodyBytes)
 	err := json.NewDecoder(body).Decode(v)
-	if err == nil {
-		return nil
-	}
-	kind := "BadJSON"
 	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
-		kind = "TooLarge"
-		err = fmt.Errorf("%s: request body is larger than %d bytes (raise --max-body-bytes)", verb, s.o.MaxBodyBytes)
-	} else {
-		err = fmt.Errorf("%s: request body is not valid extender/v1 JSON: %w", verb, err)
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &tooLarge):
+		return s.refused(r, verb, "TooLarge",
+			fmt.Errorf("%s: request body is larger than %d bytes (raise --max-body-bytes)", verb, s.o.MaxBodyBytes))
+	default:
+		return s.badJSON(r, verb, err)
 	}
+}
+
+// badJSON refuses a request whose body, or the pod in it, does not decode.
+func (s *Server) badJSON(r *http.Request, verb string, err error) error {
+	return s.refused(r, verb, "BadJSON", fmt.Errorf("%s: request body is not valid extender/v1 JSON: %w", verb, err))
+}
+
+// refused counts and logs a request refused before it reached the verb.
+func (s *Server) refused(r *http.Request, verb, kind string, err error) error {
 	if s.o.Metrics != nil {
 		s.o.Metrics.HTTPErrors.WithLabelValues(verb, kind).Inc()
 	}
 	klog.FromContext(r.Context()).V(2).Info("Bad extender request", "verb", verb, "err", err)
 	return err
+}
+
+// verbArgs is extenderv1.ExtenderArgs with the pod kept undecoded: most of
+// a filter request's bytes are the pod kube-scheduler sends, whole, while
+// the informer already holds the parts the extender reads (extenderArgs).
+type verbArgs struct {
+	Pod       json.RawMessage  `json:"pod"`
+	Nodes     *corev1.NodeList `json:"nodes,omitempty"`
+	NodeNames *[]string        `json:"nodenames,omitempty"`
+}
+
+// podIdentity is what extenderArgs reads of the request's pod before it
+// looks the pod up.
+type podIdentity struct {
+	Metadata struct {
+		Namespace       string    `json:"namespace"`
+		Name            string    `json:"name"`
+		UID             types.UID `json:"uid"`
+		ResourceVersion string    `json:"resourceVersion"`
+	} `json:"metadata"`
+}
+
+// extenderArgs decodes a filter or prioritize request. The pod is the
+// informer's copy when Options.Pods holds the same version of it (same UID
+// and resourceVersion: the same object, trimmed to what the extender reads,
+// which is also what bind reads), else the request's own, decoded whole. A
+// body that does not decode is refused as decode refuses it.
+func (s *Server) extenderArgs(w http.ResponseWriter, r *http.Request, verb string) (*extenderv1.ExtenderArgs, error) {
+	var raw verbArgs
+	if err := s.decode(w, r, verb, &raw); err != nil {
+		return nil, err
+	}
+	args := &extenderv1.ExtenderArgs{Nodes: raw.Nodes, NodeNames: raw.NodeNames}
+	if len(raw.Pod) == 0 || string(raw.Pod) == "null" {
+		return args, nil
+	}
+	if s.o.Pods != nil {
+		var id podIdentity
+		if err := json.Unmarshal(raw.Pod, &id); err != nil {
+			return nil, s.badJSON(r, verb, err)
+		}
+		m := id.Metadata
+		if cached, ok := s.o.Pods(m.Namespace, m.Name); ok && m.UID != "" && m.ResourceVersion != "" &&
+			cached.UID == m.UID && cached.ResourceVersion == m.ResourceVersion {
+			args.Pod = cached
+			return args, nil
+		}
+	}
+	args.Pod = &corev1.Pod{}
+	if err := json.Unmarshal(raw.Pod, args.Pod); err != nil {
+		return nil, s.badJSON(r, verb, err)
+	}
+	return args, nil
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -199,22 +268,22 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func (s *Server) filter(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	defer s.observe("filter", time.Now())
-	var args extenderv1.ExtenderArgs
-	if err := s.decode(w, r, "filter", &args); err != nil {
+	args, err := s.extenderArgs(w, r, "filter")
+	if err != nil {
 		writeJSON(w, http.StatusOK, &extenderv1.ExtenderFilterResult{Error: err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, s.verbs.Filter(s.ctx(r, "filter"), &args))
+	writeJSON(w, http.StatusOK, s.verbs.Filter(s.ctx(r, "filter"), args))
 }
 
 func (s *Server) prioritize(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	defer s.observe("prioritize", time.Now())
-	var args extenderv1.ExtenderArgs
-	if err := s.decode(w, r, "prioritize", &args); err != nil {
+	args, err := s.extenderArgs(w, r, "prioritize")
+	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	out, err := s.verbs.Prioritize(s.ctx(r, "prioritize"), &args)
+	out, err := s.verbs.Prioritize(s.ctx(r, "prioritize"), args)
 	if err != nil {
 		http.Error(w, "prioritize: "+err.Error(), http.StatusBadRequest)
 		return

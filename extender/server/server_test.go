@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/types"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/rota-sched/rota/test/fixture"
@@ -86,6 +87,52 @@ func TestDebugPods(t *testing.T) {
 	}
 }
 
+// Filter and prioritize answer for the informer's copy of the pod when the
+// request's pod is the same version of it (UID and resourceVersion), and
+// decode the request's pod otherwise. To tell the two apart, the request
+// carries a pod that asks for more than any GPU holds under the cached
+// pod's UID and resourceVersion.
+func TestVerbsUseTheInformersPod(t *testing.T) {
+	f := newFixture(t, fixtureOpts{}, node("empty", 2, 80, 1, "leaf-a"))
+	cached := fixture.Pod("default", "a").MemoryMiB(40 * gib).Obj()
+	cached.ResourceVersion = "7"
+	f.env.CreatePod(cached)
+	got, ok := f.cache.Pod("default", "a")
+	if !ok || got.ResourceVersion == "" {
+		t.Fatalf("informer holds %+v (ok %v), want the pod with a resourceVersion", got, ok)
+	}
+	tests := []struct {
+		name     string
+		uid, rv  string
+		wantFits bool
+	}{
+		{"same version: the informer's pod", string(got.UID), got.ResourceVersion, true},
+		{"another version: the request's pod", string(got.UID), got.ResourceVersion + "0", false},
+		{"another pod of that name: the request's pod", "other-uid", got.ResourceVersion, false},
+		{"no resourceVersion: the request's pod", string(got.UID), "", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			sent := fixture.Pod("default", "a").MemoryMiB(81 * gib).Obj()
+			sent.UID, sent.ResourceVersion = types.UID(tc.uid), tc.rv
+			var fr extenderv1.ExtenderFilterResult
+			if code := f.post("/filter", args(sent, "empty"), &fr); code != http.StatusOK {
+				t.Fatalf("filter status %d", code)
+			}
+			if fits := len(deref(fr.NodeNames)) == 1; fits != tc.wantFits {
+				t.Errorf("filter passed %v (error %q), want the node passed: %v", deref(fr.NodeNames), fr.Error, tc.wantFits)
+			}
+			var pl extenderv1.HostPriorityList
+			if code := f.post("/prioritize", args(sent, "empty"), &pl); code != http.StatusOK {
+				t.Fatalf("prioritize status %d", code)
+			}
+			if scored := len(pl) == 1 && pl[0].Score > 0; scored != tc.wantFits {
+				t.Errorf("prioritize = %+v, want the node scored above 0: %v", pl, tc.wantFits)
+			}
+		})
+	}
+}
+
 func TestFilterBadBodies(t *testing.T) {
 	f := newFixture(t, fixtureOpts{})
 	tests := []struct {
@@ -97,6 +144,9 @@ func TestFilterBadBodies(t *testing.T) {
 	}{
 		{"filter malformed", "/filter", []byte(`{"Pod": [`), http.StatusOK, "filter: request body is not valid extender/v1 JSON"},
 		{"filter no pod", "/filter", []byte(`{}`), http.StatusOK, "filter: the request names no pod"},
+		{"filter null pod", "/filter", []byte(`{"pod": null, "nodenames": ["a"]}`), http.StatusOK, "filter: the request names no pod"},
+		{"filter pod not an object", "/filter", []byte(`{"pod": 5}`), http.StatusOK, "filter: request body is not valid extender/v1 JSON"},
+		{"filter pod metadata wrong type", "/filter", []byte(`{"pod": {"metadata": {"name": 5}}}`), http.StatusOK, "filter: request body is not valid extender/v1 JSON"},
 		{"filter too large", "/filter", append([]byte(`{"NodeNames":["`), bytes.Repeat([]byte("a"), 17<<20)...), http.StatusOK, "larger than 16777216 bytes"},
 		{"bind malformed", "/bind", []byte(`nope`), http.StatusOK, "bind: request body is not valid extender/v1 JSON"},
 		{"bind empty", "/bind", []byte(`{}`), http.StatusOK, "bind: podName, podNamespace, podUID and node are required"},
