@@ -52,6 +52,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -423,6 +424,7 @@ func runPhase(ctx context.Context, t *testing.T, env *harness.Env, w *bindWatch,
 	if o.profile {
 		prof = startProfiler(ctx, t, env, phase)
 	}
+	apiProf := profileAPIServer(ctx, t, env, phase)
 	limit := 5 * time.Minute
 	if d, err := time.ParseDuration(os.Getenv("ROTA_LOAD_PHASE_LIMIT")); err == nil {
 		limit = d
@@ -434,6 +436,7 @@ func runPhase(ctx context.Context, t *testing.T, env *harness.Env, w *bindWatch,
 	if prof != nil {
 		res.profile, res.passes = prof.stop(ctx, t)
 	}
+	apiProf()
 	if res.bound < n {
 		t.Errorf("phase %s: %d of %d pods bound within %s of kube-scheduler's start", phase, res.bound, n, limit)
 	}
@@ -441,6 +444,34 @@ func runPhase(ctx context.Context, t *testing.T, env *harness.Env, w *bindWatch,
 	t.Logf("phase %s: %d pods created at %.0f/s; %d bound at %.1f pods/s (first bind %.1fs after kube-scheduler started); load average %s",
 		phase, n, createRate, res.bound, res.rate, w.first(phase).Sub(started).Seconds(), strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "))
 	return res
+}
+
+// profileAPIServer keeps kube-apiserver's CPU profile of the phase's first
+// 10 s (from kube-scheduler's start) in profileDir, with
+// ROTA_LOAD_PROFILE_APISERVER=1, for reading by hand (go tool pprof): it is
+// not in the summary. The returned func waits for it.
+func profileAPIServer(ctx context.Context, t *testing.T, env *harness.Env, phase string) (wait func()) {
+	t.Helper()
+	if os.Getenv("ROTA_LOAD_PROFILE_APISERVER") != "1" {
+		return func() {}
+	}
+	dir := profileDir()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		raw, err := env.Client.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "10").
+			Timeout(time.Minute).DoRaw(ctx)
+		if err == nil {
+			err = os.MkdirAll(dir, 0o755)
+		}
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, phase+"-kube-apiserver.pb.gz"), raw, 0o644)
+		}
+		if err != nil {
+			t.Logf("kube-apiserver CPU profile: %v", err)
+		}
+	}()
+	return func() { <-done }
 }
 
 // createPods creates pods pod(0) .. pod(n-1) with workers in parallel, in

@@ -377,20 +377,6 @@ func startProfiler(ctx context.Context, t *testing.T, env *harness.Env, phase st
 		os.Remove(f)
 	}
 	p := &profiler{done: make(chan struct{})}
-	if os.Getenv("ROTA_LOAD_PROFILE_APISERVER") == "1" {
-		// kube-apiserver's own CPU profile over the phase's first 20 s, for
-		// reading by hand (go tool pprof): it is not in the summary.
-		p.wg.Go(func() {
-			raw, err := env.Client.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "20").
-				Timeout(time.Minute).DoRaw(ctx)
-			if err == nil {
-				err = os.WriteFile(filepath.Join(dir, phase+"-kube-apiserver.pb.gz"), raw, 0o644)
-			}
-			if err != nil {
-				t.Logf("kube-apiserver CPU profile: %v", err)
-			}
-		})
-	}
 	p.wg.Go(func() {
 		for i := 0; ; i++ {
 			select {
