@@ -62,8 +62,9 @@ func (c *Controller) admit(ctx context.Context, wl *workload, now time.Time) {
 			continue
 		}
 		ok++
-		c.event(pod, corev1.EventTypeNormal, "Admitted", fmt.Sprintf("admitted to team %s after %s in the queue%s",
-			wl.acct, waited.Round(time.Second), where(wl.hold)))
+		c.events.admitted(pod, wl.acct.String(), lazyString(func() string {
+			return fmt.Sprintf("admitted to team %s after %s in the queue%s", wl.acct, waited.Round(time.Second), where(wl.hold))
+		}), waited)
 	}
 	if ok == 0 {
 		return

@@ -127,6 +127,9 @@ type Controller struct {
 	teams   map[string]TeamStatus
 	// restored is set once the first pass held the recorded reservations.
 	restored bool
+	// events gathers the current pass's Queued and Admitted events (only
+	// Pass replaces it; passes never run at once).
+	events *passEvents
 }
 
 type condWrite struct {
@@ -173,7 +176,7 @@ func New(o Options) (*Controller, error) {
 		o.ReclaimCooldown = time.Minute
 	}
 	c := &Controller{o: o, now: o.Now, written: map[types.UID]condWrite{}, seen: map[types.UID]bool{}, reclaimed: map[string]time.Time{}, requeued: map[types.UID]time.Time{},
-		status: map[string]queuedPod{}, ungated: map[types.UID]*corev1.Pod{}, teams: map[string]TeamStatus{}}
+		status: map[string]queuedPod{}, ungated: map[types.UID]*corev1.Pod{}, teams: map[string]TeamStatus{}, events: newPassEvents()}
 	if c.now == nil {
 		c.now = time.Now
 	}

@@ -187,6 +187,8 @@ func (c *Controller) Pass(ctx context.Context) { c.pass(ctx) }
 // MaxAdmissionsPerPass.
 func (c *Controller) pass(ctx context.Context) (full bool) {
 	logger := klog.FromContext(ctx)
+	c.events = newPassEvents()
+	defer c.emitEvents(c.events)
 	now := c.now()
 	q, ok := c.o.Quota()
 	if !ok {

@@ -30,6 +30,9 @@ type lazyMessage struct {
 	s     string
 }
 
+// lazyString is a message formatted when first read.
+func lazyString(build func() string) *lazyMessage { return &lazyMessage{build: build} }
+
 func (l *lazyMessage) String() string {
 	l.once.Do(func() { l.s = l.build() })
 	return l.s
@@ -77,7 +80,7 @@ func (c *Controller) report(ctx context.Context, in pkgqueue.Input, res pkgqueue
 			status[k] = queuedPod{msg: msg, pos: Position{Pod: k, Workload: key, Team: wl.w.Team, Position: st.Position, Of: st.Of,
 				Reason: string(st.Reason), Waiting: now.Sub(wl.w.Created).Seconds(),
 				Reservation: reservation, ExpectedStart: start}}
-			c.condition(ctx, pod, string(st.Reason), msg, now)
+			c.condition(ctx, pod, wl.w.Team, string(st.Reason), msg, now)
 		}
 	}
 	oldest := map[string]float64{}
@@ -130,14 +133,14 @@ func shareOf(in pkgqueue.Input, team string) float64 {
 
 // condition writes the Queued condition when its message changed, at most
 // once per ConditionInterval per pod and within the cluster-wide rate.
-func (c *Controller) condition(ctx context.Context, pod *corev1.Pod, reason string, lazy *lazyMessage, now time.Time) {
+func (c *Controller) condition(ctx context.Context, pod *corev1.Pod, team, reason string, lazy *lazyMessage, now time.Time) {
 	c.mu.Lock()
 	last, wrote := c.written[pod.UID]
 	first := !c.seen[pod.UID]
 	c.seen[pod.UID] = true
 	c.mu.Unlock()
 	if first {
-		c.event(pod, corev1.EventTypeNormal, "Queued", lazy.String())
+		c.events.queued(pod, team, lazy)
 	}
 	if wrote && now.Sub(last.at) < c.o.ConditionInterval {
 		return

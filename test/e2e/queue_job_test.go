@@ -306,6 +306,28 @@ func TestQueueJob(t *testing.T) {
 	if reasons["SuccessfulCreate"] < 11 {
 		t.Errorf("Job events %v, want at least 11 SuccessfulCreate (10 pods and the replacement)", reasons)
 	}
+	// The queue's Admitted events of the Job's pods are the Job's, one per
+	// pass, naming the pods; the pods get none of their own.
+	var admitted []string
+	for _, e := range evs.Items {
+		if e.Reason == "Admitted" && e.Source.Component == "rota-extender" {
+			admitted = append(admitted, e.Message)
+		}
+	}
+	for _, p := range done {
+		if !slices.ContainsFunc(admitted, func(m string) bool {
+			return strings.Contains(m, " "+p.Name+",") || strings.Contains(m, " "+p.Name+";")
+		}) {
+			t.Errorf("no Admitted event of Job train names %s: %q", p.Name, admitted)
+		}
+		own, err := env.PodEvents(ctx, ns, p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.ContainsFunc(own, func(e corev1.Event) bool { return e.Reason == "Admitted" }) {
+			t.Errorf("Job pod %s has an Admitted event of its own; the Job's should name it", p.Name)
+		}
+	}
 	waits := []string{}
 	for _, n := range []string{want[0], replacement.Name, "late"} {
 		p := byName(pods, n)
