@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rota-sched/rota/kubectl/report"
+	"github.com/rota-sched/rota/pkg/contract"
 )
 
 // w collects writes and keeps the first error.
@@ -61,6 +62,12 @@ func (p *printer) whyText(out io.Writer, w report.Why) error {
 	kv.row(p.stateColor(w.Quota.State), "Quota:", quotaLine(w.Quota))
 	if q := w.Queued; q != nil {
 		kv.row(yellow, "Queue:", orDash(q.Reason)+": "+orDash(q.Message))
+	}
+	switch {
+	case w.Admitted != nil:
+		kv.row(plain, "Admitted:", admittedLine(w.Admitted))
+	case w.AdmissionError != "":
+		kv.row(red, "Admitted:", "the admission record does not parse: "+w.AdmissionError)
 	}
 	if w.Placed != nil {
 		kv.row(plain, "Placed:", placedLine(w.Placed))
@@ -194,6 +201,31 @@ func quotaLine(q report.TeamQuota) string {
 		s += " (" + q.Note + ")"
 	}
 	return s
+}
+
+// admittedLine says when and to which team the queue admitted a pod, how
+// long it waited, where its GPUs were held and which nodes it was narrowed
+// to.
+func admittedLine(a *contract.Admission) string {
+	team := orDash(a.Team)
+	if a.Model != "" {
+		team += " (" + a.Model + ")"
+	}
+	line := fmt.Sprintf("to team %s at %s", team, a.AdmittedAt.Format(time.RFC3339))
+	if a.QueuedFor != "" {
+		line += " after " + a.QueuedFor + " in the queue"
+	}
+	if h := a.Hold; h != nil {
+		idx := make([]string, len(h.GPUs))
+		for i, g := range h.GPUs {
+			idx[i] = fmt.Sprint(g.Index)
+		}
+		line += fmt.Sprintf("; GPUs held on %s (GPU %s) until %s", h.Node, strings.Join(idx, ","), a.HoldUntil.Format(time.RFC3339))
+	}
+	if len(a.NarrowedTo) > 0 {
+		line += "; narrowed to " + strings.Join(a.NarrowedTo, ", ")
+	}
+	return line
 }
 
 func placedLine(pl *report.Placed) string {

@@ -121,6 +121,9 @@ type podSpec struct {
 	gangSize int
 	labels   map[string]string
 	priority int32
+	// queuedFor: the queue admitted the pod after this long, holding the
+	// GPUs it is bound to (its admission record); 0: no record.
+	queuedFor time.Duration
 }
 
 func (b *builder) pod(s podSpec) {
@@ -173,6 +176,16 @@ func (b *builder) pod(s podSpec) {
 			panic(err)
 		}
 		p.Annotations[names.AssignmentAnnotation] = string(data)
+		if s.queuedFor > 0 {
+			at := ago(s.age - s.queuedFor).Time
+			adm := contract.Admission{Version: contract.Version, AdmittedAt: at, QueuedFor: s.queuedFor.String(),
+				Team: p.Namespace, Hold: &as, HoldUntil: at.Add(5 * time.Minute), NarrowedTo: []string{s.node}}
+			data, err := adm.Marshal()
+			if err != nil {
+				panic(err)
+			}
+			p.Annotations[names.AdmissionAnnotation] = string(data)
+		}
 	} else {
 		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
 			Reason: corev1.PodReasonUnschedulable, LastTransitionTime: ago(s.age - time.Second)}}
@@ -233,7 +246,8 @@ func Objects() []runtime.Object {
 		b.pod(s)
 	}
 	// h100-b1: vision whole GPUs 0,1; a 40 GiB vision share on GPU 2; GPU 5 unhealthy.
-	b.pod(podSpec{ns: "vision", name: "resnet-ddp-0", age: 26 * time.Hour, gpus: 2, node: "h100-b1", on: []int{0, 1}})
+	b.pod(podSpec{ns: "vision", name: "resnet-ddp-0", age: 26 * time.Hour, gpus: 2, node: "h100-b1", on: []int{0, 1},
+		queuedFor: 95 * time.Second})
 	b.pod(podSpec{ns: "vision", name: "notebook-ana", age: 50 * time.Hour, memGiB: 40, node: "h100-b1", on: []int{2}})
 	// h100-b2: research 4 whole GPUs (island 1), speech 2 whole GPUs, two shares.
 	b.pod(podSpec{ns: "research", name: "sweep-0", age: 5 * time.Hour, gpus: 4, node: "h100-b2", on: []int{4, 5, 6, 7}})

@@ -45,6 +45,13 @@ type Why struct {
 	// the queue controller's Queued condition, position and what it waits
 	// for. Live positions: kubectl rota queue --extender-url.
 	Queued *QueuedPod `json:"queued,omitempty"`
+	// Admitted is the pod's admission record, once the queue admitted it:
+	// its team, when, how long it waited, where its GPUs were held and the
+	// nodes it was narrowed to. (For a pod a controller owns, the Queued
+	// and Admitted events are its controller's.)
+	Admitted *contract.Admission `json:"admitted,omitempty"`
+	// AdmissionError says why the admission record does not parse.
+	AdmissionError string `json:"admissionError,omitempty"`
 	// Notes are further things worth knowing.
 	Notes []string `json:"notes,omitempty"`
 }
@@ -161,6 +168,11 @@ func (c *Cluster) why(p *corev1.Pod, listMembers bool) Why {
 	w := Why{Pod: podKey(p), Phase: podPhase(p), SubmittedAt: p.CreationTimestamp.UTC(), Age: c.age(p.CreationTimestamp.Time),
 		Team: c.teamOf(p), TeamSource: c.teamSource(p)}
 	w.Quota = c.teamQuota(w.Team)
+	if adm, err := podreq.AdmissionOf(p, c.o.Names); err != nil {
+		w.AdmissionError = err.Error()
+	} else {
+		w.Admitted = adm
+	}
 	wants := podreq.Wants(p, c.o.Names)
 	r, reqErr := podreq.FromPod(p, podreq.Options{Names: c.o.Names, MemoryUnitMiB: c.o.MemoryUnitMiB})
 	switch {
