@@ -44,6 +44,11 @@
 //     ROTA_LOAD_GATED_FOREIGN=1 it first adds N GPU-free pods held by a
 //     gate that is not Rota's and runs the plain phase with them (plainf):
 //     kube-scheduler's own cost of gated pods, apart from the queue's.
+//
+// ROTA_LOAD_PROFILE_ROTA=1 keeps rota-extender's CPU profiles of the rota
+// phase too (bin/load-profiles/rota-<nodes>-NN.pb.gz), and
+// ROTA_LOAD_PROFILE_APISERVER=1 kube-apiserver's of every phase's first
+// 10 s; both are for reading by hand (go tool pprof).
 package load
 
 import (
@@ -128,7 +133,8 @@ func TestSchedulingThroughput(t *testing.T) {
 	schedCfg := extconfig.SchedulerConfig(harness.ExtenderURLPlaceholder, "{{.Kubeconfig}}", schedOpts...)
 	queueing := os.Getenv("ROTA_LOAD_QUEUEING") == "1"
 	gated := envInt("ROTA_LOAD_GATED", 0)
-	if (queueing || gated > 0) && !slices.Contains(extArgs, "--profiling") {
+	profileRota := os.Getenv("ROTA_LOAD_PROFILE_ROTA") == "1"
+	if (queueing || gated > 0 || profileRota) && !slices.Contains(extArgs, "--profiling") {
 		// The queue's share of the extender's CPU comes from its profiles.
 		extArgs = append(extArgs, "--profiling")
 	}
@@ -169,7 +175,7 @@ func TestSchedulingThroughput(t *testing.T) {
 		before := scrape(ctx, t, env)
 		r.plain = runPhase(ctx, t, env, w, fmt.Sprintf("plain-%d", size), pods, phaseOpts{})
 		mid := scrape(ctx, t, env)
-		r.rota = runPhase(ctx, t, env, w, fmt.Sprintf("rota-%d", size), pods, phaseOpts{gpu: true})
+		r.rota = runPhase(ctx, t, env, w, fmt.Sprintf("rota-%d", size), pods, phaseOpts{gpu: true, profile: profileRota})
 		after := scrape(ctx, t, env)
 		if n := after.count("filter") - mid.count("filter"); n == 0 {
 			t.Errorf("%d nodes: the extender answered no filter call for GPU pods", size)
