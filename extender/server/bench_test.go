@@ -352,10 +352,10 @@ func schedulerPod() *corev1.Pod {
 	p.UID, p.ResourceVersion = "0b6d3f4e-7c1a-4b8e-9a51-2f0c5d7e8a90", "123456"
 	p.Labels = map[string]string{"app": "train", "batch.kubernetes.io/job-name": "train", "example.com/team": "ml"}
 	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "train", UID: "4c1f", Controller: ptr.To(true)}}
-	fields := []byte(`{"f:metadata":{"f:labels":{".":{},"f:app":{},"f:batch.kubernetes.io/job-name":{}},"f:ownerReferences":{}},"f:spec":{"f:containers":{"k:{\"name\":\"main\"}":{".":{},"f:env":{},"f:image":{},"f:resources":{}}}}}`)
+	fields := `{"f:metadata":{"f:labels":{".":{},"f:app":{},"f:batch.kubernetes.io/job-name":{}},"f:ownerReferences":{}},"f:spec":{"f:containers":{"k:{\"name\":\"main\"}":{".":{},"f:env":{},"f:image":{},"f:resources":{}}}}}`
 	for _, m := range []string{"kube-controller-manager", "rota-queue"} {
 		p.ManagedFields = append(p.ManagedFields, metav1.ManagedFieldsEntry{Manager: m, Operation: metav1.ManagedFieldsOperationUpdate,
-			APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: fields}})
+			APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(fields)})
 	}
 	c := &p.Spec.Containers[0]
 	c.Image = "registry.example.com/ml/train:2026.11"
