@@ -69,8 +69,18 @@ func SchedulerProfile(extenderURL, kubeconfigPath string, opts ...SchedulerOptio
 	for _, p := range ProfileDisabledScorePlugins {
 		disabled = append(disabled, configv1.Plugin{Name: p})
 	}
+	var o SchedulerOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	all, name := int32(100), "default-scheduler"
 	cfg.PercentageOfNodesToScore = &all
+	if p := o.PercentageOfNodesToScore; p != nil {
+		cfg.PercentageOfNodesToScore = p
+		if *p == 0 {
+			cfg.PercentageOfNodesToScore = nil // kube-scheduler's adaptive default
+		}
+	}
 	cfg.Profiles = []configv1.KubeSchedulerProfile{{
 		SchedulerName: &name,
 		Plugins:       &configv1.Plugins{Score: configv1.PluginSet{Disabled: disabled}},

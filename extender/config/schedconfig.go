@@ -41,6 +41,10 @@ type SchedulerOptions struct {
 	Burst int
 	// TLS, when set, turns on enableHTTPS with this tlsConfig.
 	TLS *SchedulerTLS
+	// PercentageOfNodesToScore, when set, is SchedulerProfile's
+	// percentageOfNodesToScore instead of 100; 0 leaves it to
+	// kube-scheduler's adaptive default.
+	PercentageOfNodesToScore *int32
 }
 
 // SchedulerTLS is the tlsConfig of kube-scheduler's extender entry: the
@@ -92,6 +96,11 @@ func WithGPUFreePods(on bool) SchedulerOption {
 // WithClientRate sets the scheduler client's QPS and burst.
 func WithClientRate(qps, burst int) SchedulerOption {
 	return func(o *SchedulerOptions) { o.QPS, o.Burst = qps, burst }
+}
+
+// WithPercentageOfNodesToScore sets SchedulerOptions.PercentageOfNodesToScore.
+func WithPercentageOfNodesToScore(p int32) SchedulerOption {
+	return func(o *SchedulerOptions) { o.PercentageOfNodesToScore = &p }
 }
 
 // WithTLS makes the scheduler call the extender over HTTPS with a client

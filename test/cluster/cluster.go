@@ -344,8 +344,21 @@ func (c *Cluster) StopScheduler() error {
 	return c.scheduler.Stop(stopGrace)
 }
 
+// SetSchedulerConfig renders tmpl as Options.SchedulerConfig is rendered
+// and writes it as kube-scheduler's configuration: the next StartScheduler
+// runs with it.
+func (c *Cluster) SetSchedulerConfig(tmpl string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	config, err := schedulerConfig(tmpl, c.SchedulerKubeconfig, c.opts.Extender, c.opts.ExtenderTLS)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(c.Dir, "scheduler-config.yaml"), config, 0o600)
+}
+
 // StartScheduler starts kube-scheduler (again) with the configuration Start
-// wrote, and waits until it reports ready.
+// (or SetSchedulerConfig) wrote, and waits until it reports ready.
 func (c *Cluster) StartScheduler(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -45,6 +45,11 @@
 //     gate that is not Rota's and runs the plain phase with them (plainf):
 //     kube-scheduler's own cost of gated pods, apart from the queue's.
 //
+// kube-scheduler runs with its own defaults in the plain phases and with
+// the chart's configuration (extender/config.SchedulerProfile, e.g.
+// percentageOfNodesToScore) in the GPU phases; ROTA_LOAD_ROTA_PROFILE=0
+// runs the GPU phases with kube-scheduler's defaults too.
+//
 // ROTA_LOAD_PROFILE_ROTA=1 keeps rota-extender's CPU profiles of the rota
 // phase too (bin/load-profiles/rota-<nodes>-NN.pb.gz), and
 // ROTA_LOAD_PROFILE_APISERVER=1 kube-apiserver's of every phase's first
@@ -131,6 +136,15 @@ func TestSchedulingThroughput(t *testing.T) {
 		schedOpts = append(schedOpts, extconfig.WithFilterBestOnly())
 	}
 	schedCfg := extconfig.SchedulerConfig(harness.ExtenderURLPlaceholder, "{{.Kubeconfig}}", schedOpts...)
+	// The plain phases run kube-scheduler with its own defaults; the GPU
+	// phases with the chart's configuration (extender/config.SchedulerProfile:
+	// percentageOfNodesToScore, the score plugins), less gpuFreePods, which
+	// changes nothing for pods that all ask for GPUs.
+	phaseSchedulers.plain, phaseSchedulers.gpu = schedCfg, schedCfg
+	if os.Getenv("ROTA_LOAD_ROTA_PROFILE") != "0" {
+		phaseSchedulers.gpu = extconfig.SchedulerProfile(harness.ExtenderURLPlaceholder, "{{.Kubeconfig}}",
+			append([]extconfig.SchedulerOption{extconfig.WithGPUFreePods(false)}, schedOpts...)...)
+	}
 	queueing := os.Getenv("ROTA_LOAD_QUEUEING") == "1"
 	gated := envInt("ROTA_LOAD_GATED", 0)
 	profileRota := os.Getenv("ROTA_LOAD_PROFILE_ROTA") == "1"
@@ -171,7 +185,10 @@ func TestSchedulingThroughput(t *testing.T) {
 			t.Logf("%d nodes ready (%d added in %.1fs, %.0f nodes/s)", size, size-have, took.Seconds(), float64(size-have)/took.Seconds())
 			have = size
 		}
-		r := round{nodes: size, pods: pods, extArgs: strings.Join(extArgs, " ")}
+		r := round{nodes: size, pods: pods, extArgs: strings.Join(extArgs, " "), gpuScheduler: "the chart's profile"}
+		if phaseSchedulers.gpu == phaseSchedulers.plain {
+			r.gpuScheduler = "kube-scheduler's defaults"
+		}
 		before := scrape(ctx, t, env)
 		r.plain = runPhase(ctx, t, env, w, fmt.Sprintf("plain-%d", size), pods, phaseOpts{})
 		mid := scrape(ctx, t, env)
@@ -261,6 +278,7 @@ func (p phaseResult) perPod(counts map[string]float64, scale, min float64, unit 
 type round struct {
 	nodes, pods    int
 	extArgs        string
+	gpuScheduler   string // the GPU phases' kube-scheduler configuration
 	plain, rota    phaseResult
 	queue          *queueResult
 	gated          *gatedResult
@@ -287,8 +305,8 @@ func (r round) String() string {
 	if args == "" {
 		args = "defaults"
 	}
-	return fmt.Sprintf("%d nodes x %d GPUs, %d pods per phase, rota-extender flags: %s: plain scheduler %.1f pods/s (%d/%d bound in %.1fs), with Rota's extender %.1f pods/s (%d/%d in %.1fs); ratio %.2f (%s the 0.8 target); extender filter p50 %s p99 %s, prioritize p50 %s p99 %s, bind p50 %s p99 %s; peak RSS rota-extender %.0f MiB, rota-admission %.0f MiB; pod creation %.0f/%.0f pods/s; CPU per 1,000 pods plain: %s; with Rota: %s; API requests per pod plain: %s; with Rota: %s",
-		r.nodes, gpusPer, r.pods, args, r.plain.rate, r.plain.bound, r.plain.total, r.plain.span.Seconds(),
+	return fmt.Sprintf("%d nodes x %d GPUs, %d pods per phase, rota-extender flags: %s, GPU phases' kube-scheduler configuration: %s: plain scheduler %.1f pods/s (%d/%d bound in %.1fs), with Rota's extender %.1f pods/s (%d/%d in %.1fs); ratio %.2f (%s the 0.8 target); extender filter p50 %s p99 %s, prioritize p50 %s p99 %s, bind p50 %s p99 %s; peak RSS rota-extender %.0f MiB, rota-admission %.0f MiB; pod creation %.0f/%.0f pods/s; CPU per 1,000 pods plain: %s; with Rota: %s; API requests per pod plain: %s; with Rota: %s",
+		r.nodes, gpusPer, r.pods, args, r.gpuScheduler, r.plain.rate, r.plain.bound, r.plain.total, r.plain.span.Seconds(),
 		r.rota.rate, r.rota.bound, r.rota.total, r.rota.span.Seconds(), ratio, verdict,
 		ms(r.latency["filter"][0]), ms(r.latency["filter"][1]), ms(r.latency["prioritize"][0]), ms(r.latency["prioritize"][1]),
 		ms(r.latency["bind"][0]), ms(r.latency["bind"][1]),
@@ -376,6 +394,10 @@ func jsonPatch(key, value string) ([]byte, error) {
 	return fmt.Appendf(nil, `{"metadata":{"annotations":{%s:%s}}}`, strconv.Quote(key), strconv.Quote(value)), nil
 }
 
+// phaseSchedulers are kube-scheduler's configurations for the phases of
+// GPU-free pods (plain) and of GPU pods (gpu); set once by the test.
+var phaseSchedulers struct{ plain, gpu string }
+
 // phaseOpts say what a phase creates and measures.
 type phaseOpts struct {
 	// gpu: the pods ask for GPUs (loadPod).
@@ -411,6 +433,13 @@ func runPhase(ctx context.Context, t *testing.T, env *harness.Env, w *bindWatch,
 	w.setExpect(phase, n)
 	started := time.Now()
 	cpu0, req0 := cpuTimes(env), apiRequests(ctx, t, env)
+	sched := phaseSchedulers.plain
+	if o.gpu {
+		sched = phaseSchedulers.gpu
+	}
+	if err := env.SetSchedulerConfig(sched); err != nil {
+		t.Fatal(err)
+	}
 	if err := env.Cluster.StartScheduler(ctx); err != nil {
 		t.Fatal(err)
 	}

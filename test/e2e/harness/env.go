@@ -297,8 +297,14 @@ func Start(ctx context.Context, o Options) (_ *Env, err error) {
 const extenderURLPlaceholder = "http://rota-extender.invalid"
 
 // ExtenderURLPlaceholder stands for the extender's URL in
-// Options.SchedulerConfig; Start replaces it.
+// Options.SchedulerConfig and SetSchedulerConfig; they replace it.
 const ExtenderURLPlaceholder = extenderURLPlaceholder
+
+// SetSchedulerConfig makes cfg (as Options.SchedulerConfig) kube-scheduler's
+// configuration from its next start (Cluster.StartScheduler) on.
+func (e *Env) SetSchedulerConfig(cfg string) error {
+	return e.Cluster.SetSchedulerConfig(strings.ReplaceAll(cfg, extenderURLPlaceholder, e.VerbsURL))
+}
 
 // setupIdentities creates SystemNamespace and decides who each Rota binary
 // runs as: the admin, or (default) its chart ServiceAccount, after applying
