@@ -40,11 +40,17 @@ var ProfileDisabledScorePlugins = []string{"NodeResourcesBalancedAllocation", "I
 // without Rota takes CPU that GPU pods on that node need, and strands its
 // GPUs; see the replay figures in README.md) plus
 //
-//   - percentageOfNodesToScore: 100. By default kube-scheduler stops
-//     filtering once it has found max(100, (50 - nodes/125)%) feasible
-//     nodes (about 40 % of a 1,213-node fleet), starting where the previous
-//     cycle stopped: the extender would then choose among a rotating sample
-//     and miss the best node most of the time;
+//   - percentageOfNodesToScore left to kube-scheduler's adaptive default
+//     (WithPercentageOfNodesToScore sets it): it stops filtering once it
+//     has found max(100, (50 - nodes/125)%, 5%) feasible nodes (about 40 %
+//     of a 1,213-node fleet, 10 % of 5,000), starting where the previous
+//     cycle stopped, so the extender chooses among a rotating sample. With
+//     100 (every node) the openb replay allocated 95.45 % of GPUs against
+//     95.37 % with the default, while at 5,000 nodes kube-scheduler and
+//     the extender then spent 27 and 10 ms of CPU per pod that the queue
+//     does not narrow (make load: 37.5 pods/s against 277.7 plain; README,
+//     "The scheduler profile"). Pods the queue narrows see only their few
+//     candidates either way;
 //   - the default profile with ProfileDisabledScorePlugins off and
 //     NodeResourcesFit scoring MostAllocated on cpu and memory.
 //
@@ -73,13 +79,9 @@ func SchedulerProfile(extenderURL, kubeconfigPath string, opts ...SchedulerOptio
 	for _, opt := range opts {
 		opt(&o)
 	}
-	all, name := int32(100), "default-scheduler"
-	cfg.PercentageOfNodesToScore = &all
-	if p := o.PercentageOfNodesToScore; p != nil {
+	name := "default-scheduler"
+	if p := o.PercentageOfNodesToScore; p != nil && *p > 0 {
 		cfg.PercentageOfNodesToScore = p
-		if *p == 0 {
-			cfg.PercentageOfNodesToScore = nil // kube-scheduler's adaptive default
-		}
 	}
 	cfg.Profiles = []configv1.KubeSchedulerProfile{{
 		SchedulerName: &name,

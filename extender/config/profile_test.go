@@ -42,8 +42,11 @@ func TestSchedulerProfile(t *testing.T) {
 	if err := yaml.Unmarshal([]byte(out), &cfg); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if cfg.PercentageOfNodesToScore != 100 {
-		t.Errorf("percentageOfNodesToScore = %d", cfg.PercentageOfNodesToScore)
+	if cfg.PercentageOfNodesToScore != 0 || strings.Contains(out, "percentageOfNodesToScore") {
+		t.Errorf("percentageOfNodesToScore = %d, want it left to kube-scheduler's adaptive default", cfg.PercentageOfNodesToScore)
+	}
+	if w := SchedulerProfile("http://x", "/k", WithPercentageOfNodesToScore(100)); !strings.Contains(w, "percentageOfNodesToScore: 100\n") {
+		t.Errorf("WithPercentageOfNodesToScore(100) ignored:\n%s", w)
 	}
 	if len(cfg.Extenders) != 1 || cfg.Extenders[0].Weight != ProfileWeight || cfg.Extenders[0].URLPrefix != "http://127.0.0.1:8888" ||
 		cfg.Extenders[0].BindVerb != "bind" || cfg.Extenders[0].FilterVerb != "filter" {

@@ -41,8 +41,8 @@ type SchedulerOptions struct {
 	Burst int
 	// TLS, when set, turns on enableHTTPS with this tlsConfig.
 	TLS *SchedulerTLS
-	// PercentageOfNodesToScore, when set, is SchedulerProfile's
-	// percentageOfNodesToScore instead of 100; 0 leaves it to
+	// PercentageOfNodesToScore, when above 0, is SchedulerProfile's
+	// percentageOfNodesToScore (100: every node); unset or 0 leaves it to
 	// kube-scheduler's adaptive default.
 	PercentageOfNodesToScore *int32
 }

@@ -14,9 +14,9 @@ import (
 	"github.com/rota-sched/rota/pkg/podreq"
 )
 
-// Narrowing. kube-scheduler filters every node for every pod (the profile's
-// percentageOfNodesToScore: 100, so that the extender sees the whole
-// cluster), which at thousands of nodes is most of its cost. For a pod the
+// Narrowing. kube-scheduler filters hundreds of nodes for every pod (every
+// node with percentageOfNodesToScore: 100), which at thousands of nodes is
+// most of its cost. For a pod the
 // queue admits with room held, the ledger already knows where it goes: the
 // admitting update gives it a required node affinity with one
 // metadata.name term per candidate (its held node and the next best that

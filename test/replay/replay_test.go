@@ -46,7 +46,7 @@ var (
 	flagLimit    = flag.Int("limit", 0, "replay only the first N arrivals (0: all)")
 	flagBest     = flag.Bool("filter-best-only", true, "start rota-extender with --filter-best-only")
 	flagProfile  = flag.Bool("profile", true, "use extender/config.SchedulerProfile (false: SchedulerConfig)")
-	flagPercent  = flag.Int("percentage-of-nodes-to-score", 100, "the profile's percentageOfNodesToScore (0: kube-scheduler's adaptive default)")
+	flagPercent  = flag.Int("percentage-of-nodes-to-score", 0, "the profile's percentageOfNodesToScore (0: kube-scheduler's adaptive default, the profile's own; 100: every node)")
 	flagOut      = flag.String("out", "", "folder for report.md and <policy>.csv (empty: the test's temp folder)")
 	flagPods     = flag.String("pods", "testdata/openb/openb_pod_list_default.csv", "pod list, relative to the repository root")
 	flagNodes    = flag.String("nodes", "testdata/openb/openb_node_list_gpu_node.csv", "node list, relative to the repository root")
