@@ -15,7 +15,9 @@ import (
 // fuzzFixture is one extender with a used node, a free node and a bound
 // low-priority pod, shared by a fuzz target's runs.
 func fuzzFixture(f *testing.F) *served {
-	objs := append(halfUsed(), node("empty", 8, 80, 4, "leaf-a"), pending(),
+	versioned := pending() // versioned: informerPodSeed's requests name it
+	versioned.ResourceVersion = "5"
+	objs := append(halfUsed(), node("empty", 8, 80, 4, "leaf-a"), versioned,
 		member("g0", 2), member("g1", 2))
 	return newFixture(f, fixtureOpts{}, objs...)
 }
@@ -66,13 +68,28 @@ func FuzzFilter(f *testing.F) {
 		mustJSON(args(member("g0", 2), "half", "empty")),
 		mustJSON(&extenderv1.ExtenderArgs{Pod: fixture.Pod("default", "x").GPUs(2).Obj()}))
 	fx := fuzzFixture(f)
+	informerPodSeed(f, fx)
 	f.Fuzz(func(t *testing.T, body []byte) { fuzzPost(t, fx, "/filter", body, true) })
 }
 
 func FuzzPrioritize(f *testing.F) {
 	seeds(f, mustJSON(args(fixture.Pod("default", "a").MemoryMiB(4*gib).Obj(), "half", "empty")), mustJSON(args(fixture.Pod("default", "b").GPUs(1).Obj(), "empty")))
 	fx := fuzzFixture(f)
+	informerPodSeed(f, fx)
 	f.Fuzz(func(t *testing.T, body []byte) { fuzzPost(t, fx, "/prioritize", body, false) })
+}
+
+// informerPodSeed adds a request whose pod has the identity (UID and
+// resourceVersion) of the informer's copy of the fixture's pending pod, so
+// that the engine starts from the path that reads the informer's pod.
+func informerPodSeed(f *testing.F, fx *served) {
+	p, ok := fx.cache.Pod("default", "pending")
+	if !ok || p.ResourceVersion == "" {
+		f.Fatalf("the informer holds no versioned default/pending (%v): the seed would not take the informer's path", ok)
+	}
+	sent := pending()
+	sent.UID, sent.ResourceVersion = p.UID, p.ResourceVersion
+	f.Add(mustJSON(args(sent, "half", "empty")))
 }
 
 func FuzzBind(f *testing.F) {
