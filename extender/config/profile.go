@@ -75,14 +75,7 @@ func SchedulerProfile(extenderURL, kubeconfigPath string, opts ...SchedulerOptio
 	for _, p := range ProfileDisabledScorePlugins {
 		disabled = append(disabled, configv1.Plugin{Name: p})
 	}
-	var o SchedulerOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
 	name := "default-scheduler"
-	if p := o.PercentageOfNodesToScore; p != nil && *p > 0 {
-		cfg.PercentageOfNodesToScore = p
-	}
 	cfg.Profiles = []configv1.KubeSchedulerProfile{{
 		SchedulerName: &name,
 		Plugins:       &configv1.Plugins{Score: configv1.PluginSet{Disabled: disabled}},

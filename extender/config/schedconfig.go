@@ -41,7 +41,7 @@ type SchedulerOptions struct {
 	Burst int
 	// TLS, when set, turns on enableHTTPS with this tlsConfig.
 	TLS *SchedulerTLS
-	// PercentageOfNodesToScore, when above 0, is SchedulerProfile's
+	// PercentageOfNodesToScore, when above 0, is the configuration's
 	// percentageOfNodesToScore (100: every node); unset or 0 leaves it to
 	// kube-scheduler's adaptive default.
 	PercentageOfNodesToScore *int32
@@ -174,9 +174,14 @@ func schedulerConfiguration(extenderURL, kubeconfigPath string, opts ...Schedule
 	if !o.FilterBestOnly {
 		ext.PrioritizeVerb, ext.Weight = "prioritize", max(o.Weight, 1)
 	}
+	var percentage *int32
+	if p := o.PercentageOfNodesToScore; p != nil && *p > 0 {
+		percentage = p
+	}
 	leaderElect := false
 	return &configv1.KubeSchedulerConfiguration{
-		TypeMeta: metav1.TypeMeta{APIVersion: configv1.SchemeGroupVersion.String(), Kind: "KubeSchedulerConfiguration"},
+		PercentageOfNodesToScore: percentage,
+		TypeMeta:                 metav1.TypeMeta{APIVersion: configv1.SchemeGroupVersion.String(), Kind: "KubeSchedulerConfiguration"},
 		ClientConnection: componentbaseconfigv1alpha1.ClientConnectionConfiguration{
 			Kubeconfig: kubeconfigPath, QPS: float32(o.QPS), Burst: int32(o.Burst),
 		},

@@ -93,14 +93,10 @@ func (e *passEvents) add(pod *corev1.Pod, reason, team string, msg fmt.Stringer,
 	o.minWait, o.maxWait = min(o.minWait, waited), max(o.maxWait, waited)
 }
 
-// emit hands the gathered events to record (nil: they are dropped) and
-// returns how many it handed.
-func (e *passEvents) emit(record func(obj runtime.Object, typ, reason, msg string)) int {
+// emit hands the gathered events to record.
+func (e *passEvents) emit(record func(obj runtime.Object, typ, reason, msg string)) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if record == nil {
-		return 0
-	}
 	for _, p := range e.pods {
 		record(p.pod, corev1.EventTypeNormal, p.reason, p.msg)
 	}
@@ -108,7 +104,6 @@ func (e *passEvents) emit(record func(obj runtime.Object, typ, reason, msg strin
 		o := e.owners[k]
 		record(&o.ref, corev1.EventTypeNormal, k.reason, o.message(k))
 	}
-	return len(e.pods) + len(e.order)
 }
 
 // message says what happened to the owner's pods in the pass, for
@@ -136,11 +131,9 @@ func (o *ownerEvent) message(k ownerKey) string {
 		len(o.pods), noun, k.team, waited, names)
 }
 
-// emitEvents records a pass's gathered events.
+// emitEvents records a pass's gathered events (none without a Recorder).
 func (c *Controller) emitEvents(e *passEvents) {
-	if c.o.Recorder == nil {
-		e.emit(nil)
-		return
+	if c.o.Recorder != nil {
+		e.emit(c.o.Recorder.Event)
 	}
-	e.emit(c.o.Recorder.Event)
 }

@@ -16,8 +16,7 @@ import (
 
 // Narrowing. kube-scheduler filters hundreds of nodes for every pod (every
 // node with percentageOfNodesToScore: 100), which at thousands of nodes is
-// most of its cost. For a pod the
-// queue admits with room held, the ledger already knows where it goes: the
+// most of its cost. For a pod the queue admits with room held, the ledger already knows where it goes: the
 // admitting update gives it a required node affinity with one
 // metadata.name term per candidate (its held node and the next best that
 // fit it, Options.Narrow), which NodeAffinity's PreFilter turns into a node

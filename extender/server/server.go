@@ -246,11 +246,11 @@ func (s *Server) extenderArgs(w http.ResponseWriter, r *http.Request, verb strin
 		if err := json.Unmarshal(raw.Pod, &id); err != nil {
 			return nil, s.badJSON(r, verb, err)
 		}
-		m := id.Metadata
-		if cached, ok := s.o.Pods(m.Namespace, m.Name); ok && m.UID != "" && m.ResourceVersion != "" &&
-			cached.UID == m.UID && cached.ResourceVersion == m.ResourceVersion {
-			args.Pod = cached
-			return args, nil
+		if m := id.Metadata; m.UID != "" && m.ResourceVersion != "" {
+			if cached, ok := s.o.Pods(m.Namespace, m.Name); ok && cached.UID == m.UID && cached.ResourceVersion == m.ResourceVersion {
+				args.Pod = cached
+				return args, nil
+			}
 		}
 	}
 	args.Pod = &corev1.Pod{}

@@ -243,12 +243,8 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 
-	config, err := schedulerConfig(opts.SchedulerConfig, c.SchedulerKubeconfig, opts.Extender, opts.ExtenderTLS)
+	schedConfigFile, err := c.writeSchedulerConfig(opts.SchedulerConfig)
 	if err != nil {
-		return nil, err
-	}
-	schedConfigFile := filepath.Join(c.Dir, "scheduler-config.yaml")
-	if err := os.WriteFile(schedConfigFile, config, 0o600); err != nil {
 		return nil, err
 	}
 	c.scheduler = newProcess(schedulerBin,
@@ -350,11 +346,19 @@ func (c *Cluster) StopScheduler() error {
 func (c *Cluster) SetSchedulerConfig(tmpl string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	_, err := c.writeSchedulerConfig(tmpl)
+	return err
+}
+
+// writeSchedulerConfig renders tmpl (schedulerConfig) into the file
+// kube-scheduler reads at its start, and returns the file's path.
+func (c *Cluster) writeSchedulerConfig(tmpl string) (string, error) {
 	config, err := schedulerConfig(tmpl, c.SchedulerKubeconfig, c.opts.Extender, c.opts.ExtenderTLS)
 	if err != nil {
-		return err
+		return "", err
 	}
-	return os.WriteFile(filepath.Join(c.Dir, "scheduler-config.yaml"), config, 0o600)
+	path := filepath.Join(c.Dir, "scheduler-config.yaml")
+	return path, os.WriteFile(path, config, 0o600)
 }
 
 // StartScheduler starts kube-scheduler (again) with the configuration Start
