@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -158,11 +159,11 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 	// The cache comes first: every other part reads it. Its events go to
 	// parts built after it through hub, whose fields New fills in below;
 	// events only flow once Run starts the informers.
-	hub := &events{ctx: ctx, serving: a.serving}
+	hub := &events{ctx: ctx, serving: a.serving, names: names}
 	a.cache, err = state.New(ctx, state.Options{
 		Names: names, Tiers: tiers, Ledger: a.ledger,
 		Nodes: a.nodeFactory.Core().V1().Nodes().Informer(), Pods: pods,
-		OnRelease: hub.released, OnPodFailed: hub.podFailed, Adjust: hub.adjust,
+		OnRelease: hub.released, OnPodFailed: hub.podFailed, Adjust: hub.adjust, OnForgedAssignment: hub.forgedAssignment,
 		DefaultRuntime: cfg.Queue.Reserve.DefaultRuntime,
 	})
 	if err != nil {
@@ -184,6 +185,7 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 	}
 	a.broadcaster = record.NewBroadcaster(record.WithContext(ctx))
 	recorder := a.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "rota-extender"})
+	hub.recorder = recorder
 
 	// With the queue on, the quota configuration is read once, by the queue
 	// controller and by the preempt verb's guard alike.
@@ -239,7 +241,8 @@ func (a *App) addMetrics(hub *events, workload placement.Workload) {
 		Problems: func() map[string]int64 {
 			s := a.cache.Stats()
 			return map[string]int64{"invalid_topology": s.InvalidTopology, "invalid_assignment": s.InvalidAssignment,
-				"restore_conflict": s.RestoreConflicts, "unaccounted": s.Unaccounted}
+				"restore_conflict": s.RestoreConflicts, "unaccounted": s.Unaccounted,
+				"forged_assignment": s.ForgedAssignment}
 		},
 		GangsWaiting: hub.gangsWaiting,
 		Pending:      func() (int, time.Duration) { return a.cache.Pending(time.Now()) },
@@ -529,6 +532,23 @@ type events struct {
 	extender    *scheduling.Extender
 	remediation *remediation.Controller // nil when remediation is off
 	podFailures *prometheus.CounterVec
+	recorder    record.EventRecorder
+	names       contract.Names
+}
+
+// forgedAssignment tells the pod's owner, on the leader, that the change
+// to its assignment record is not believed.
+func (h *events) forgedAssignment(pod *corev1.Pod, committed ledger.Allocation) {
+	if h.recorder == nil || !h.serving() {
+		return
+	}
+	uuids := make([]string, len(committed.GPUs))
+	for i, g := range committed.GPUs {
+		uuids[i] = g.UUID
+	}
+	h.recorder.Eventf(pod, corev1.EventTypeWarning, contract.ReasonForgedRecord,
+		"Annotation %s was changed or removed by someone other than Rota; it is not believed: the pod holds %s on node %s, as the extender committed at bind",
+		h.names.AssignmentAnnotation, strings.Join(uuids, ","), committed.Node)
 }
 
 // released: GPUs came free, so gangs waiting for room are requeued.

@@ -3,6 +3,7 @@ package queue
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -45,24 +46,37 @@ func accountsOf(cfg quota.Config, team string, models []string) []quota.Account 
 	return cfg.Accounts(team, models)
 }
 
-// accountOf is the account an admitted pod is charged to: its admission
-// record's, else the first its team and models allow.
+// accountOf is the account an admitted pod is charged to (accountFrom with
+// the pod's admission record read here).
 func accountOf(cfg quota.Config, names contract.Names, pod *corev1.Pod, team string) quota.Account {
 	adm, _ := podreq.AdmissionOf(pod, names)
-	return accountFrom(cfg, names, pod, team, adm)
+	acct, _ := accountFrom(cfg, names, pod, team, adm)
+	return acct
 }
 
-// accountFrom is accountOf with the pod's admission record (nil: none)
-// already read.
-func accountFrom(cfg quota.Config, names contract.Names, pod *corev1.Pod, team string, adm *contract.Admission) quota.Account {
-	if adm != nil {
-		return quota.Account{Team: adm.Team, Model: adm.Model}
-	}
+// accountFrom is the account an admitted pod is charged to: its admission
+// record's (adm, nil: none) when the record names the pod's own team and
+// an account that team and the pod's models allow, else the first they
+// allow. The record only says which of the allowed accounts the queue
+// chose; the team is always the pod's (its namespace's label, or its own
+// where overrides are allowed), never the record's: where the records
+// policy is missing, the pod's owner can rewrite the record, and it would
+// otherwise move the pod's GPUs to another team's quota. believed is false
+// for a record that names another team or an account the team does not
+// have.
+func accountFrom(cfg quota.Config, names contract.Names, pod *corev1.Pod, team string, adm *contract.Admission) (acct quota.Account, believed bool) {
 	models, _ := podreq.GPUModels(pod, names)
-	if as := accountsOf(cfg, team, models); len(as) > 0 {
-		return as[0]
+	allowed := accountsOf(cfg, team, models)
+	if adm != nil {
+		recorded := quota.Account{Team: adm.Team, Model: adm.Model}
+		if recorded.Team == team && (slices.Contains(allowed, recorded) || len(allowed) == 0) {
+			return recorded, true
+		}
 	}
-	return quota.Account{Team: team}
+	if len(allowed) > 0 {
+		return allowed[0], adm == nil
+	}
+	return quota.Account{Team: team}, adm == nil
 }
 
 // amountOf is what a pod's request counts in quota.

@@ -120,6 +120,9 @@ type Controller struct {
 	// parsed holds the last pass's parsed requests (only Pass touches it;
 	// passes never run at once).
 	parsed map[types.UID]parsedRequest
+	// disbelief holds the admission records a pass did not believe, as
+	// "team/model" by pod, so each is reported once (only Pass touches it).
+	disbelief map[types.UID]string
 	// ungated holds the pods this controller ungated, as the API server
 	// answered, until the informer shows them ungated: a pass can follow
 	// the one that admitted a pod before the informer hears of the update.

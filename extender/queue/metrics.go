@@ -19,6 +19,9 @@ type Metrics struct {
 	// evicted when none of those nodes took them within their hold.
 	Narrowed prometheus.Counter
 	Requeued prometheus.Counter
+	// DisbelievedRecords counts admission records that name another team
+	// or account than the pod's (changed outside Rota), each once.
+	DisbelievedRecords prometheus.Counter
 }
 
 // NewMetrics registers the metrics with reg (nil: not registered).
@@ -47,10 +50,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Pods admitted narrowed to their held node and the next best (a required node affinity by node name)."}),
 		Requeued: prometheus.NewCounter(prometheus.CounterOpts{Name: "rota_queue_requeued_total",
 			Help: "Narrowed pods evicted for their controller to recreate, queued: none of their nodes took them while their room was held."}),
+		DisbelievedRecords: prometheus.NewCounter(prometheus.CounterOpts{Name: "rota_queue_disbelieved_records_total",
+			Help: "Admission records naming another team or account than the pod's own (changed outside Rota); the pod is charged to its own team."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Length, m.OldestWait, m.Admissions, m.Wait, m.Reclaims, m.ConditionWrites,
-			m.Reservations, m.ReservedGPUs, m.ReservationsReleased, m.Narrowed, m.Requeued)
+			m.Reservations, m.ReservedGPUs, m.ReservationsReleased, m.Narrowed, m.Requeued, m.DisbelievedRecords)
 	}
 	return m
 }

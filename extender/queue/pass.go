@@ -125,7 +125,10 @@ func (c *Controller) collect(cfg quota.Config, now time.Time) *passState {
 func (c *Controller) countAdmitted(st *passState, cfg quota.Config, pod *corev1.Pod, req placement.Request, adm *contract.Admission,
 	team string, amt quota.Amount, ref *podreq.GangRef, now time.Time) {
 	in := &st.in
-	acct := accountFrom(cfg, c.o.Names, pod, team, adm)
+	acct, believed := accountFrom(cfg, c.o.Names, pod, team, adm)
+	if !believed {
+		c.disbelieved(pod, adm, acct)
+	}
 	u := in.Admitted[acct]
 	if pod.Spec.NodeName != "" {
 		u.Running = u.Running.Add(amt)
@@ -200,7 +203,7 @@ func (c *Controller) pass(ctx context.Context) (full bool) {
 		cfg = *q
 	}
 	st := c.collect(cfg, now)
-	defer func() { c.parsed = st.parsed }() // pods gone since the last pass are forgotten
+	defer func() { c.parsed = st.parsed; c.forgetDisbelief(st.parsed) }() // pods gone since the last pass are forgotten
 	defer c.keepUngated(st.still)
 	in, queued, admittedGangs, victims, victimPods := st.in, st.queued, st.admittedGangs, st.victims, st.victimPods
 	partial := map[string][]*corev1.Pod{} // gang key -> gated members of a gang already partly admitted

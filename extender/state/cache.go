@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -57,6 +58,10 @@ type Options struct {
 	// takes it (remediation marks quarantined and recovering GPUs
 	// unhealthy). It must return a new Node, never modify its argument.
 	Adjust func(*topology.Node) *topology.Node
+	// OnForgedAssignment, when set, is called (from the informer's handler)
+	// for a bound pod whose assignment annotation changed after the ledger
+	// committed its GPUs, with the committed allocation the ledger keeps.
+	OnForgedAssignment func(pod *corev1.Pod, committed ledger.Allocation)
 	// Now is the clock (admission holds lapse by it); nil means time.Now.
 	Now func() time.Time
 	// DefaultRuntime estimates the end of a running pod that declares no
@@ -77,6 +82,10 @@ type Stats struct {
 	// Unaccounted counts bound pods that ask for Rota resources but carry no
 	// assignment (bound by another scheduler).
 	Unaccounted int64
+	// ForgedAssignment counts assignment annotations changed on a pod after
+	// the extender committed its GPUs: written by someone other than Rota
+	// (where the records policy is missing), and not believed.
+	ForgedAssignment int64
 }
 
 // Cache feeds the ledger from the informers. It is safe for concurrent use.
@@ -88,6 +97,7 @@ type Cache struct {
 	pods        cache.SharedIndexInformer
 	onRelease   func([]ledger.Allocation)
 	onPodFailed func(node string)
+	onForged    func(pod *corev1.Pod, committed ledger.Allocation)
 	adjust      func(*topology.Node) *topology.Node
 	logger      klog.Logger
 
@@ -102,7 +112,7 @@ type Cache struct {
 	seenMu sync.Mutex
 	seenRV string // highest pod resourceVersion the pod handler has finished with
 
-	invalidTopology, invalidAssignment, restoreConflicts, unaccounted atomic.Int64
+	invalidTopology, invalidAssignment, restoreConflicts, unaccounted, forgedAssignment atomic.Int64
 
 	health gpuHealth // each node's parsed GPU health (topology.go)
 }
@@ -115,7 +125,7 @@ func New(ctx context.Context, o Options) (*Cache, error) {
 	}
 	c := &Cache{
 		names: o.Names, tiers: o.Tiers, ledger: o.Ledger, nodes: o.Nodes, pods: o.Pods,
-		onRelease: o.OnRelease, onPodFailed: o.OnPodFailed, adjust: o.Adjust, logger: klog.FromContext(ctx), nodeSig: map[string]string{},
+		onRelease: o.OnRelease, onPodFailed: o.OnPodFailed, onForged: o.OnForgedAssignment, adjust: o.Adjust, logger: klog.FromContext(ctx), nodeSig: map[string]string{},
 		now: o.Now, defaultRuntime: o.DefaultRuntime,
 	}
 	if c.now == nil {
@@ -169,6 +179,7 @@ func (c *Cache) Stats() Stats {
 	return Stats{
 		InvalidTopology: c.invalidTopology.Load(), InvalidAssignment: c.invalidAssignment.Load(),
 		RestoreConflicts: c.restoreConflicts.Load(), Unaccounted: c.unaccounted.Load(),
+		ForgedAssignment: c.forgedAssignment.Load(),
 	}
 }
 
@@ -428,6 +439,9 @@ func (c *Cache) podChanged(oldObj, obj any) {
 		return
 	}
 	logger := klog.LoggerWithValues(c.logger, "pod", klog.KObj(pod), "node", cl.Node)
+	if c.forged(pod, cl, logger) {
+		return
+	}
 	switch cl.Kind {
 	case podreq.KindInvalid:
 		c.invalidAssignment.Add(1)
@@ -456,6 +470,34 @@ func (c *Cache) podChanged(oldObj, obj any) {
 		return
 	}
 	logger.V(5).Info("Pod GPU assignment restored", "gpus", cl.Assignment.UUIDs())
+}
+
+// forged reports (and counts, logs and hands to Options.OnForgedAssignment)
+// a bound pod whose assignment annotation no longer says what the ledger
+// committed for it: changed, garbled or removed. Only the extender writes
+// the assignment, once, with the Binding, and the ledger committed those
+// GPUs then (or read them at start), so a different record was written by
+// someone else. The ledger keeps the GPUs it committed: they are never
+// handed to the next pod.
+func (c *Cache) forged(pod *corev1.Pod, cl podreq.Classification, logger klog.Logger) bool {
+	held, ok := c.ledger.Get(string(pod.UID))
+	if !ok || held.State != ledger.Committed || len(held.GPUs) == 0 {
+		return false
+	}
+	if cl.Kind == podreq.KindAllocated && cl.Allocation != nil && SameGPUs(held, *cl.Allocation) {
+		return false
+	}
+	c.forgedAssignment.Add(1)
+	var says []string
+	if cl.Assignment != nil {
+		says = cl.Assignment.UUIDs()
+	}
+	logger.Error(nil, "GPU assignment annotation changed after the extender committed the pod's GPUs; the change is not Rota's and is not believed",
+		"committed", gpuUUIDs(held), "annotation", says, "kind", cl.Kind.String())
+	if c.onForged != nil {
+		c.onForged(pod, held)
+	}
+	return true
 }
 
 // restoreHold reserves again the room the queue controller held for an
@@ -580,4 +622,29 @@ func (c *Cache) release(uid any) {
 	if c.onRelease != nil {
 		c.onRelease([]ledger.Allocation{a})
 	}
+}
+
+// SameGPUs reports whether two allocations hold the same GPUs: the same
+// node, whole or shared alike, and the same GPUs with the same memory.
+func SameGPUs(a, b ledger.Allocation) bool {
+	if a.Node != b.Node || a.Whole != b.Whole || len(a.GPUs) != len(b.GPUs) {
+		return false
+	}
+	key := func(x ledger.Allocation) []string {
+		out := make([]string, len(x.GPUs))
+		for i, g := range x.GPUs {
+			out[i] = fmt.Sprintf("%s/%d", g.UUID, g.MemoryMiB)
+		}
+		slices.Sort(out)
+		return out
+	}
+	return slices.Equal(key(a), key(b))
+}
+
+func gpuUUIDs(a ledger.Allocation) []string {
+	out := make([]string, len(a.GPUs))
+	for i, g := range a.GPUs {
+		out[i] = g.UUID
+	}
+	return out
 }

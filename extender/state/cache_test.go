@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"maps"
 	"reflect"
 	"slices"
 	"sync"
@@ -354,5 +355,44 @@ func TestPodTransformKeepsControllerOfUnboundPods(t *testing.T) {
 		if got := obj.(*corev1.Pod).OwnerReferences; !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s: owner references %+v, want %+v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// A bound pod's assignment changed, garbled or removed after the ledger
+// committed its GPUs is not believed: the ledger keeps the committed GPUs
+// (a pod asking for the node's free GPU still finds the one the pod holds
+// taken), the change is counted and handed to OnForgedAssignment; the
+// unchanged record is no problem.
+func TestForgedAssignmentNotBelieved(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	nodeObj, n := gpuNode()
+	p := boundPod(n)
+	c, led, _, _ := startCache(ctx, t, nodeObj, p)
+	var told []string
+	c.onForged = func(pod *corev1.Pod, held ledger.Allocation) { told = append(told, pod.Name+"@"+gpuUUIDs(held)[0]) }
+	c.podChanged(p, p)
+	if s := c.Stats(); s.ForgedAssignment != 0 {
+		t.Fatalf("an unchanged record counted as forged: %+v", s)
+	}
+	other := contract.Assignment{Version: contract.Version, Node: "n",
+		GPUs: []contract.AssignedGPU{{Index: 0, UUID: n.GPUs[0].UUID, MemoryMiB: 8192}}}
+	data, _ := other.Marshal()
+	edits := map[string]func(*corev1.Pod){
+		"other GPU": func(q *corev1.Pod) { q.Annotations[names.AssignmentAnnotation] = string(data) },
+		"removed":   func(q *corev1.Pod) { delete(q.Annotations, names.AssignmentAnnotation) },
+		"garbled":   func(q *corev1.Pod) { q.Annotations[names.AssignmentAnnotation] = "{" },
+	}
+	for _, name := range slices.Sorted(maps.Keys(edits)) {
+		forged := p.DeepCopy()
+		edits[name](forged)
+		forged.ResourceVersion = "8"
+		c.podChanged(p, forged)
+		a, ok := led.Get("uid-p")
+		if !ok || len(a.GPUs) != 1 || a.GPUs[0].UUID != n.GPUs[1].UUID {
+			t.Errorf("%s: the ledger holds %+v for the pod; want the committed GPU %s", name, a.GPUs, n.GPUs[1].UUID)
+		}
+	}
+	if s := c.Stats(); s.ForgedAssignment != 3 || len(told) != 3 {
+		t.Errorf("forged records counted %d, reported %v; want 3 each", s.ForgedAssignment, told)
 	}
 }

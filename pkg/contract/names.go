@@ -135,6 +135,11 @@ type Names struct {
 	GPUUtilizationAnnotation string
 }
 
+// ReasonForgedRecord is the reason of the Warning event Rota puts on a pod
+// whose record (assignment, admission) was written by someone other than
+// Rota and is not believed.
+const ReasonForgedRecord = "ForgedRecord"
+
 // QueueingOff is the value of QueueingLabel that turns queueing off.
 const QueueingOff = "off"
 

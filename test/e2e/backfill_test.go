@@ -238,10 +238,16 @@ func TestBackfillMaxHold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Only Rota writes its records (the records policy): the test writes
+	// this one as rota-extender.
+	asExtender, err := env.ClientAs("rota-extender")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, m := range members {
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
 			env.Names.ReservationAnnotation: string(old)}}})
-		if _, err := env.Client.CoreV1().Pods(ns).Patch(ctx, m, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		if _, err := asExtender.CoreV1().Pods(ns).Patch(ctx, m, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -70,3 +70,24 @@ dnsPolicy: ClusterFirstWithHostNet
 {{- $t := include "rota.extenderTLS" . | fromJson -}}{{ printf "%s/%s" $t.ca $t.clientCrt | sha256sum }}
 {{- end -}}
 {{- end -}}
+{{- /* The pod asks for a Rota resource (any container, init containers
+       included): the CEL the webhooks and the records policy send pods by. */ -}}
+{{- define "rota.asksForRota" -}}
+{{- printf `object.spec.containers.exists(c, has(c.resources.limits) &&
+            c.resources.limits.exists(k, k.startsWith('%[1]s/'))) ||
+          object.spec.containers.exists(c, has(c.resources.requests) &&
+            c.resources.requests.exists(k, k.startsWith('%[1]s/'))) ||
+          (has(object.spec.initContainers) && object.spec.initContainers.exists(c,
+            (has(c.resources.limits) && c.resources.limits.exists(k, k.startsWith('%[1]s/'))) ||
+            (has(c.resources.requests) && c.resources.requests.exists(k, k.startsWith('%[1]s/')))))` .Values.domain -}}
+{{- end -}}
+{{- /* Who writes Rota's records: the queue controller and the extender
+       (admission.queueControllerUsers, else the extender's ServiceAccount),
+       and the device plugins (their ServiceAccount), as CEL lists. */ -}}
+{{- define "rota.extenderUsers" -}}
+{{- $u := .Values.admission.queueControllerUsers | default (list (printf "system:serviceaccount:%s:%s-extender" .Release.Namespace (include "rota.fullname" .))) -}}
+[{{ range $i, $x := $u }}{{ if $i }}, {{ end }}'{{ $x }}'{{ end }}]
+{{- end -}}
+{{- define "rota.devicePluginUsers" -}}
+['system:serviceaccount:{{ .Release.Namespace }}:{{ include "rota.fullname" . }}-device-plugin']
+{{- end -}}

@@ -447,8 +447,19 @@ func (e *Env) registerWebhook(ctx context.Context) error {
 		return err
 	}
 	if e.opts.Queueing {
-		_, err = e.SetQueueing(ctx, true)
+		if _, err = e.SetQueueing(ctx, true); err != nil {
+			return err
+		}
 	}
+	if e.opts.AdminCredentials {
+		// The policy lets only Rota's ServiceAccounts write Rota's
+		// records, and Rota runs as the admin here.
+		if e.opts.Logf != nil {
+			e.opts.Logf("records policy not installed: Rota's processes run as the admin (Options.AdminCredentials)")
+		}
+		return nil
+	}
+	_, err = e.SetRecordsPolicy(ctx, true)
 	return err
 }
 

@@ -24,11 +24,14 @@ import (
 	"github.com/rota-sched/rota/pkg/contract"
 )
 
-// ChartWebhooks are the webhook configurations of Rota's manifests: the
-// validating webhook and the mutating one (the queue gate).
+// ChartWebhooks are the admission configurations of Rota's manifests: the
+// validating webhook and the mutating one (the queue gate), and the
+// records policy with its binding (nil when the manifests have none).
 type ChartWebhooks struct {
-	Validating *admissionregistrationv1.ValidatingWebhookConfiguration
-	Mutating   *admissionregistrationv1.MutatingWebhookConfiguration
+	Validating    *admissionregistrationv1.ValidatingWebhookConfiguration
+	Mutating      *admissionregistrationv1.MutatingWebhookConfiguration
+	Policy        *admissionregistrationv1.ValidatingAdmissionPolicy
+	PolicyBinding *admissionregistrationv1.ValidatingAdmissionPolicyBinding
 }
 
 // LoadChartWebhooks reads the webhook configurations from a multi-document
@@ -56,6 +59,12 @@ func LoadChartWebhooks(path string) (*ChartWebhooks, error) {
 		case "MutatingWebhookConfiguration":
 			w.Mutating = &admissionregistrationv1.MutatingWebhookConfiguration{}
 			target = w.Mutating
+		case "ValidatingAdmissionPolicy":
+			w.Policy = &admissionregistrationv1.ValidatingAdmissionPolicy{}
+			target = w.Policy
+		case "ValidatingAdmissionPolicyBinding":
+			w.PolicyBinding = &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+			target = w.PolicyBinding
 		default:
 			continue
 		}
@@ -65,6 +74,9 @@ func LoadChartWebhooks(path string) (*ChartWebhooks, error) {
 	}
 	if w.Validating == nil || w.Mutating == nil {
 		return nil, fmt.Errorf("%s lacks the ValidatingWebhookConfiguration or the MutatingWebhookConfiguration", path)
+	}
+	if (w.Policy == nil) != (w.PolicyBinding == nil) {
+		return nil, fmt.Errorf("%s has a ValidatingAdmissionPolicy without its binding, or a binding without its policy", path)
 	}
 	return w, nil
 }
@@ -171,6 +183,84 @@ func (e *Env) waitQueueGate(ctx context.Context, namespace string, want bool) er
 		case <-ctx.Done():
 			return fmt.Errorf("a GPU pod in namespace %s is not created %s the queue gate %s (last answer: %w)\n%s",
 				namespace, map[bool]string{true: "with", false: "without"}[want], e.Names.QueueGate, err, e.Admission.LogTail(20))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// RecordsPolicyOn reports whether the chart's records policy (the
+// ValidatingAdmissionPolicy that lets only Rota write Rota's records) is
+// bound.
+func (e *Env) RecordsPolicyOn(ctx context.Context) (bool, error) {
+	_, err := e.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, WebhookName+"-records", metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return true, nil
+}
+
+// SetRecordsPolicy installs (on) or removes the chart's records policy and
+// its binding, named WebhookName-records, and waits until the API server
+// enforces the change: a pod created (dry-run) with an assignment
+// annotation is refused, or accepted. It returns whether the policy was
+// on before, so a scenario can restore it.
+func (e *Env) SetRecordsPolicy(ctx context.Context, on bool) (was bool, err error) {
+	if was, err = e.RecordsPolicyOn(ctx); err != nil || was == on {
+		return was, err
+	}
+	api := e.Client.AdmissionregistrationV1()
+	name := WebhookName + "-records"
+	if on {
+		w, err := e.chartWebhooks()
+		if err != nil {
+			return was, err
+		}
+		if w.Policy == nil {
+			return was, errors.New("the manifests have no records policy (recordsPolicy.enabled false?)")
+		}
+		w.Policy.ObjectMeta = metav1.ObjectMeta{Name: name}
+		w.PolicyBinding.ObjectMeta = metav1.ObjectMeta{Name: name}
+		w.PolicyBinding.Spec.PolicyName = name
+		if _, err := api.ValidatingAdmissionPolicies().Create(ctx, w.Policy, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return was, fmt.Errorf("creating the records policy: %w", err)
+		}
+		if _, err := api.ValidatingAdmissionPolicyBindings().Create(ctx, w.PolicyBinding, metav1.CreateOptions{}); err != nil {
+			return was, fmt.Errorf("binding the records policy: %w", err)
+		}
+	} else {
+		if err := api.ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			return was, err
+		}
+		if err := api.ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return was, err
+		}
+	}
+	return was, e.waitRecordsPolicy(ctx, on)
+}
+
+// waitRecordsPolicy creates (dry-run) a GPU-free pod carrying an
+// assignment annotation until the API server refuses it (want) or accepts
+// it.
+func (e *Env) waitRecordsPolicy(ctx context.Context, want bool) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	probe := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "rota-records-probe", Namespace: metav1.NamespaceDefault,
+			Annotations: map[string]string{e.Names.AssignmentAnnotation: "{}"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "probe"}}},
+	}
+	for {
+		_, err := e.Client.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		refused := err != nil && strings.Contains(err.Error(), "is Rota's record")
+		if refused == want && (want || err == nil) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the records policy is not %s (last answer: %v)", map[bool]string{true: "enforced", false: "gone"}[want], err)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
