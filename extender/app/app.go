@@ -195,7 +195,7 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 		if quotaFn, err = a.quotaSource(ctx, cfg.Queue); err != nil {
 			return nil, err
 		}
-		guard = queue.NewGuard(queue.GuardOptions{Names: names, Pods: pods, Quota: quotaFn,
+		guard = queue.NewGuard(queue.GuardOptions{Names: names, Pods: pods, Quota: quotaFn, MemoryUnitMiB: contract.MiB(cfg.MemoryUnitMiB),
 			Namespaces: a.nodeFactory.Core().V1().Namespaces().Informer()})
 	}
 	a.extender, err = scheduling.New(scheduling.Options{
@@ -603,7 +603,7 @@ func (a *App) addQueue(ctx context.Context, cfg config.Config, names contract.Na
 		TierLabels: tiers.Tiers, Recorder: recorder, Metrics: queue.NewMetrics(a.metrics.Registry),
 		Interval: q.Interval, AdmitConcurrency: q.AdmitConcurrency, HoldTTL: q.HoldTTL, Narrow: q.NarrowCandidates > 0, ConditionInterval: q.ConditionInterval, ConditionQPS: q.ConditionQPS,
 		UrgentPriority: q.UrgentPriority, Reclaim: q.Reclaim, MaxPreemptibleGangSize: cfg.MaxPreemptibleGangSize,
-		Quota: quotaFn}
+		Quota: quotaFn, MemoryUnitMiB: contract.MiB(cfg.MemoryUnitMiB)}
 	if a.quotaSynced != nil {
 		o.Synced = append(o.Synced, a.quotaSynced)
 	}

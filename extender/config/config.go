@@ -68,6 +68,10 @@ type Config struct {
 
 	// Domain names the resources, labels and annotations (contract.NewNames).
 	Domain string `json:"domain"`
+	// MemoryUnitMiB is the size of one gpu-memory unit: the queue and the
+	// preempt guard charge memory shares to quota by it, as rota-admission
+	// does. It must be the device plugins' and rota-admission's.
+	MemoryUnitMiB int64 `json:"memoryUnitMiB"`
 	// TierLabels are the node labels of the topology tiers, narrowest first.
 	// Empty means topology.DefaultLabels: <domain>/leaf, then the zone label.
 	TierLabels []string `json:"tierLabels,omitempty"`
@@ -120,6 +124,7 @@ func Default() Config {
 		ShutdownTimeout:        10 * time.Second,
 		SchedulerNames:         []string{DefaultSchedulerName},
 		Domain:                 contract.DefaultDomain,
+		MemoryUnitMiB:          int64(contract.DefaultMemoryUnitMiB),
 		Policy:                 placement.DefaultPolicyName,
 		ReservationTTL:         30 * time.Second,
 		GangTTL:                2 * time.Minute,
@@ -192,6 +197,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := contract.NewNames(c.Domain); err != nil {
 		add("domain: %w", err)
+	}
+	if c.MemoryUnitMiB <= 0 {
+		add("memory-unit-mib: %d must be positive (1024: one unit is 1 GiB)", c.MemoryUnitMiB)
 	}
 	if len(c.SchedulerNames) == 0 {
 		add("scheduler-names: is empty; name the scheduler profiles whose pods the extender binds")

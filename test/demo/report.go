@@ -215,7 +215,7 @@ func (d *demo) report(ctx context.Context) error {
 	}
 
 	// Invariants.
-	vs, err := invariant.Check(ctx, d.env.Client, invariant.Options{Names: d.env.Names, Quota: &d.quota})
+	vs, err := invariant.Check(ctx, d.env.Client, invariant.Options{Names: d.env.Names, Quota: &d.quota, Grants: d.env.Grants()})
 	if err != nil {
 		return err
 	}

@@ -66,6 +66,8 @@ const quotaDoc = `teams:
     models: {"Rota Model A GPU": {gpus: 2}}
   qui:
     gpus: 1
+  qrecords:
+    gpus: 2
   qfair-a:
     models: {"Rota Queue GPU": {gpus: 0, borrow: {gpus: 8}}}
   qfair-b:

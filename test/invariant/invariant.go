@@ -31,6 +31,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/rota-sched/rota/pkg/contract"
@@ -52,6 +53,7 @@ const (
 	MissingAssign    Kind = "BoundWithoutAssignment"
 	BadAssignment    Kind = "UnreadableAssignment"
 	NodeMismatch     Kind = "AssignmentNodeMismatch"
+	GrantMismatch    Kind = "AssignmentNotGranted"
 	BadTopology      Kind = "UnreadableTopology"
 	UnreadableGangSz Kind = "UnreadableGangSize"
 )
@@ -78,6 +80,32 @@ type Options struct {
 	// Namespace restricts the pod checks to one namespace; "" means all.
 	// Capacity is always checked over every pod.
 	Namespace string
+	// Grants are the devices the kubelet granted each pod, by pod UID: a
+	// real node's PodResources API, or the e2e kubelet stand-in's Allocate
+	// calls. No user can write them, so they are the truth the records are
+	// checked against: a bound pod's assignment must name exactly the GPUs
+	// it was granted (AssignmentNotGranted), and capacity counts each pod
+	// on the GPUs it was granted, whatever its record says. Pods without an
+	// entry (not started yet, or on a node without a device plugin) are
+	// checked by their records alone.
+	Grants map[types.UID]Grant
+}
+
+// Grant is what the kubelet granted one pod: the GPUs it holds whole (by
+// UUID) and the memory units it holds on shared GPUs (units per GPU UUID).
+type Grant struct {
+	Whole  []string
+	Shared map[string]int
+}
+
+// gpus lists the granted GPUs' UUIDs, sorted.
+func (g Grant) gpus() []string {
+	out := slices.Clone(g.Whole)
+	for u := range g.Shared {
+		out = append(out, u)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // Check lists Nodes, Pods and Namespaces from the API server and returns
@@ -156,13 +184,19 @@ func Evaluate(nodes []corev1.Node, pods []corev1.Pod, namespaces []corev1.Namesp
 			if inScope(p) {
 				add(BadAssignment, key, "%v", cl.Err)
 			}
-			continue
+			if _, ok := o.Grants[p.UID]; !ok {
+				continue
+			}
+			cl.Assignment = &contract.Assignment{} // the grant below says what it holds
 		case podreq.KindUnaccounted:
 			if inScope(p) {
 				add(MissingAssign, key, "bound to %s and asks for Rota GPUs but carries no %s annotation",
 					cl.Node, o.Names.AssignmentAnnotation)
 			}
-			continue
+			if _, ok := o.Grants[p.UID]; !ok {
+				continue
+			}
+			cl.Assignment = &contract.Assignment{}
 		case podreq.KindWrongNode:
 			if inScope(p) {
 				add(NodeMismatch, key, "bound to %s but its assignment names node %s", cl.Node, cl.Assignment.Node)
@@ -174,6 +208,25 @@ func Evaluate(nodes []corev1.Node, pods []corev1.Pod, namespaces []corev1.Namesp
 		}
 		a := cl.Assignment
 		t, haveTopo := topo[p.Spec.NodeName]
+		if g, ok := o.Grants[p.UID]; ok {
+			// The kubelet's grant, not the record, says which GPUs the
+			// pod holds.
+			// (A missing or unreadable record is reported above.)
+			recorded := cl.Kind == podreq.KindAllocated || cl.Kind == podreq.KindWrongNode
+			if got := g.gpus(); recorded && !slices.Equal(got, assignedGPUs(a)) && inScope(p) {
+				add(GrantMismatch, key, "assignment names GPUs %v on %s, but the kubelet granted the pod %v: the record is not what the pod holds",
+					assignedGPUs(a), p.Spec.NodeName, got)
+			}
+			for _, u := range g.Whole {
+				k := p.Spec.NodeName + "/" + u
+				perGPU[k] = append(perGPU[k], holder{pod: p.Namespace + "/" + p.Name, whole: true})
+			}
+			for u, n := range g.Shared {
+				k := p.Spec.NodeName + "/" + u
+				perGPU[k] = append(perGPU[k], holder{pod: p.Namespace + "/" + p.Name, mib: contract.MiB(n) * unitOf(t, haveTopo, o)})
+			}
+			continue
+		}
 		for _, g := range a.GPUs {
 			if haveTopo {
 				tg, ok := gpuByUUID(t, g.UUID)
@@ -227,9 +280,60 @@ func Evaluate(nodes []corev1.Node, pods []corev1.Pod, namespaces []corev1.Namesp
 
 	out = append(out, checkGangs(pods, o)...)
 	if o.Quota != nil {
-		out = append(out, checkQuota(pods, namespaces, o)...)
+		out = append(out, checkQuota(pods, namespaces, topo, o)...)
 	}
 	return out
+}
+
+// accountOf is the account a pod counts against: always its own team's
+// (the namespace's label, or the pod's where overrides are allowed), never
+// the team its admission record names, which the pod's owner could have
+// rewritten. Of a team with accounts per GPU model, a bound pod counts
+// against the model of the GPU it was granted (or assigned); one not bound
+// yet against the model its record chose, when the team has that account,
+// else the team's first.
+func accountOf(p *corev1.Pod, team string, topo map[string]contract.Topology, cfg quota.Config, o Options) quota.Account {
+	accts := cfg.Accounts(team, nil)
+	has := func(model string) bool { return slices.Contains(accts, quota.Account{Team: team, Model: model}) }
+	if t, ok := topo[p.Spec.NodeName]; ok && p.Spec.NodeName != "" {
+		var uuids []string
+		if g, ok := o.Grants[p.UID]; ok {
+			uuids = g.gpus()
+		} else if a, err := podreq.Assignment(p, o.Names); err == nil && a != nil {
+			uuids = assignedGPUs(a)
+		}
+		if len(uuids) > 0 {
+			if g, ok := gpuByUUID(t, uuids[0]); ok && has(g.Model) {
+				return quota.Account{Team: team, Model: g.Model}
+			}
+		}
+	}
+	if adm, err := podreq.AdmissionOf(p, o.Names); err == nil && adm != nil && adm.Team == team && has(adm.Model) {
+		return quota.Account{Team: team, Model: adm.Model}
+	}
+	if len(accts) > 0 {
+		return accts[0]
+	}
+	return quota.Account{Team: team}
+}
+
+// assignedGPUs lists the UUIDs an assignment names, sorted.
+func assignedGPUs(a *contract.Assignment) []string {
+	out := make([]string, 0, len(a.GPUs))
+	for _, g := range a.GPUs {
+		out = append(out, g.UUID)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// unitOf is the size of one gpu-memory unit on a node: its topology's, else
+// the configured one.
+func unitOf(t contract.Topology, ok bool, o Options) contract.MiB {
+	if ok && t.MemoryUnitMiB > 0 {
+		return t.MemoryUnitMiB
+	}
+	return o.MemoryUnitMiB
 }
 
 // checkGangs reports gangs with some but not all members bound.
@@ -295,7 +399,7 @@ func checkGangs(pods []corev1.Pod, o Options) []Violation {
 
 // checkQuota sums each team's pending + running use and compares it with
 // its guarantee plus borrow limit, and the teams' borrowing with the pool.
-func checkQuota(pods []corev1.Pod, namespaces []corev1.Namespace, o Options) []Violation {
+func checkQuota(pods []corev1.Pod, namespaces []corev1.Namespace, topo map[string]contract.Topology, o Options) []Violation {
 	cfg := *o.Quota
 	nsLabels := map[string]map[string]string{}
 	for i := range namespaces {
@@ -316,13 +420,7 @@ func checkQuota(pods []corev1.Pod, namespaces []corev1.Namespace, o Options) []V
 		if err != nil {
 			continue
 		}
-		// The account: the queue's admission record, else the team's first.
-		acct := quota.Account{Team: team}
-		if adm, err := podreq.AdmissionOf(p, o.Names); err == nil && adm != nil {
-			acct = quota.Account{Team: adm.Team, Model: adm.Model}
-		} else if as := cfg.Accounts(team, nil); len(as) > 0 {
-			acct = as[0]
-		}
+		acct := accountOf(p, team, topo, cfg, o)
 		amt := quota.Amount{GPUs: int64(req.GPUs), MemoryMiB: contract.MiB(req.MemoryUnits) * o.MemoryUnitMiB}
 		u := usage[acct]
 		if p.Spec.NodeName != "" {

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/rota-sched/rota/pkg/contract"
@@ -190,6 +191,41 @@ func TestCheck(t *testing.T) {
 			giveOpts: Options{Quota: quotaCfg},
 			want:     []Kind{PoolExceeded},
 			wantText: "teams borrow 3 GPUs",
+		},
+		{
+			name: "a forged assignment is checked against the kubelet's grant",
+			// w really holds GPU 1 (the grant) but its record names GPU 0;
+			// the next pod was then given GPU 1 too.
+			give: []runtime.Object{fixture.GPUNode("n1").GPUs(2, 80*gib).NVLink(2).Obj(),
+				fixture.Pod("a", "w").GPUs(1).Whole("n1", 80*gib, 0).Running("n1").Obj(),
+				fixture.Pod("a", "next").GPUs(1).Whole("n1", 80*gib, 1).Running("n1").Obj(),
+			},
+			giveOpts: Options{Grants: map[types.UID]Grant{
+				"uid-w":    {Whole: []string{fixture.UUID("n1", 1)}},
+				"uid-next": {Whole: []string{fixture.UUID("n1", 1)}},
+			}},
+			want:     []Kind{GrantMismatch, WholeShared},
+			wantText: "the kubelet granted the pod [" + fixture.UUID("n1", 1) + "]",
+		},
+		{
+			name: "a removed assignment still counts what was granted",
+			give: []runtime.Object{fixture.GPUNode("n1").GPUs(2, 80*gib).NVLink(2).Obj(),
+				fixture.Pod("a", "w").GPUs(1).Running("n1").Obj(),
+				fixture.Pod("a", "next").GPUs(1).Whole("n1", 80*gib, 1).Running("n1").Obj(),
+			},
+			giveOpts: Options{Grants: map[types.UID]Grant{"uid-w": {Whole: []string{fixture.UUID("n1", 1)}}}},
+			want:     []Kind{MissingAssign, WholeShared},
+		},
+		{
+			name: "a record naming another team does not move the pod's quota",
+			give: []runtime.Object{fixture.GPUNode("n1").GPUs(8, 80*gib).NVLink(4).Obj(), fixture.Namespace("cv", "vision"),
+				fixture.Pod("cv", "w").GPUs(4).Whole("n1", 80*gib, 0, 1, 2, 3).Running("n1").Obj(),
+				fixture.Pod("cv", "x").GPUs(1).Whole("n1", 80*gib, 4).Running("n1").
+					Annotation(names.AdmissionAnnotation, `{"version":"v1","admittedAt":"2026-01-01T00:00:00Z","team":"nlp"}`).Obj(),
+			},
+			giveOpts: Options{Quota: quotaCfg},
+			want:     []Kind{QuotaExceeded, PoolExceeded},
+			wantText: "team vision",
 		},
 	}
 	for _, tc := range tests {

@@ -72,6 +72,7 @@ func parseFlags(args []string) (config.Config, remediation.Config, error) {
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "grace period for in-flight calls on SIGTERM")
 	fs.Func("scheduler-names", "comma-separated spec.schedulerName values of the pods bind serves: the scheduler profiles that call this extender (default "+strings.Join(cfg.SchedulerNames, ",")+")", func(v string) error { cfg.SchedulerNames = strings.Split(v, ","); return nil })
 	fs.StringVar(&cfg.Domain, "domain", cfg.Domain, "domain of Rota's resources, labels and annotations")
+	fs.Int64Var(&cfg.MemoryUnitMiB, "memory-unit-mib", cfg.MemoryUnitMiB, "size of one <domain>/gpu-memory unit in MiB, as the device plugins and rota-admission use it (quota charges memory shares by it)")
 	tiers := fs.String("tier-labels", "", "comma-separated node labels of the topology tiers, narrowest first (default <domain>/leaf,topology.kubernetes.io/zone)")
 	fs.StringVar(&cfg.Policy, "policy", cfg.Policy, "scoring policy: "+strings.Join(placement.PolicyNames, ", "))
 	fs.StringVar(&cfg.WorkloadFile, "workload-file", "", "YAML or JSON list of pod shapes the fragmentation-aware policy keeps room for (default: a built-in mix)")

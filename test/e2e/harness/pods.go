@@ -14,8 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/rota-sched/rota/deviceplugin/handoff"
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/podreq"
 	"github.com/rota-sched/rota/pkg/quota"
@@ -196,7 +198,37 @@ func (e *Env) Assignment(pod *corev1.Pod) (*contract.Assignment, error) {
 
 // CheckInvariants runs the invariant checker against the cluster.
 func (e *Env) CheckInvariants(ctx context.Context, q *quota.Config) ([]invariant.Violation, error) {
-	return invariant.Check(ctx, e.Client, invariant.Options{Names: e.Names, MemoryUnitMiB: e.unitMiB, Quota: q})
+	return invariant.Check(ctx, e.Client, invariant.Options{Names: e.Names, MemoryUnitMiB: e.unitMiB, Quota: q, Grants: e.Grants()})
+}
+
+// Grants are the devices the kubelet stand-in got from the device plugins
+// for each pod it admitted (Allocate calls that succeeded), as the
+// invariant checker's independent truth: what no user can rewrite.
+func (e *Env) Grants() map[types.UID]invariant.Grant {
+	if e.Kubelet == nil {
+		return nil
+	}
+	out := map[types.UID]invariant.Grant{}
+	for _, a := range e.Kubelet.Allocations() {
+		if a.Err != "" {
+			continue
+		}
+		g := invariant.Grant{Shared: map[string]int{}}
+		for _, c := range a.Containers {
+			switch c.Resource {
+			case e.Names.GPU:
+				g.Whole = append(g.Whole, c.DeviceIDs...)
+			case e.Names.GPUMemory:
+				for _, id := range c.DeviceIDs {
+					if uuid, _, ok := handoff.ParseMemoryDeviceID(id); ok {
+						g.Shared[uuid]++
+					}
+				}
+			}
+		}
+		out[a.UID] = g
+	}
+	return out
 }
 
 // DeletePods deletes every pod of a namespace (the kubelet stand-in
