@@ -129,7 +129,9 @@ func TestRecordsAreRotas(t *testing.T) {
 		{"rewrite a's admission record to team nlp", func() error { return annotate(ctx, alice, ns, "a", n.AdmissionAnnotation, strptr(otherTeam)) }, "is Rota's record"},
 		{"remove b's admission record", func() error { return annotate(ctx, alice, ns, "b", n.AdmissionAnnotation, nil) }, "is Rota's record"},
 		{"rewrite a's assignment to the free GPU", func() error { return annotate(ctx, alice, ns, "a", n.AssignmentAnnotation, strptr(string(forgedData))) }, "is Rota's record"},
-		{"mark b idle", func() error { return annotate(ctx, alice, ns, "b", n.IdleSinceAnnotation, strptr("2026-01-01T00:00:00Z")) }, "only rota-device-plugin"},
+		{"mark b idle", func() error {
+			return annotate(ctx, alice, ns, "b", n.IdleSinceAnnotation, strptr("2026-01-01T00:00:00Z"))
+		}, "only rota-device-plugin"},
 		{"give c a reservation", func() error { return annotate(ctx, alice, ns, "c", n.ReservationAnnotation, strptr("{}")) }, "is Rota's record"},
 	}
 	probes := []struct {

@@ -260,7 +260,7 @@ func (e *Env) waitRecordsPolicy(ctx context.Context, want bool) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("the records policy is not %s (last answer: %v)", map[bool]string{true: "enforced", false: "gone"}[want], err)
+			return fmt.Errorf("the records policy is not %s (last answer: %w)", map[bool]string{true: "enforced", false: "gone"}[want], err)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
