@@ -164,6 +164,7 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 		Names: names, Tiers: tiers, Ledger: a.ledger,
 		Nodes: a.nodeFactory.Core().V1().Nodes().Informer(), Pods: pods,
 		OnRelease: hub.released, OnPodFailed: hub.podFailed, Adjust: hub.adjust, OnForgedAssignment: hub.forgedAssignment,
+		MemoryUnitMiB: contract.MiB(cfg.MemoryUnitMiB), OnNodeProblem: hub.nodeProblem,
 		DefaultRuntime: cfg.Queue.Reserve.DefaultRuntime,
 	})
 	if err != nil {
@@ -242,7 +243,7 @@ func (a *App) addMetrics(hub *events, workload placement.Workload) {
 			s := a.cache.Stats()
 			return map[string]int64{"invalid_topology": s.InvalidTopology, "invalid_assignment": s.InvalidAssignment,
 				"restore_conflict": s.RestoreConflicts, "unaccounted": s.Unaccounted,
-				"forged_assignment": s.ForgedAssignment}
+				"forged_assignment": s.ForgedAssignment, "memory_unit_mismatch": s.UnitMismatch}
 		},
 		GangsWaiting: hub.gangsWaiting,
 		Pending:      func() (int, time.Duration) { return a.cache.Pending(time.Now()) },
@@ -534,6 +535,14 @@ type events struct {
 	podFailures *prometheus.CounterVec
 	recorder    record.EventRecorder
 	names       contract.Names
+}
+
+// nodeProblem puts a Warning event on the node, on the leader.
+func (h *events) nodeProblem(node *corev1.Node, reason, message string) {
+	if h.recorder == nil || !h.serving() {
+		return
+	}
+	h.recorder.Event(node, corev1.EventTypeWarning, reason, message)
 }
 
 // forgedAssignment tells the pod's owner, on the leader, that the change

@@ -62,6 +62,12 @@ type Options struct {
 	// for a bound pod whose assignment annotation changed after the ledger
 	// committed its GPUs, with the committed allocation the ledger keeps.
 	OnForgedAssignment func(pod *corev1.Pod, committed ledger.Allocation)
+	// MemoryUnitMiB is the cluster's gpu-memory unit; a node whose topology
+	// publishes another takes no memory shares (0: not checked).
+	MemoryUnitMiB contract.MiB
+	// OnNodeProblem, when set, is told of a node problem the cache found
+	// (a reason and a message for a Warning event on the Node).
+	OnNodeProblem func(node *corev1.Node, reason, message string)
 	// Now is the clock (admission holds lapse by it); nil means time.Now.
 	Now func() time.Time
 	// DefaultRuntime estimates the end of a running pod that declares no
@@ -86,6 +92,9 @@ type Stats struct {
 	// the extender committed its GPUs: written by someone other than Rota
 	// (where the records policy is missing), and not believed.
 	ForgedAssignment int64
+	// UnitMismatch counts node topologies with another memory unit than
+	// the cluster's (each change of such a node's annotation).
+	UnitMismatch int64
 }
 
 // Cache feeds the ledger from the informers. It is safe for concurrent use.
@@ -112,7 +121,10 @@ type Cache struct {
 	seenMu sync.Mutex
 	seenRV string // highest pod resourceVersion the pod handler has finished with
 
-	invalidTopology, invalidAssignment, restoreConflicts, unaccounted, forgedAssignment atomic.Int64
+	invalidTopology, invalidAssignment, restoreConflicts, unaccounted, forgedAssignment, unitMismatch atomic.Int64
+
+	unitMiB       contract.MiB
+	onNodeProblem func(node *corev1.Node, reason, message string)
 
 	health gpuHealth // each node's parsed GPU health (topology.go)
 }
@@ -125,7 +137,7 @@ func New(ctx context.Context, o Options) (*Cache, error) {
 	}
 	c := &Cache{
 		names: o.Names, tiers: o.Tiers, ledger: o.Ledger, nodes: o.Nodes, pods: o.Pods,
-		onRelease: o.OnRelease, onPodFailed: o.OnPodFailed, onForged: o.OnForgedAssignment, adjust: o.Adjust, logger: klog.FromContext(ctx), nodeSig: map[string]string{},
+		onRelease: o.OnRelease, onPodFailed: o.OnPodFailed, onForged: o.OnForgedAssignment, unitMiB: o.MemoryUnitMiB, onNodeProblem: o.OnNodeProblem, adjust: o.Adjust, logger: klog.FromContext(ctx), nodeSig: map[string]string{},
 		now: o.Now, defaultRuntime: o.DefaultRuntime,
 	}
 	if c.now == nil {
@@ -179,7 +191,7 @@ func (c *Cache) Stats() Stats {
 	return Stats{
 		InvalidTopology: c.invalidTopology.Load(), InvalidAssignment: c.invalidAssignment.Load(),
 		RestoreConflicts: c.restoreConflicts.Load(), Unaccounted: c.unaccounted.Load(),
-		ForgedAssignment: c.forgedAssignment.Load(),
+		ForgedAssignment: c.forgedAssignment.Load(), UnitMismatch: c.unitMismatch.Load(),
 	}
 }
 
@@ -300,6 +312,18 @@ func (c *Cache) nodeChanged(obj any) {
 	}
 	c.health.set(node.Name, t.GPUs)
 	n := topology.New(node.Name, node.Labels, c.tiers, t)
+	if c.unitMiB > 0 && n.MemoryUnitMiB != c.unitMiB {
+		// Placement converts a share's units by the node's unit, quota by
+		// the cluster's: the two would disagree on every share there.
+		n.NoShares = fmt.Sprintf("its device plugin counts %s in %s units, the cluster in %s units (memoryUnitMiB); "+
+			"set the same --memory-unit-mib on the node's device plugin", c.names.GPUMemory, n.MemoryUnitMiB, c.unitMiB)
+		c.unitMismatch.Add(1)
+		logger.Error(nil, "Node's memory unit is not the cluster's; it gets no memory shares until they agree",
+			"nodeUnit", n.MemoryUnitMiB, "clusterUnit", c.unitMiB)
+		if c.onNodeProblem != nil {
+			c.onNodeProblem(node, "MemoryUnitMismatch", "Node takes no memory shares: "+n.NoShares)
+		}
+	}
 	// A node that reports no allocatable CPU or memory is not tracked (0).
 	n.CPUMilli, n.HostMemoryMiB = cpu, mem
 	if c.adjust != nil {

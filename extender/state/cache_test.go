@@ -5,6 +5,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -394,5 +395,34 @@ func TestForgedAssignmentNotBelieved(t *testing.T) {
 	}
 	if s := c.Stats(); s.ForgedAssignment != 3 || len(told) != 3 {
 		t.Errorf("forged records counted %d, reported %v; want 3 each", s.ForgedAssignment, told)
+	}
+}
+
+// A node whose device plugin counts gpu-memory in another unit than the
+// cluster takes no memory shares (a share there would get another amount
+// of memory than quota charges), and is reported; a node with the
+// cluster's unit takes them.
+func TestNodeWithAnotherMemoryUnitTakesNoShares(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	nodeObj, _ := gpuNode() // 1 GiB units
+	c, led, _, _ := startCache(ctx, t, nodeObj)
+	var problems []string
+	c.onNodeProblem = func(n *corev1.Node, reason, _ string) { problems = append(problems, n.Name+":"+reason) }
+	if n := led.Snapshot().Node("n"); n == nil || n.Node.NoShares != "" {
+		t.Fatalf("without a cluster unit the node is %+v; want it to take shares", n)
+	}
+	c.unitMiB = 512
+	c.Reapply("n")
+	n := led.Snapshot().Node("n")
+	if n == nil || !strings.Contains(n.Node.NoShares, "512 MiB units") {
+		t.Fatalf("node with 1 GiB units in a 512 MiB cluster: NoShares %q; want the units named", n.Node.NoShares)
+	}
+	if !slices.Equal(problems, []string{"n:MemoryUnitMismatch"}) || c.Stats().UnitMismatch != 1 {
+		t.Errorf("reported %v, counted %d; want one MemoryUnitMismatch", problems, c.Stats().UnitMismatch)
+	}
+	c.unitMiB = 1024
+	c.Reapply("n")
+	if n := led.Snapshot().Node("n"); n.Node.NoShares != "" {
+		t.Errorf("with the same unit the node still takes no shares: %q", n.Node.NoShares)
 	}
 }

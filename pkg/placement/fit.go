@@ -73,6 +73,9 @@ func fit(r Request, ni *ledger.NodeInfo) (Choice, *Reason) {
 	if r.Whole() {
 		return fitWhole(r, ni)
 	}
+	if n.NoShares != "" {
+		return Choice{}, &Reason{Code: NoShares, Node: n.Name, GPU: -1, Health: n.NoShares}
+	}
 	if m := n.MPS; m != nil && !m.Available && !r.ShareWithoutMPS {
 		return Choice{}, &Reason{Code: NoMPS, Node: n.Name, GPU: -1, Health: m.Reason}
 	}

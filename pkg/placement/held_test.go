@@ -81,3 +81,22 @@ func TestFitShareNeedsMPS(t *testing.T) {
 		t.Fatalf("a whole GPU was refused for want of MPS: %s", reason.Message())
 	}
 }
+
+// A node marked NoShares (its memory unit is not the cluster's) takes no
+// memory share, opted-in or not, and says why; whole GPUs still fit.
+func TestFitNoShares(t *testing.T) {
+	n := topology.FromSpec(topology.Spec{Name: "n1", Model: "H100", Count: 2, MemoryMiB: 81920})
+	n.NoShares = "its device plugin counts in 512 MiB units"
+	l := ledger.New()
+	l.UpsertNode(n)
+	ni := l.Snapshot().Node("n1")
+	for _, r := range []placement.Request{{MemoryUnits: 8}, {MemoryUnits: 8, ShareWithoutMPS: true}} {
+		_, reason := placement.Fit(r, ni)
+		if reason == nil || reason.Code != placement.NoShares || !strings.Contains(reason.Message(), "512 MiB units") {
+			t.Fatalf("a share on a NoShares node: %v", reason)
+		}
+	}
+	if _, reason := placement.Fit(placement.Request{GPUs: 1}, ni); reason != nil {
+		t.Fatalf("a whole GPU was refused: %s", reason.Message())
+	}
+}

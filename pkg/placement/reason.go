@@ -32,6 +32,8 @@ const (
 	// NoMPS: the node cannot enforce a memory share's limit (no CUDA MPS)
 	// and the pod did not opt in.
 	NoMPS Code = "NoMPS"
+	// NoShares: the node takes no memory shares (topology.Node.NoShares).
+	NoShares Code = "NoShares"
 )
 
 // Reason says why a request does not fit a node, in data; Message formats it
@@ -93,6 +95,8 @@ func (r *Reason) Message() string {
 		return "node has not published its GPU topology yet"
 	case Held:
 		return heldMessage(r.Claim, r.Ends)
+	case NoShares:
+		return "node takes no memory shares: " + r.Health
 	case NoMPS:
 		why := ""
 		if r.Health != "" {

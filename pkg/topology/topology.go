@@ -50,6 +50,11 @@ type Node struct {
 	// said); a node with MPS unavailable takes memory shares only from pods
 	// that opt in (placement.Request.ShareWithoutMPS).
 	MPS *contract.TopologyMPS
+	// NoShares, when set, says why the node takes no memory shares (the
+	// extender sets it for a node whose memory unit is not the cluster's:
+	// a share would get a different amount of memory there than quota
+	// charges for it).
+	NoShares string
 }
 
 // Labels says which node labels give the topology tiers, narrowest first.
