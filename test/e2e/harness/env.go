@@ -106,6 +106,10 @@ type Options struct {
 	// 2, an active-standby pair behind a Router (the stand-in for the
 	// chart's Service that selects the leader).
 	Extenders int
+	// MemoryUnitMiB is the size of one gpu-memory unit for every part
+	// (rota-extender, rota-admission, the device plugins and the simulated
+	// nodes' topology); 0 means contract.DefaultMemoryUnitMiB.
+	MemoryUnitMiB contract.MiB
 	// Queueing also installs the chart's mutating webhook, which gates
 	// every new GPU pod for Rota's queue (Env.SetQueueing turns it on and
 	// off later). Off, GPU pods are created ungated and rota-admission
@@ -213,7 +217,11 @@ func Start(ctx context.Context, o Options) (_ *Env, err error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Env{opts: o, binDir: binDir, Names: contract.Default, unitMiB: contract.DefaultMemoryUnitMiB,
+	unit := o.MemoryUnitMiB
+	if unit <= 0 {
+		unit = contract.DefaultMemoryUnitMiB
+	}
+	e := &Env{opts: o, binDir: binDir, Names: contract.Default, unitMiB: unit,
 		gpuNodes: map[string]*GPUNode{}, Dir: o.Dir}
 	if e.Dir == "" {
 		if e.Dir, err = os.MkdirTemp("", "rota-e2e-"); err != nil {
@@ -414,6 +422,7 @@ func (e *Env) startAdmission(ctx context.Context, port int) error {
 		"--leader-elect=false",
 		"--kube-qps=500", "--kube-burst=1000",
 		"--queue-controller-users=" + e.queueControllerUser(),
+		"--memory-unit-mib=" + strconv.FormatInt(int64(e.unitMiB), 10),
 		"--v=2",
 	}, e.opts.AdmissionArgs...))
 	if err := e.Admission.Start(); err != nil {

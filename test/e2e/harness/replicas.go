@@ -284,6 +284,7 @@ func (e *Env) startExtenders(ctx context.Context, verbsPort, opsPort int) error 
 			"--listen=127.0.0.1:" + strconv.Itoa(verbs),
 			"--ops-listen=127.0.0.1:" + strconv.Itoa(ops),
 			"--v=2",
+			"--memory-unit-mib=" + strconv.FormatInt(int64(e.unitMiB), 10),
 		}, extenderArgs(pod)...)
 		args = append(append(args, e.ExtenderTLS.Args()...), e.opts.ExtenderArgs...)
 		e.Extenders = append(e.Extenders, &Replica{Process: newProcess(e.binDir, "rota-extender", logName, e.Dir, args),
