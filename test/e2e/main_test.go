@@ -68,6 +68,7 @@ const quotaDoc = `teams:
     gpus: 1
   qrecords:
     gpus: 2
+    maxQueuedPods: 20
   qfair-a:
     models: {"Rota Queue GPU": {gpus: 0, borrow: {gpus: 8}}}
   qfair-b:

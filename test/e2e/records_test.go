@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -82,7 +83,9 @@ func strptr(s string) *string { return &s }
 // TestRecordsAreRotas: a team member with ordinary edit rights on their
 // namespace cannot rewrite or remove Rota's records on their pods, ungate
 // a queued pod or skip the scheduler with spec.nodeName (the chart's
-// records policy refuses each, naming the record). With the policy
+// records policy refuses each, naming the record), nor charge a running
+// pod to another team (the webhook); flooding the queue up to the team's
+// cap refuses the next pod and holds up no other team. With the policy
 // deleted, the same edits go through, and Rota does not believe them: a
 // team at its quota whose running pods' admission records name another
 // team gets no third pod admitted, a running pod whose assignment names
@@ -154,6 +157,11 @@ func TestRecordsAreRotas(t *testing.T) {
 			_, err := alice.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 			return err
 		}, "cannot be created with spec.nodeName"},
+		{"charge a to another team (its team label)", func() error {
+			patch := []byte(`{"metadata":{"labels":{"` + n.TeamLabel + `":"nlp"}}}`)
+			_, err := alice.CoreV1().Pods(ns).Patch(ctx, "a", types.MergePatchType, patch, metav1.PatchOptions{})
+			return err
+		}, "cannot change on an existing GPU pod"},
 		{"create a pod carrying an assignment", func() error {
 			p := pod(ns, "forged", name).Obj()
 			p.Annotations = map[string]string{n.AssignmentAnnotation: string(forgedData)}
@@ -171,6 +179,44 @@ func TestRecordsAreRotas(t *testing.T) {
 		return
 	}
 	checkInvariants(ctx, t, nil)
+
+	other := ns + "-other"
+	if err := env.CreateNamespace(ctx, other, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := env.DeletePods(dctx, other); err != nil {
+			t.Logf("cleaning up namespace %s: %v", other, err)
+		}
+	})
+	// Flooding the queue up to the team's cap (maxQueuedPods 20) holds
+	// nothing of anyone else's: one more is refused at creation, and a pod
+	// of another team takes the node's free GPU at once.
+	for i := range 19 {
+		if _, err := alice.CoreV1().Pods(ns).Create(ctx, pod(ns, fmt.Sprintf("flood-%02d", i), name).GPUs(1).Obj(), metav1.CreateOptions{}); err != nil {
+			t.Fatalf("queued pod %d of 20: %v", i+2, err)
+		}
+	}
+	_, err = alice.CoreV1().Pods(ns).Create(ctx, pod(ns, "flood-over", name).GPUs(1).Obj(), metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "maxQueuedPods 20") {
+		t.Errorf("the 21st queued pod of team qrecords: got %v; want a refusal naming maxQueuedPods 20", err)
+	}
+	began := time.Now()
+	create(ctx, t, pod(other, "visitor", name).GPUs(1).Obj())
+	waitPods(ctx, t, other, "visitor running", func(p []corev1.Pod) bool { return running(p, "visitor") })
+	t.Logf("with 20 pods of team qrecords queued, another team's pod ran %s after creation", time.Since(began).Round(100*time.Millisecond))
+	for _, x := range []string{other} {
+		if err := env.DeletePods(ctx, x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 19 {
+		if err := env.Client.CoreV1().Pods(ns).Delete(ctx, fmt.Sprintf("flood-%02d", i), deleteNow); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	// Without the policy (an install that lacks it, or an admin's edit),
 	// the edits go through, and are not believed.
@@ -200,17 +246,6 @@ func TestRecordsAreRotas(t *testing.T) {
 	})
 	// The next pod (another namespace, a team without quota) on the node
 	// gets the free GPU, not the one a holds.
-	other := ns + "-other"
-	if err := env.CreateNamespace(ctx, other, ""); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := env.DeletePods(dctx, other); err != nil {
-			t.Logf("cleaning up namespace %s: %v", other, err)
-		}
-	})
 	create(ctx, t, pod(other, "next", name).GPUs(1).Obj())
 	nextPods := waitPods(ctx, t, other, "next running", func(p []corev1.Pod) bool { return running(p, "next") })
 	if got := assignment(t, byName(nextPods, "next")); got.GPUs[0].UUID != free.UUID {
