@@ -1,11 +1,12 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
+	"os"
 	"sync"
 	"time"
 
@@ -37,6 +38,7 @@ import (
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/placement"
+	"github.com/rota-sched/rota/pkg/podreq"
 	"github.com/rota-sched/rota/pkg/quota"
 	pkgremediation "github.com/rota-sched/rota/pkg/remediation"
 	"github.com/rota-sched/rota/pkg/reserve"
@@ -84,6 +86,23 @@ type App struct {
 	leaderLoops []LeaderLoop
 	queue       *queue.Controller
 	quotaSynced cache.InformerSynced
+	records     podreq.Records
+}
+
+// loadRecords reads the records key (config.Config.RecordsKeyFile).
+func loadRecords(cfg config.Config) (podreq.Records, error) {
+	if cfg.RecordsKeyFile == "" {
+		return podreq.Records{}, nil
+	}
+	data, err := os.ReadFile(cfg.RecordsKeyFile)
+	if err != nil {
+		return podreq.Records{}, fmt.Errorf("records key: %w", err)
+	}
+	key, err := contract.NewRecordKey(bytes.TrimSpace(data))
+	if err != nil {
+		return podreq.Records{}, fmt.Errorf("records key %s: %w", cfg.RecordsKeyFile, err)
+	}
+	return podreq.Records{Key: key, Since: cfg.RecordsSignedSince}, nil
 }
 
 // New wires rota-extender from its configuration. It talks to the API
@@ -98,6 +117,13 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 		return nil, err
 	}
 	tiers := cfg.Tiers(names)
+	records, err := loadRecords(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if !records.Key.On() {
+		logger.Info("WARNING: no --records-key-file: Rota's records on pods are not signed; a record changed while no extender runs is believed at the next start")
+	}
 	workload, err := config.LoadWorkload(cfg.WorkloadFile)
 	if err != nil {
 		return nil, err
@@ -128,7 +154,7 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	a := &App{cfg: cfg, logger: logger, names: names, id: id, ledger: ledger.New()}
+	a := &App{cfg: cfg, logger: logger, names: names, id: id, ledger: ledger.New(), records: records}
 	a.election = newElection(le, id, names, elClient)
 
 	partsRest := rest.CopyConfig(base)
@@ -160,7 +186,7 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 	// parts built after it through hub, whose fields New fills in below;
 	// events only flow once Run starts the informers.
 	hub := &events{ctx: ctx, serving: a.serving, names: names}
-	a.cache, err = state.New(ctx, state.Options{
+	a.cache, err = state.New(ctx, state.Options{Records: records,
 		Names: names, Tiers: tiers, Ledger: a.ledger,
 		Nodes: a.nodeFactory.Core().V1().Nodes().Informer(), Pods: pods,
 		OnRelease: hub.released, OnPodFailed: hub.podFailed, Adjust: hub.adjust, OnForgedAssignment: hub.forgedAssignment,
@@ -199,7 +225,7 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 		guard = queue.NewGuard(queue.GuardOptions{Names: names, Pods: pods, Quota: quotaFn, MemoryUnitMiB: contract.MiB(cfg.MemoryUnitMiB),
 			Namespaces: a.nodeFactory.Core().V1().Namespaces().Informer()})
 	}
-	a.extender, err = scheduling.New(scheduling.Options{
+	a.extender, err = scheduling.New(scheduling.Options{Records: records,
 		Names: names, SchedulerNames: cfg.SchedulerNames, Tiers: len(tiers.Tiers), Policy: policy, Cache: a.cache, Ledger: a.ledger, Binder: b,
 		Recorder: recorder, Metrics: a.metrics, PodGroups: pg, Guard: guard,
 		ReservationTTL: cfg.ReservationTTL, GangTTL: cfg.GangTTL, MaxPreemptibleGangSize: cfg.MaxPreemptibleGangSize,
@@ -545,19 +571,13 @@ func (h *events) nodeProblem(node *corev1.Node, reason, message string) {
 	h.recorder.Event(node, corev1.EventTypeWarning, reason, message)
 }
 
-// forgedAssignment tells the pod's owner, on the leader, that the change
-// to its assignment record is not believed.
-func (h *events) forgedAssignment(pod *corev1.Pod, committed ledger.Allocation) {
+// forgedAssignment tells the pod's owner, on the leader, that its
+// assignment record is not believed.
+func (h *events) forgedAssignment(pod *corev1.Pod, message string) {
 	if h.recorder == nil || !h.serving() {
 		return
 	}
-	uuids := make([]string, len(committed.GPUs))
-	for i, g := range committed.GPUs {
-		uuids[i] = g.UUID
-	}
-	h.recorder.Eventf(pod, corev1.EventTypeWarning, contract.ReasonForgedRecord,
-		"Annotation %s was changed or removed by someone other than Rota; it is not believed: the pod holds %s on node %s, as the extender committed at bind",
-		h.names.AssignmentAnnotation, strings.Join(uuids, ","), committed.Node)
+	h.recorder.Event(pod, corev1.EventTypeWarning, contract.ReasonForgedRecord, message)
 }
 
 // released: GPUs came free, so gangs waiting for room are requeued.
@@ -607,7 +627,7 @@ func (a *App) addQueue(ctx context.Context, cfg config.Config, names contract.Na
 	// their own, on the leader only, as the queue).
 	owners := queue.NewOwners(meta, a.client.Discovery())
 	a.AddLeaderLoop("queue-owners", owners.Run)
-	o := queue.Options{Names: names, Client: a.client, Pods: pods, Owners: owners, Synced: []cache.InformerSynced{owners.HasSynced},
+	o := queue.Options{Names: names, Records: a.records, Client: a.client, Pods: pods, Owners: owners, Synced: []cache.InformerSynced{owners.HasSynced},
 		Namespaces: a.nodeFactory.Core().V1().Namespaces().Informer(), Holder: a.extender, Snapshot: a.ledger.Snapshot,
 		TierLabels: tiers.Tiers, Recorder: recorder, Metrics: queue.NewMetrics(a.metrics.Registry),
 		Interval: q.Interval, AdmitConcurrency: q.AdmitConcurrency, HoldTTL: q.HoldTTL, Narrow: q.NarrowCandidates > 0, ConditionInterval: q.ConditionInterval, ConditionQPS: q.ConditionQPS,

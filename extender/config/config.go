@@ -72,6 +72,15 @@ type Config struct {
 	// preempt guard charge memory shares to quota by it, as rota-admission
 	// does. It must be the device plugins' and rota-admission's.
 	MemoryUnitMiB int64 `json:"memoryUnitMiB"`
+	// RecordsKeyFile holds the key (at least 32 bytes) rota-extender signs
+	// its records on pods with (assignment, admission record), and checks
+	// them by: a record without its signature was written outside Rota and
+	// is not believed. Empty: records are neither signed nor checked (a
+	// record changed while no extender ran is then believed at its start).
+	RecordsKeyFile string `json:"recordsKeyFile,omitempty"`
+	// RecordsSignedSince is when signing began (the key's creation): pods
+	// created before it may carry unsigned records. Zero: none may.
+	RecordsSignedSince time.Time `json:"recordsSignedSince,omitzero"`
 	// TierLabels are the node labels of the topology tiers, narrowest first.
 	// Empty means topology.DefaultLabels: <domain>/leaf, then the zone label.
 	TierLabels []string `json:"tierLabels,omitempty"`

@@ -125,6 +125,10 @@ func (c *Controller) ungate(ctx context.Context, pod *corev1.Pod, wl *workload, 
 			spec["activeDeadlineSeconds"] = secs
 		}
 	}
+	rec, err := c.o.Records.Key.SignAdmission(string(pod.UID), rec)
+	if err != nil {
+		return err
+	}
 	data, err := rec.Marshal()
 	if err != nil {
 		return err

@@ -19,6 +19,7 @@ import (
 	"github.com/rota-sched/rota/extender/scheduling"
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/ledger"
+	"github.com/rota-sched/rota/pkg/podreq"
 	"github.com/rota-sched/rota/pkg/quota"
 	"github.com/rota-sched/rota/pkg/reserve"
 )
@@ -32,8 +33,11 @@ type Holder interface {
 
 // Options configure a Controller.
 type Options struct {
-	Names  contract.Names
-	Client kubernetes.Interface
+	Names contract.Names
+	// Records signs the records this part writes and decides which it
+	// believes (podreq.Records; the zero value signs and checks nothing).
+	Records podreq.Records
+	Client  kubernetes.Interface
 	// Pods is the extender's (trimmed) pod informer; Namespaces a namespace
 	// informer (team and queueing labels).
 	Pods       cache.SharedIndexInformer

@@ -28,6 +28,9 @@ type parsedRequest struct {
 	// adm is the pod's admission record: nil when it has none, or one that
 	// does not parse (the pod's account then follows from its team).
 	adm *contract.Admission
+	// unsigned is an admission record the pod carries but Rota did not
+	// sign (Options.Records): not believed, so adm is nil.
+	unsigned *contract.Admission
 }
 
 // request parses a pod's request and admission record, or takes them from
@@ -43,6 +46,9 @@ func (c *Controller) request(pod *corev1.Pod, next map[types.UID]parsedRequest) 
 	p := parsedRequest{rv: pod.ResourceVersion, req: req, err: err}
 	if err == nil {
 		p.adm, _ = podreq.AdmissionOf(pod, c.o.Names)
+		if p.adm != nil && !c.o.Records.AdmissionBelieved(pod, *p.adm) {
+			p.adm, p.unsigned = nil, p.adm
+		}
 	}
 	next[pod.UID] = p
 	return p
@@ -109,6 +115,9 @@ func (c *Controller) collect(cfg quota.Config, now time.Time) *passState {
 		amt := amountOf(req.GPUs, req.MemoryUnits, c.o.MemoryUnitMiB)
 		ref, _ := podreq.GangOf(pod, c.o.Names)
 		if !podreq.Queued(pod, c.o.Names) {
+			if p.unsigned != nil {
+				c.disbelieved(pod, p.unsigned, quota.Account{Team: team}, true)
+			}
 			c.countAdmitted(st, cfg, pod, req, p.adm, team, amt, ref, now)
 			if rec, ok := c.stranded(pod, now); ok {
 				st.stranded = append(st.stranded, strandedPod{pod: pod, rec: rec})
@@ -127,7 +136,7 @@ func (c *Controller) countAdmitted(st *passState, cfg quota.Config, pod *corev1.
 	in := &st.in
 	acct, believed := accountFrom(cfg, c.o.Names, pod, team, adm)
 	if !believed {
-		c.disbelieved(pod, adm, acct)
+		c.disbelieved(pod, adm, acct, false)
 	}
 	u := in.Admitted[acct]
 	if pod.Spec.NodeName != "" {

@@ -17,11 +17,11 @@ import (
 // whose team label changed since. The pod is charged to acct, its own
 // team's account, whatever the record says. Each record is reported once
 // (a Warning event on the pod, a log line, a metric), not on every pass.
-func (c *Controller) disbelieved(pod *corev1.Pod, adm *contract.Admission, acct quota.Account) {
-	said := ""
-	if adm != nil {
-		said = adm.Team + "/" + adm.Model
-	}
+//
+// unsigned is a record that Rota did not sign (Options.Records): it is not
+// believed at all, and the pod is charged as one without a record.
+func (c *Controller) disbelieved(pod *corev1.Pod, adm *contract.Admission, acct quota.Account, unsigned bool) {
+	said := adm.Team + "/" + adm.Model + "/" + adm.Signature
 	if c.disbelief == nil {
 		c.disbelief = map[types.UID]string{}
 	}
@@ -31,6 +31,15 @@ func (c *Controller) disbelieved(pod *corev1.Pod, adm *contract.Admission, acct 
 	c.disbelief[pod.UID] = said
 	if c.o.Metrics != nil {
 		c.o.Metrics.DisbelievedRecords.Inc()
+	}
+	if unsigned {
+		msg := fmt.Sprintf("Annotation %s does not carry Rota's signature for this pod: it was written or changed outside Rota and is not believed; "+
+			"the pod's GPUs count against its own team %q", c.o.Names.AdmissionAnnotation, acct.Team)
+		klog.Background().Info("Admission record not believed: not signed by Rota", "pod", klog.KObj(pod), "recordTeam", adm.Team, "team", acct.Team)
+		if c.o.Recorder != nil {
+			c.o.Recorder.Event(pod, corev1.EventTypeWarning, contract.ReasonForgedRecord, msg)
+		}
+		return
 	}
 	msg := fmt.Sprintf("Annotation %s names team %q (account %q), but the pod's team is %q: the record was changed outside Rota "+
 		"(or the namespace's team label changed) and is not believed; the pod's GPUs count against team %q",

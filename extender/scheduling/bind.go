@@ -180,6 +180,11 @@ func (e *Extender) bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 	// commit.
 	as := podreq.ToAssignment(alloc)
 	as.Gang = gang
+	as, err = e.o.Records.Key.SignAssignment(string(pod.UID), as)
+	if err != nil {
+		release()
+		return "", gang, bindErr("InvalidAssignment", "bind: signing the assignment: %w", err)
+	}
 	value, err := as.Marshal()
 	if err != nil {
 		release()

@@ -31,6 +31,9 @@ type PodGroups interface {
 // Metrics are required.
 type Options struct {
 	Names contract.Names
+	// Records signs the records this part writes and decides which it
+	// believes (podreq.Records; the zero value signs and checks nothing).
+	Records podreq.Records
 	// SchedulerNames are the spec.schedulerName values of the pods bind
 	// serves (the profiles that call this extender); bind refuses any other
 	// pod.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -40,6 +41,9 @@ func IndexByNode(obj any) ([]string, error) {
 // Options configure New.
 type Options struct {
 	Names  contract.Names
+	// Records signs the records this part writes and decides which it
+	// believes (podreq.Records; the zero value signs and checks nothing).
+	Records podreq.Records
 	Tiers  topology.Labels
 	Ledger *ledger.Ledger
 	// Nodes and Pods are not yet started informers (New sets their transform
@@ -59,9 +63,10 @@ type Options struct {
 	// unhealthy). It must return a new Node, never modify its argument.
 	Adjust func(*topology.Node) *topology.Node
 	// OnForgedAssignment, when set, is called (from the informer's handler)
-	// for a bound pod whose assignment annotation changed after the ledger
-	// committed its GPUs, with the committed allocation the ledger keeps.
-	OnForgedAssignment func(pod *corev1.Pod, committed ledger.Allocation)
+	// for a bound pod whose assignment annotation is not believed (changed
+	// after the ledger committed its GPUs, or not signed by Rota), with
+	// what the pod's owner should read.
+	OnForgedAssignment func(pod *corev1.Pod, message string)
 	// MemoryUnitMiB is the cluster's gpu-memory unit; a node whose topology
 	// publishes another takes no memory shares (0: not checked).
 	MemoryUnitMiB contract.MiB
@@ -106,7 +111,7 @@ type Cache struct {
 	pods        cache.SharedIndexInformer
 	onRelease   func([]ledger.Allocation)
 	onPodFailed func(node string)
-	onForged    func(pod *corev1.Pod, committed ledger.Allocation)
+	onForged    func(pod *corev1.Pod, message string)
 	adjust      func(*topology.Node) *topology.Node
 	logger      klog.Logger
 
@@ -114,6 +119,10 @@ type Cache struct {
 
 	mu      sync.Mutex
 	nodeSig map[string]string // node name -> annotation + tier values last applied
+	// closed: node -> pod UID -> pod key, the pods whose unsigned
+	// assignment closed the node (closeFor).
+	closed  map[string]map[string]string
+	records podreq.Records
 	now     func() time.Time
 	// defaultRuntime: see Options.DefaultRuntime.
 	defaultRuntime time.Duration
@@ -137,7 +146,7 @@ func New(ctx context.Context, o Options) (*Cache, error) {
 	}
 	c := &Cache{
 		names: o.Names, tiers: o.Tiers, ledger: o.Ledger, nodes: o.Nodes, pods: o.Pods,
-		onRelease: o.OnRelease, onPodFailed: o.OnPodFailed, onForged: o.OnForgedAssignment, unitMiB: o.MemoryUnitMiB, onNodeProblem: o.OnNodeProblem, adjust: o.Adjust, logger: klog.FromContext(ctx), nodeSig: map[string]string{},
+		onRelease: o.OnRelease, onPodFailed: o.OnPodFailed, onForged: o.OnForgedAssignment, records: o.Records, unitMiB: o.MemoryUnitMiB, onNodeProblem: o.OnNodeProblem, adjust: o.Adjust, logger: klog.FromContext(ctx), nodeSig: map[string]string{},
 		now: o.Now, defaultRuntime: o.DefaultRuntime,
 	}
 	if c.now == nil {
@@ -312,6 +321,7 @@ func (c *Cache) nodeChanged(obj any) {
 	}
 	c.health.set(node.Name, t.GPUs)
 	n := topology.New(node.Name, node.Labels, c.tiers, t)
+	n.Closed = c.closedWhy(node.Name)
 	if c.unitMiB > 0 && n.MemoryUnitMiB != c.unitMiB {
 		// Placement converts a share's units by the node's unit, quota by
 		// the cluster's: the two would disagree on every share there.
@@ -486,6 +496,10 @@ func (c *Cache) podChanged(oldObj, obj any) {
 		c.accountGPUFree(pod, *cl.Allocation, true)
 		return
 	}
+	if held, ok := c.ledger.Get(string(pod.UID)); (!ok || held.State != ledger.Committed) && !c.records.AssignmentBelieved(pod, *cl.Assignment) {
+		c.closeFor(pod, cl, logger)
+		return
+	}
 	a := *cl.Allocation
 	c.setEnds(&a, pod)
 	if err := c.ledger.Restore(a); err != nil {
@@ -494,6 +508,73 @@ func (c *Cache) podChanged(oldObj, obj any) {
 		return
 	}
 	logger.V(5).Info("Pod GPU assignment restored", "gpus", cl.Assignment.UUIDs())
+}
+
+// closeFor closes the node of a bound pod whose assignment Rota did not
+// sign (Options.Records), seen before the ledger committed its GPUs (at a
+// start, or from a pod bound elsewhere): which GPUs the pod holds is
+// unknown, so the node takes no new GPU work until the pod ends. Its CPU
+// and memory are still counted.
+func (c *Cache) closeFor(pod *corev1.Pod, cl podreq.Classification, logger klog.Logger) {
+	c.forgedAssignment.Add(1)
+	key := pod.Namespace + "/" + pod.Name
+	logger.Error(nil, "GPU assignment not signed by Rota: it was written or changed outside Rota and is not believed; the node takes no new GPU work while the pod runs",
+		"annotation", cl.Assignment.UUIDs())
+	if a, ok := podreq.GPUFreeAllocation(pod, cl.Node, c.names); ok {
+		c.accountGPUFree(pod, a, true)
+	}
+	c.mu.Lock()
+	if c.closed == nil {
+		c.closed = map[string]map[string]string{}
+	}
+	if c.closed[cl.Node] == nil {
+		c.closed[cl.Node] = map[string]string{}
+	}
+	_, seen := c.closed[cl.Node][string(pod.UID)]
+	c.closed[cl.Node][string(pod.UID)] = key
+	c.mu.Unlock()
+	if seen {
+		return
+	}
+	if c.onForged != nil {
+		c.onForged(pod, fmt.Sprintf("Annotation %s does not carry Rota's signature for this pod: it was written or changed outside Rota and is not believed; "+
+			"node %s takes no new GPU work until the pod ends", c.names.AssignmentAnnotation, cl.Node))
+	}
+	c.Reapply(cl.Node)
+}
+
+// reopen forgets a pod that closed its node (closeFor), and opens the node
+// again when no such pod is left on it.
+func (c *Cache) reopen(uid string) {
+	c.mu.Lock()
+	node := ""
+	for n, pods := range c.closed {
+		if _, ok := pods[uid]; ok {
+			delete(pods, uid)
+			node = n
+			if len(pods) == 0 {
+				delete(c.closed, n)
+			}
+			break
+		}
+	}
+	c.mu.Unlock()
+	if node != "" {
+		c.Reapply(node)
+	}
+}
+
+// closedWhy says why a node takes no new GPU work ("" when it does).
+func (c *Cache) closedWhy(node string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pods := c.closed[node]
+	if len(pods) == 0 {
+		return ""
+	}
+	names := slices.Sorted(maps.Values(pods))
+	return fmt.Sprintf("it runs %s, whose GPU assignment Rota did not sign (changed outside Rota), so which GPUs are free is not known until it ends",
+		strings.Join(names, ", "))
 }
 
 // forged reports (and counts, logs and hands to Options.OnForgedAssignment)
@@ -519,7 +600,8 @@ func (c *Cache) forged(pod *corev1.Pod, cl podreq.Classification, logger klog.Lo
 	logger.Error(nil, "GPU assignment annotation changed after the extender committed the pod's GPUs; the change is not Rota's and is not believed",
 		"committed", gpuUUIDs(held), "annotation", says, "kind", cl.Kind.String())
 	if c.onForged != nil {
-		c.onForged(pod, held)
+		c.onForged(pod, fmt.Sprintf("Annotation %s was changed or removed by someone other than Rota; it is not believed: the pod holds %s on node %s, as the extender committed at bind",
+			c.names.AssignmentAnnotation, strings.Join(gpuUUIDs(held), ","), held.Node))
 	}
 	return true
 }
@@ -534,6 +616,10 @@ func (c *Cache) restoreHold(pod *corev1.Pod) {
 	// A gang's holds are reserved together or not at all (the ledger never
 	// holds part of a gang): the queue controller re-holds them as a whole.
 	if err != nil || adm == nil || adm.Hold == nil || adm.Hold.Gang != "" || len(pod.Spec.SchedulingGates) > 0 {
+		return
+	}
+	if !c.records.AdmissionBelieved(pod, *adm) {
+		c.logger.V(2).Info("Admission record not signed by Rota; its hold is not restored", "pod", klog.KObj(pod))
 		return
 	}
 	if _, held := c.ledger.Get(string(pod.UID)); held {
@@ -635,6 +721,7 @@ func (c *Cache) Pending(now time.Time) (int, time.Duration) {
 
 func (c *Cache) release(uid any) {
 	id := fmt.Sprint(uid)
+	c.reopen(id)
 	a, ok := c.ledger.Release(id)
 	if !ok {
 		return

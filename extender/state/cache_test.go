@@ -370,7 +370,7 @@ func TestForgedAssignmentNotBelieved(t *testing.T) {
 	p := boundPod(n)
 	c, led, _, _ := startCache(ctx, t, nodeObj, p)
 	var told []string
-	c.onForged = func(pod *corev1.Pod, held ledger.Allocation) { told = append(told, pod.Name+"@"+gpuUUIDs(held)[0]) }
+	c.onForged = func(pod *corev1.Pod, msg string) { told = append(told, pod.Name+": "+msg) }
 	c.podChanged(p, p)
 	if s := c.Stats(); s.ForgedAssignment != 0 {
 		t.Fatalf("an unchanged record counted as forged: %+v", s)

@@ -29,6 +29,9 @@ type Admission struct {
 	// required node affinity with one metadata.name term each), the held
 	// node first; empty when it was not narrowed.
 	NarrowedTo []string `json:"narrowedTo,omitempty"`
+	// Signature is rota-extender's signature of the record for this pod
+	// (RecordKey), empty where the extender runs without a records key.
+	Signature string `json:"signature,omitempty"`
 }
 
 // MaxNarrowedTo bounds Admission.NarrowedTo.

@@ -18,6 +18,9 @@ type Assignment struct {
 	GPUs []AssignedGPU `json:"gpus"`
 	// Gang names the gang the pod was placed with, if any.
 	Gang string `json:"gang,omitempty"`
+	// Signature is rota-extender's signature of the record for this pod
+	// (RecordKey), empty where the extender runs without a records key.
+	Signature string `json:"signature,omitempty"`
 }
 
 // AssignedGPU is one GPU of an assignment.

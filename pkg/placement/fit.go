@@ -70,6 +70,9 @@ func fit(r Request, ni *ledger.NodeInfo) (Choice, *Reason) {
 				Health: strings.Join(n.Models(), ", ")}
 		}
 	}
+	if n.Closed != "" {
+		return Choice{}, &Reason{Code: Closed, Node: n.Name, GPU: -1, Health: n.Closed}
+	}
 	if r.Whole() {
 		return fitWhole(r, ni)
 	}

@@ -34,6 +34,8 @@ const (
 	NoMPS Code = "NoMPS"
 	// NoShares: the node takes no memory shares (topology.Node.NoShares).
 	NoShares Code = "NoShares"
+	// Closed: the node takes no new GPU work (topology.Node.Closed).
+	Closed Code = "Closed"
 )
 
 // Reason says why a request does not fit a node, in data; Message formats it
@@ -95,6 +97,8 @@ func (r *Reason) Message() string {
 		return "node has not published its GPU topology yet"
 	case Held:
 		return heldMessage(r.Claim, r.Ends)
+	case Closed:
+		return "node takes no new GPU work: " + r.Health
 	case NoShares:
 		return "node takes no memory shares: " + r.Health
 	case NoMPS:

@@ -55,6 +55,10 @@ type Node struct {
 	// a share would get a different amount of memory there than quota
 	// charges for it).
 	NoShares string
+	// Closed, when set, says why the node takes no new GPU work at all (the
+	// extender closes a node that runs a pod whose GPU assignment is not
+	// Rota's: which GPUs that pod holds is unknown).
+	Closed string
 }
 
 // Labels says which node labels give the topology tiers, narrowest first.

@@ -91,7 +91,9 @@ func strptr(s string) *string { return &s }
 // team gets no third pod admitted, a running pod whose assignment names
 // the node's free GPU keeps the GPU it holds (the next pod gets the free
 // one), and the invariant checker, which compares the records with the
-// kubelet's grants, reports the forged assignment.
+// kubelet's grants, reports the forged assignment. After a restart the
+// extender still does not believe it (it lacks Rota's signature): the node
+// takes no new GPU work until the pod ends.
 func TestRecordsAreRotas(t *testing.T) {
 	const name = "qrecords"
 	ctx, ns := setup(t, name, "qrecords", 5*time.Minute) // qrecords: 2 GPUs, no borrowing
@@ -268,6 +270,32 @@ func TestRecordsAreRotas(t *testing.T) {
 		return v.Kind == invariant.GrantMismatch && v.Object == "pod "+ns+"/a"
 	}) {
 		t.Errorf("the invariant checker does not report a's forged assignment:\n%s", invariant.Summary(vs))
+	}
+
+	// A restarted extender has no memory of what it committed, but a's
+	// record no longer carries Rota's signature: the node is closed to new
+	// GPU work until a ends, rather than a's GPU handed out again.
+	if err := env.KillExtender(); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.StartExtender(ctx); err != nil {
+		t.Fatal(err)
+	}
+	create(ctx, t, pod(other, "after", name).GPUs(1).Obj())
+	waitPods(ctx, t, other, "after refused: the node is closed", func(p []corev1.Pod) bool {
+		q := byName(p, "after")
+		if q == nil {
+			return false
+		}
+		c := queuedCondition(q)
+		return c != nil && strings.Contains(c.Message, "takes no new GPU work") && strings.Contains(c.Message, ns+"/a")
+	})
+	if err := env.Client.CoreV1().Pods(ns).Delete(ctx, "a", deleteNow); err != nil {
+		t.Fatal(err)
+	}
+	pods = waitPods(ctx, t, other, "after running once a ended", func(p []corev1.Pod) bool { return running(p, "after") })
+	if got := assignment(t, byName(pods, "after")); got.GPUs[0].UUID != held.GPUs[0].UUID {
+		t.Errorf("after got GPU %s; want a's, %s, the one that came free", got.GPUs[0].UUID, held.GPUs[0].UUID)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -72,6 +73,12 @@ func parseFlags(args []string) (config.Config, remediation.Config, error) {
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "grace period for in-flight calls on SIGTERM")
 	fs.Func("scheduler-names", "comma-separated spec.schedulerName values of the pods bind serves: the scheduler profiles that call this extender (default "+strings.Join(cfg.SchedulerNames, ",")+")", func(v string) error { cfg.SchedulerNames = strings.Split(v, ","); return nil })
 	fs.StringVar(&cfg.Domain, "domain", cfg.Domain, "domain of Rota's resources, labels and annotations")
+	fs.StringVar(&cfg.RecordsKeyFile, "records-key-file", cfg.RecordsKeyFile, "file with the key (at least 32 bytes) that signs and checks Rota's records on pods; empty: records are not signed, and one changed while no extender ran is believed at start")
+	fs.Func("records-signed-since", "RFC 3339 time signing began (the key's creation): pods created before it may carry unsigned records", func(v string) error {
+		t, err := time.Parse(time.RFC3339, v)
+		cfg.RecordsSignedSince = t
+		return err
+	})
 	fs.Int64Var(&cfg.MemoryUnitMiB, "memory-unit-mib", cfg.MemoryUnitMiB, "size of one <domain>/gpu-memory unit in MiB, as the device plugins and rota-admission use it (quota charges memory shares by it)")
 	tiers := fs.String("tier-labels", "", "comma-separated node labels of the topology tiers, narrowest first (default <domain>/leaf,topology.kubernetes.io/zone)")
 	fs.StringVar(&cfg.Policy, "policy", cfg.Policy, "scoring policy: "+strings.Join(placement.PolicyNames, ", "))

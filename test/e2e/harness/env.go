@@ -34,6 +34,7 @@ package harness
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -158,6 +159,11 @@ type Env struct {
 	// rota-device-plugin) to the user it authenticates as.
 	Users map[string]string
 
+	// RecordsKey is the key rota-extender signs its records with.
+	RecordsKey     contract.RecordKey
+	recordsKeyFile string
+	recordsSince   time.Time
+
 	opts      Options
 	binDir    string
 	kubeconfs map[string]string // binary -> kubeconfig
@@ -245,6 +251,16 @@ func Start(ctx context.Context, o Options) (_ *Env, err error) {
 	e.AdmissionURL = "https://127.0.0.1:" + strconv.Itoa(ports[1])
 	e.ExtenderURL = "http://127.0.0.1:" + strconv.Itoa(ports[2])
 	if e.ExtenderTLS, err = newExtenderTLS(filepath.Join(e.Dir, "extender-tls")); err != nil {
+		return nil, err
+	}
+	// The records key, as the chart's Secret holds it: random, made now.
+	key := make([]byte, 48)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	e.RecordsKey, e.recordsSince = contract.RecordKey(key), time.Now().Add(-time.Second)
+	e.recordsKeyFile = filepath.Join(e.Dir, "records-key")
+	if err := os.WriteFile(e.recordsKeyFile, key, 0o600); err != nil {
 		return nil, err
 	}
 
