@@ -40,12 +40,12 @@ func IndexByNode(obj any) ([]string, error) {
 
 // Options configure New.
 type Options struct {
-	Names  contract.Names
+	Names contract.Names
 	// Records signs the records this part writes and decides which it
 	// believes (podreq.Records; the zero value signs and checks nothing).
 	Records podreq.Records
-	Tiers  topology.Labels
-	Ledger *ledger.Ledger
+	Tiers   topology.Labels
+	Ledger  *ledger.Ledger
 	// Nodes and Pods are not yet started informers (New sets their transform
 	// and indexers, which client-go only allows before the start).
 	Nodes cache.SharedIndexInformer

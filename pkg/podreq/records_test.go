@@ -49,4 +49,3 @@ func TestRecordsBelieved(t *testing.T) {
 		}
 	}
 }
-
