@@ -17,7 +17,11 @@
 //   - health: no bound pod that has not started yet holds an unhealthy GPU
 //     (a pod placed after its GPU turned unhealthy never starts);
 //   - bookkeeping: every bound pod that asks for Rota resources carries a
-//     readable assignment, and the assignment names the pod's node.
+//     readable assignment, and the assignment names the pod's node;
+//   - records against the truth (Options.Grants): a bound pod's assignment
+//     names the GPUs the kubelet granted it; capacity counts granted GPUs;
+//     quota counts each pod against its own team, never the team its
+//     admission record names.
 //
 // The functions are safe for concurrent use; they keep no state.
 package invariant
