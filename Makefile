@@ -14,7 +14,7 @@ BENCHCOUNT ?= 5
 CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 export CGO_CFLAGS
 
-.PHONY: help host-deps build test unit e2e lint bench bench-sim replay load fuzz demo k8s-tools helm promtool manifests clean
+.PHONY: help host-deps build test unit verify e2e lint bench bench-sim replay load fuzz demo k8s-tools helm promtool manifests clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -25,6 +25,11 @@ build: ## build the binaries into bin/
 
 unit: ## unit, property and fuzz-seed tests with -race
 	$(GO) test -race -count=1 $(PKGS)
+
+verify: helm ## the contributors' inner loop (minutes): lint, deploy/ in sync with the chart, docs links and wire contract, unit tests without -race
+	@GO=$(GO) bash hack/lint.sh
+	$(GO) test -count=1 -tags e2e -run 'TestManifestsInSync' ./test/chart/
+	$(GO) test -count=1 $(PKGS)
 
 test: host-deps lint unit e2e ## everything CI runs: lint, unit tests, scenario tests on a real control plane
 
