@@ -285,6 +285,8 @@ func (e *Env) startExtenders(ctx context.Context, verbsPort, opsPort int) error 
 			"--ops-listen=127.0.0.1:" + strconv.Itoa(ops),
 			"--v=2",
 			"--memory-unit-mib=" + strconv.FormatInt(int64(e.unitMiB), 10),
+			"--records-key-file=" + e.recordsKeyFile,
+			"--records-signed-since=" + e.recordsSince.UTC().Format(time.RFC3339),
 		}, extenderArgs(pod)...)
 		args = append(append(args, e.ExtenderTLS.Args()...), e.opts.ExtenderArgs...)
 		e.Extenders = append(e.Extenders, &Replica{Process: newProcess(e.binDir, "rota-extender", logName, e.Dir, args),
