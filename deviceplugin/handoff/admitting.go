@@ -17,7 +17,7 @@ import (
 type PodLister func(ctx context.Context) ([]PodDevices, error)
 
 // SetPodLister lets the matcher ask the kubelet which pod it is admitting
-// when several pending pods ask for the same shape (see the README, "The
+// when several pending pods ask for the same shape (see deviceplugin/README.md, "The
 // Allocate handoff"). nil turns it off. Call before serving.
 func (m *Matcher) SetPodLister(l PodLister) {
 	m.mu.Lock()

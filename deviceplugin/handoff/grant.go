@@ -20,7 +20,7 @@ type Grant struct {
 	// granted x unit size); 0 for whole GPUs.
 	MemoryMiB contract.MiB
 	// Twins are other pending pods with an identical memory share on the
-	// same GPU; see the README for why this is not a guess.
+	// same GPU; see deviceplugin/README.md for why this is not a guess.
 	Twins []string
 	// Admitting is set when the kubelet's PodResources list showed this pod
 	// as the one being admitted; NotAdmitting names the other pending pods of

@@ -65,7 +65,7 @@ func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_
 }
 
 // GetPreferredAllocation implements pluginapi.DevicePluginServer: it steers
-// the kubelet to the devices of the pod's assignment (see README).
+// the kubelet to the devices of the pod's assignment (see deviceplugin/README.md).
 func (p *Plugin) GetPreferredAllocation(ctx context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
 	logger := klog.FromContext(ctx)
 	if err := p.checkPreferred(req); err != nil {

@@ -18,7 +18,7 @@ import (
 // about 1 s old, a standby sees it within 1.2 x RetryPeriod and acquires at
 // its first try after LeaseDuration: with the defaults (3 s, 2 s, 0.5 s) it
 // takes over 2 to about 4.5 s after the kill (measured on the real control
-// plane: README, "Failover"). The leader stops serving RenewDeadline after
+// plane: docs/performance.md, "Faults and load"). The leader stops serving RenewDeadline after
 // its last visible renewal, LeaseDuration-RenewDeadline (1 s) before anyone
 // may take over; an API server that takes no lease update for about a
 // second pauses its verbs (they resume at the next renewal), one that takes

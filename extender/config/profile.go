@@ -38,19 +38,16 @@ var ProfileDisabledScorePlugins = []string{"NodeResourcesBalancedAllocation", "I
 // ProfileWeight unless WithWeight says otherwise; GPU-free pods included
 // unless WithGPUFreePods(false) says otherwise: a CPU-only pod placed
 // without Rota takes CPU that GPU pods on that node need, and strands its
-// GPUs; see the replay figures in README.md) plus
+// GPUs; docs/performance.md has the replay figures) plus
 //
 //   - percentageOfNodesToScore left to kube-scheduler's adaptive default
 //     (WithPercentageOfNodesToScore sets it): it stops filtering once it
-//     has found max(100, (50 - nodes/125)%, 5%) feasible nodes (about 40 %
-//     of a 1,213-node fleet, 10 % of 5,000), starting where the previous
-//     cycle stopped, so the extender chooses among a rotating sample. With
-//     100 (every node) the openb replay allocated 95.45 % of GPUs against
-//     95.37 % with the default, while at 5,000 nodes kube-scheduler and
-//     the extender then spent 27 and 10 ms of CPU per pod that the queue
-//     does not narrow (make load: 37.5 pods/s against 277.7 plain; README,
-//     "The scheduler profile"). Pods the queue narrows see only their few
-//     candidates either way;
+//     has found max(100, (50 - nodes/125)%, 5%) feasible nodes, starting
+//     where the previous cycle stopped, so the extender chooses among a
+//     rotating sample. Scoring every node (100) places barely better and
+//     costs kube-scheduler and the extender much more CPU per pod at
+//     thousands of nodes (docs/performance.md, "The scheduler profile").
+//     Pods the queue narrows see only their few candidates either way;
 //   - the default profile with ProfileDisabledScorePlugins off and
 //     NodeResourcesFit scoring MostAllocated on cpu and memory.
 //

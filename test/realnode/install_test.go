@@ -30,7 +30,7 @@ const (
 	installLabel = "app.kubernetes.io/instance=" + installRelease
 )
 
-// TestHelmInstall installs charts/rota with Helm, as README's install
+// TestHelmInstall installs charts/rota with Helm, as docs/operations.md's install
 // section tells a platform engineer to, on a real node: the control plane
 // with kube-controller-manager, and a node with containerd, the kubelet and
 // kube-proxy, in a network namespace of the test's own. The images are the
@@ -48,7 +48,7 @@ const (
 //   - helm upgrade changes the extender's arguments: every certificate is
 //     kept, the running GPU pod is not disturbed, and a new GPU pod runs;
 //   - helm uninstall removes every object of the chart; what stays is what
-//     README says stays.
+//     docs/operations.md says stays.
 func TestHelmInstall(t *testing.T) {
 	if !RunInOwnNetwork(t, 12*time.Minute) {
 		return
@@ -419,7 +419,7 @@ func checkNothingLeft(ctx context.Context, t *testing.T, e *Env) {
 	if err != nil {
 		t.Error(err)
 	}
-	// What README says stays: the namespace helm created, the leader
+	// What docs/operations.md says stays: the namespace helm created, the leader
 	// election Leases the parts wrote, and on the node the device plugin's
 	// topology annotation and GPU capacity (the kubelet drops the capacity
 	// when the plugin is gone; the annotation goes with the node).
@@ -431,6 +431,6 @@ func checkNothingLeft(ctx context.Context, t *testing.T, e *Env) {
 	for _, l := range leases.Items {
 		names = append(names, l.Name)
 	}
-	t.Logf("left after helm uninstall, as README says: namespace %s, Leases %v, node annotation %s",
+	t.Logf("left after helm uninstall, as docs/operations.md says: namespace %s, Leases %v, node annotation %s",
 		installNamespace, names, e.Names.TopologyAnnotation)
 }
