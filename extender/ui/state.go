@@ -163,8 +163,8 @@ type NamespaceUse struct {
 }
 
 // usageNote is State.UsageNote.
-const usageNote = "GPU use per namespace, reserved and committed. Team quotas are enforced by rota-admission " +
-	"and are not known to the extender: see kubectl rota top teams for use against quota."
+const usageNote = "GPU use per namespace, held and committed. Each team's admitted use against its quota is in " +
+	"the team queues above (on the leader, with the queue on) and in kubectl rota top teams."
 
 // noDecision is Waiting.Reason for a pod the decision log holds nothing
 // about: kube-scheduler asks the extender only about the nodes its own

@@ -192,7 +192,7 @@ func TestState(t *testing.T) {
 		t.Errorf("namespace use mismatch (-want +got):\n%s", diff)
 	}
 	if !strings.Contains(got.UsageNote, "quota") {
-		t.Errorf("usage note %q does not say that quotas are not shown", got.UsageNote)
+		t.Errorf("usage note %q does not say where use against quota is shown", got.UsageNote)
 	}
 	if len(got.Fragmentation) != 1 || got.Fragmentation[0].FreeGPUs != 2.75 {
 		t.Errorf("fragmentation = %+v, want one sample taken now with 2.75 free GPUs (0.75 of gpu-a GPU 1, 2 idle on gpu-b)", got.Fragmentation)

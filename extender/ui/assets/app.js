@@ -131,7 +131,7 @@
       var div = el("div", "team");
       div.dataset.team = t.team;
       var head = el("div", "team-head");
-      head.appendChild(el("b", "team-name", t.team));
+      head.appendChild(el("b", "team-name", t.team || "(namespaces without a team label)"));
       head.appendChild(el("span", "team-use", t.admittedGPUs + (t.admittedGPUs === 1 ? " GPU" : " GPUs") + " admitted" +
         (t.admittedGPUMemoryMiB ? " (" + gib(t.admittedGPUMemoryMiB) + ")" : "") +
         ", dominant share " + percent(t.dominantShare) + ", " + t.pods.length + " queued"));
