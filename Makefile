@@ -2,6 +2,11 @@
 SHELL := /bin/bash
 GO ?= go
 BIN := bin
+# The version every binary reports (--version, the Starting log line,
+# rota_build_info): the chart's appVersion unless VERSION is given.
+VERSION ?= $(shell sed -n 's/^appVersion: *"*\([^"]*\)"*$$/\1/p' charts/rota/Chart.yaml)
+REVISION ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+LDFLAGS := -X github.com/rota-sched/rota/pkg/version.Version=$(VERSION) -X github.com/rota-sched/rota/pkg/version.revision=$(REVISION)
 PKGS := ./...
 FUZZTIME ?= 10s
 BENCHTIME ?= 1s
@@ -14,14 +19,14 @@ BENCHCOUNT ?= 5
 CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 export CGO_CFLAGS
 
-.PHONY: help host-deps build test unit verify e2e lint bench bench-sim replay load fuzz demo k8s-tools helm promtool manifests clean
+.PHONY: help host-deps build test unit verify release-check e2e lint bench bench-sim replay load fuzz demo k8s-tools helm promtool manifests clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
 
 build: ## build the binaries into bin/
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./extender/cmd/... ./deviceplugin/cmd/... ./admission/cmd/... ./cmd/...
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./extender/cmd/... ./deviceplugin/cmd/... ./admission/cmd/... ./cmd/...
 
 unit: ## unit, property and fuzz-seed tests with -race
 	$(GO) test -race -count=1 $(PKGS)
@@ -30,6 +35,9 @@ verify: helm ## the contributors' inner loop (minutes): lint, deploy/ in sync wi
 	@GO=$(GO) bash hack/lint.sh
 	$(GO) test -count=1 -tags e2e -run 'TestManifestsInSync' ./test/chart/
 	$(GO) test -count=1 $(PKGS)
+
+release-check: helm ## is the tree ready to tag as the chart's version? (CONTRIBUTING.md, Releasing)
+	@GO=$(GO) bash hack/release-check.sh
 
 test: host-deps lint unit e2e ## everything CI runs: lint, unit tests, scenario tests on a real control plane
 

@@ -27,6 +27,7 @@ import (
 	"github.com/rota-sched/rota/admission/webhook"
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/quota"
+	"github.com/rota-sched/rota/pkg/version"
 )
 
 // App is rota-admission, wired: the informers that feed the usage view,
@@ -75,6 +76,10 @@ func New(ctx context.Context, cfg config.Config) (*App, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	bi := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rota_build_info",
+		Help: "1, labelled with the binary, its version, VCS revision and Go version."}, version.LabelNames)
+	bi.With(version.Labels("rota-admission")).Set(1)
+	reg.MustRegister(bi)
 	return NewForClient(ctx, cfg, client, reg)
 }
 

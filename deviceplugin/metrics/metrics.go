@@ -4,6 +4,7 @@
 package metrics
 
 import (
+	"github.com/rota-sched/rota/pkg/version"
 	"net/http"
 	"time"
 
@@ -82,6 +83,10 @@ func New() *Metrics {
 			Help: "GPU memory held by a pod's processes on a GPU assigned to it, in MiB.",
 		}, []string{"namespace", "pod", "gpu"}),
 	}
+	bi := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rota_build_info",
+		Help: "1, labelled with the binary, its version, VCS revision and Go version."}, version.LabelNames)
+	bi.With(version.Labels("rota-device-plugin")).Set(1)
+	m.reg.MustRegister(bi)
 	m.reg.MustRegister(m.gpus, m.transitions, m.allocLatency, m.allocFailures, m.registrations, m.mismatches,
 		m.publishErrors, m.mpsUp, m.mpsRestarts, m.leakedMiB, m.leakedProcs, m.podSM, m.podUsedMiB, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

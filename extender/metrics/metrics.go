@@ -16,6 +16,7 @@ import (
 
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/placement"
+	"github.com/rota-sched/rota/pkg/version"
 )
 
 const namespace = "rota_extender"
@@ -102,6 +103,10 @@ func New(src Source) *Metrics {
 			Help: "Bound pods asking for Rota resources that ended Failed, by node (a node failing many is suspect).",
 		}, []string{"node"}),
 	}
+	bi := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rota_build_info",
+		Help: "1, labelled with the binary, its version, VCS revision and Go version."}, version.LabelNames)
+	bi.With(version.Labels("rota-extender")).Set(1)
+	m.Registry.MustRegister(bi)
 	m.Registry.MustRegister(m.RequestDuration, m.Decisions, m.HTTPErrors, m.BindConflicts, m.Expired,
 		m.GangPlans, m.GangWait, m.Requeues, m.Events, m.PodFailures,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -18,6 +18,7 @@ import (
 
 	"github.com/rota-sched/rota/admission/app"
 	"github.com/rota-sched/rota/admission/config"
+	"github.com/rota-sched/rota/pkg/version"
 )
 
 func main() {
@@ -27,6 +28,7 @@ func main() {
 	}
 	fs := flag.NewFlagSet("rota-admission", flag.ExitOnError)
 	klog.InitFlags(fs)
+	version.AddFlag(fs, "rota-admission")
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "HTTPS address to serve on (host:port)")
 	fs.StringVar(&cfg.TLSCertFile, "tls-cert-file", cfg.TLSCertFile, "serving certificate (PEM); re-read when it changes")
 	fs.StringVar(&cfg.TLSKeyFile, "tls-key-file", cfg.TLSKeyFile, "serving key (PEM); re-read when it changes")
@@ -54,6 +56,7 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	logger := klog.Background().WithName("rota-admission")
+	logger.Info("Starting rota-admission", "version", version.Version, "revision", version.Revision())
 	ctx = klog.NewContext(ctx, logger)
 	a, err := app.New(ctx, cfg)
 	if err == nil {

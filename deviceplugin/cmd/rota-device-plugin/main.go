@@ -31,6 +31,7 @@ import (
 	"github.com/rota-sched/rota/deviceplugin/discovery"
 	"github.com/rota-sched/rota/deviceplugin/metrics"
 	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/version"
 )
 
 const (
@@ -52,6 +53,7 @@ func main() {
 
 // parseFlags binds the flags to a Config and validates it.
 func parseFlags(fs *flag.FlagSet, args []string) (config.Config, error) {
+	version.AddFlag(fs, "rota-device-plugin")
 	c := config.Default()
 	unit := int64(c.MemoryUnitMiB)
 	xids := joinXIDs(c.IgnoredXIDs)
@@ -175,7 +177,7 @@ func run(cfg config.Config) int {
 		logger.Info("Serving metrics", "address", lis.Addr().String())
 	}
 
-	logger.Info("Starting rota-device-plugin", "backend", cfg.Backend, "domain", cfg.Domain,
+	logger.Info("Starting rota-device-plugin", "version", version.Version, "backend", cfg.Backend, "domain", cfg.Domain,
 		"memoryUnitMiB", int64(cfg.MemoryUnitMiB), "devicePluginDir", cfg.DevicePluginDir, "noAPI", cfg.NoAPI)
 	if err := app.Run(ctx, app.Deps{Config: cfg, Backend: backend, Client: client, Metrics: m}); err != nil {
 		logger.Error(err, "Device plugin failed")

@@ -22,6 +22,7 @@ import (
 	"github.com/rota-sched/rota/extender/remediation"
 	"github.com/rota-sched/rota/pkg/placement"
 	pkgremediation "github.com/rota-sched/rota/pkg/remediation"
+	"github.com/rota-sched/rota/pkg/version"
 )
 
 func main() {
@@ -35,6 +36,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	logger := klog.Background().WithName("rota-extender")
+	logger.Info("Starting rota-extender", "version", version.Version, "revision", version.Revision())
 	ctx = klog.NewContext(ctx, logger)
 	a, err := app.New(ctx, cfg, rcfg)
 	if err == nil {
@@ -55,6 +57,7 @@ func parseFlags(args []string) (config.Config, remediation.Config, error) {
 	rcfg := remediation.Default()
 	fs := flag.NewFlagSet("rota-extender", flag.ContinueOnError)
 	klog.InitFlags(fs)
+	version.AddFlag(fs, "rota-extender")
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", cfg.Kubeconfig, "kubeconfig file; empty means in-cluster configuration")
 	qps := float64(cfg.QPS)
 	fs.Float64Var(&qps, "kube-api-qps", qps, "queries per second to the API server")
