@@ -155,16 +155,7 @@ func TestQueueGateRemoval(t *testing.T) {
 		if err := removeGate(ctx, env.Client, ns, "job"); err == nil || !strings.Contains(err.Error(), "is removed only by Rota's queue") {
 			t.Fatalf("admin removes the gate with the records policy: got %v, want the policy's refusal", err)
 		}
-		if _, err := env.SetRecordsPolicy(ctx, false); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			if _, err := env.SetRecordsPolicy(cctx, true); err != nil {
-				t.Errorf("restoring the records policy: %v", err)
-			}
-		})
+		recordsPolicyOff(ctx, t)
 	}
 	mustDeny(t, "admin removes the gate", removeGate(ctx, env.Client, ns, "job"),
 		"only Rota's queue controller may remove scheduling gate "+env.Names.QueueGate,

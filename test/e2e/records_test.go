@@ -80,6 +80,23 @@ func annotate(ctx context.Context, c kubernetes.Interface, ns, pod, key string, 
 
 func strptr(s string) *string { return &s }
 
+// recordsPolicyOff removes the records policy for the scenario and
+// restores it after.
+func recordsPolicyOff(ctx context.Context, t *testing.T) {
+	t.Helper()
+	was, err := env.SetRecordsPolicy(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := env.SetRecordsPolicy(cctx, was); err != nil {
+			t.Errorf("restoring the records policy: %v", err)
+		}
+	})
+}
+
 // TestRecordsAreRotas: a team member with ordinary edit rights on their
 // namespace cannot rewrite or remove Rota's records on their pods, ungate
 // a queued pod or skip the scheduler with spec.nodeName (the chart's
@@ -222,17 +239,7 @@ func TestRecordsAreRotas(t *testing.T) {
 
 	// Without the policy (an install that lacks it, or an admin's edit),
 	// the edits go through, and are not believed.
-	was, err := env.SetRecordsPolicy(ctx, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if _, err := env.SetRecordsPolicy(cctx, was); err != nil {
-			t.Errorf("restoring the records policy: %v", err)
-		}
-	})
+	recordsPolicyOff(ctx, t)
 	for _, e := range edits[:3] {
 		if err := e.do(); err != nil {
 			t.Fatalf("%s without the policy: %v", e.what, err)
