@@ -217,7 +217,7 @@ func (v *View) record(pod *corev1.Pod) (podRec, bool) {
 	rec := podRec{
 		uid:     string(pod.UID),
 		bucket:  bucketKey{ns: pod.Namespace, podTeam: pod.Labels[v.o.Names.TeamLabel]},
-		amt:     quota.Amount{GPUs: int64(r.GPUs), MemoryMiB: contract.MiB(r.MemoryUnits) * v.o.MemoryUnitMiB},
+		amt:     quota.AmountOf(r.GPUs, r.MemoryUnits, v.o.MemoryUnitMiB),
 		running: pod.Spec.NodeName != "",
 	}
 	rec.queued = !rec.running && Gated(pod, v.o.Names)

@@ -305,7 +305,7 @@ func (h *Handler) create(ctx context.Context, req *admissionv1.AdmissionRequest)
 		Name:      pod.Name,
 		UID:       string(pod.UID),
 		PodTeam:   pod.Labels[names.TeamLabel],
-		Amount:    quota.Amount{GPUs: int64(pr.GPUs), MemoryMiB: contract.MiB(pr.MemoryUnits) * v.MemoryUnitMiB()},
+		Amount:    quota.AmountOf(pr.GPUs, pr.MemoryUnits, v.MemoryUnitMiB()),
 		Gang:      gang,
 		Priority:  pod.Spec.Priority,
 		Models:    models,

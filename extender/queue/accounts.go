@@ -79,11 +79,6 @@ func accountFrom(cfg quota.Config, names contract.Names, pod *corev1.Pod, team s
 	return quota.Account{Team: team}, adm == nil
 }
 
-// amountOf is what a pod's request counts in quota.
-func amountOf(gpus int, memoryUnits int64, unit contract.MiB) quota.Amount {
-	return quota.Amount{GPUs: int64(gpus), MemoryMiB: contract.MiB(memoryUnits) * unit}
-}
-
 func (c *Controller) namespaces() map[string]map[string]string {
 	out := map[string]map[string]string{}
 	for _, obj := range c.o.Namespaces.GetStore().List() {

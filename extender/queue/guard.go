@@ -128,5 +128,5 @@ func charge(cfg quota.Config, names contract.Names, unit contract.MiB, pod *core
 	if err != nil {
 		return quota.Account{}, quota.Amount{}, false
 	}
-	return accountOf(cfg, names, pod, team), amountOf(req.GPUs, req.MemoryUnits, unit), true
+	return accountOf(cfg, names, pod, team), quota.AmountOf(req.GPUs, req.MemoryUnits, unit), true
 }

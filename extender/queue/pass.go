@@ -112,7 +112,7 @@ func (c *Controller) collect(cfg quota.Config, now time.Time) *passState {
 			cfg = withUnlimited(cfg, team)
 			st.in.Config = cfg
 		}
-		amt := amountOf(req.GPUs, req.MemoryUnits, c.o.MemoryUnitMiB)
+		amt := quota.AmountOf(req.GPUs, req.MemoryUnits, c.o.MemoryUnitMiB)
 		ref, _ := podreq.GangOf(pod, c.o.Names)
 		if !podreq.Queued(pod, c.o.Names) {
 			if p.unsigned != nil {

@@ -233,7 +233,7 @@ func (c *Cluster) amountOf(p *corev1.Pod) (quota.Amount, bool) {
 	if err != nil || r.GPUFree() {
 		return quota.Amount{}, false
 	}
-	return quota.Amount{GPUs: int64(r.GPUs), MemoryMiB: contract.MiB(r.MemoryUnits) * c.o.MemoryUnitMiB}, true
+	return quota.AmountOf(r.GPUs, r.MemoryUnits, c.o.MemoryUnitMiB), true
 }
 
 // teamOf is the team a pod is charged to, as podreq.Team under the quota

@@ -12,6 +12,14 @@ type Amount struct {
 	MemoryMiB contract.MiB
 }
 
+// AmountOf is what a request counts in quota: gpus whole GPUs, and
+// memoryUnits units of GPU memory of unit MiB each. The webhook, the
+// queue, its preempt guard and kubectl-rota all convert through it, so that
+// they charge a pod alike.
+func AmountOf(gpus int, memoryUnits int64, unit contract.MiB) Amount {
+	return Amount{GPUs: int64(gpus), MemoryMiB: contract.MiB(memoryUnits) * unit}
+}
+
 // Add returns a+b.
 func (a Amount) Add(b Amount) Amount {
 	return Amount{GPUs: a.GPUs + b.GPUs, MemoryMiB: a.MemoryMiB + b.MemoryMiB}
