@@ -167,10 +167,9 @@ func (c *Controller) countAdmitted(st *passState, cfg quota.Config, pod *corev1.
 // addQueued adds a gated pod to its workload (the pod alone, or its gang).
 func (c *Controller) addQueued(st *passState, cfg quota.Config, pod *corev1.Pod, req placement.Request, team string,
 	amt quota.Amount, ref *podreq.GangRef, now time.Time) {
-	key := pod.Namespace + "/" + pod.Name
+	key := podreq.WorkloadKey(pod, ref)
 	members := 1
 	if ref != nil {
-		key = ref.Key
 		members = max(1, ref.Size)
 	}
 	wl := st.queued[key]

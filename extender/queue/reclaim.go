@@ -21,10 +21,7 @@ import (
 // alone, or its whole gang (evicting one member would break it).
 func (c *Controller) addVictim(victims map[string]*pkgqueue.Victim, pods map[string][]*corev1.Pod, pod *corev1.Pod,
 	adm *contract.Admission, ref *podreq.GangRef, acct quota.Account, amt quota.Amount) {
-	key := pod.Namespace + "/" + pod.Name
-	if ref != nil {
-		key = ref.Key
-	}
+	key := podreq.WorkloadKey(pod, ref)
 	v := victims[key]
 	if v == nil {
 		v = &pkgqueue.Victim{Key: key, Team: acct.Team, Account: acct, Preemptible: podreq.Preemptible(pod, c.o.Names),

@@ -195,10 +195,8 @@ func (e *Extender) request(pod *corev1.Pod) (placement.Request, error) {
 		return r, err
 	}
 	// Who the pod is and when it ends, for reservations' held room.
-	r.Job = pod.Namespace + "/" + pod.Name
-	if ref, _ := podreq.GangOf(pod, e.names); ref != nil {
-		r.Job = ref.Key
-	}
+	ref, _ := podreq.GangOf(pod, e.names)
+	r.Job = podreq.WorkloadKey(pod, ref)
 	r.Ends = podreq.DeclaredEnd(pod, e.names, e.now())
 	if r.GPUFree() {
 		return r, nil

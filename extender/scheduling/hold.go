@@ -74,10 +74,7 @@ func (e *Extender) HoldRoom(pods []*corev1.Pod, model string, expires time.Time)
 	}
 	candidates := namesAt(snap, at)
 	ref, _ := podreq.GangOf(pods[0], e.names)
-	key := pods[0].Namespace + "/" + pods[0].Name
-	if ref != nil {
-		key = ref.Key
-	}
+	key := podreq.WorkloadKey(pods[0], ref)
 	g := placement.Gang{Name: key, Member: req}
 	for _, p := range pods {
 		g.UIDs = append(g.UIDs, string(p.UID))

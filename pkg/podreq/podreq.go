@@ -267,6 +267,16 @@ type GangRef struct {
 	PodGroup bool
 }
 
+// WorkloadKey is the key of the workload a pod belongs to, the one key the
+// queue, the reservations and the holds use: its gang's key (ref, from
+// GangOf), else "namespace/name" for a pod alone.
+func WorkloadKey(pod *corev1.Pod, ref *GangRef) string {
+	if ref != nil {
+		return ref.Key
+	}
+	return pod.Namespace + "/" + pod.Name
+}
+
 // GangKey returns the pod's gang key ("namespace/name", from the gang label,
 // else scheduler-plugins' pod-group label) or "" when it belongs to none.
 // It reads the labels only, never the size annotation, so a member whose

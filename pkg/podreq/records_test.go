@@ -49,3 +49,14 @@ func TestRecordsBelieved(t *testing.T) {
 		}
 	}
 }
+
+// A pod's workload key is its gang's key, else its own namespace/name.
+func TestWorkloadKey(t *testing.T) {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "p-0"}}
+	if got := WorkloadKey(p, nil); got != "ml/p-0" {
+		t.Errorf("a pod alone: %q", got)
+	}
+	if got := WorkloadKey(p, &GangRef{Key: "ml/train"}); got != "ml/train" {
+		t.Errorf("a gang member: %q", got)
+	}
+}
