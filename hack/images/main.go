@@ -228,7 +228,7 @@ func (d image) build(ctx context.Context, root, work string, o options) (v1.Imag
 	bin := d.prebuilt
 	if d.pkg != "" {
 		bin = filepath.Join(work, d.name)
-		if err := goBuild(ctx, root, d.pkg, bin, d.cgo); err != nil {
+		if err := goBuild(ctx, root, d.pkg, bin, d.cgo, o.version, o.revision); err != nil {
 			return nil, "", err
 		}
 	}
@@ -293,9 +293,14 @@ func baseLayer() oci.Layer {
 }
 
 // goBuild builds pkg for linux on this machine's architecture: static
-// (CGO_ENABLED=0) unless cgo, stripped, without file paths.
-func goBuild(ctx context.Context, root, pkg, out string, cgo bool) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, pkg)
+// (CGO_ENABLED=0) unless cgo, stripped, without file paths, with the
+// version and revision stamped (pkg/version), as the image's labels say.
+func goBuild(ctx context.Context, root, pkg, out string, cgo bool, version, revision string) error {
+	ldflags := "-s -w -X github.com/rota-sched/rota/pkg/version.Version=" + version
+	if revision != "" {
+		ldflags += " -X github.com/rota-sched/rota/pkg/version.revision=" + revision
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags="+ldflags, "-o", out, pkg)
 	cmd.Dir = root
 	cgoEnv := "CGO_ENABLED=0"
 	if cgo {
