@@ -9,36 +9,20 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/rota-sched/rota/deviceplugin/app"
 	"github.com/rota-sched/rota/deviceplugin/config"
-	"github.com/rota-sched/rota/deviceplugin/discovery"
-	"github.com/rota-sched/rota/deviceplugin/metrics"
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/version"
-)
-
-const (
-	exitOK       = 0
-	exitRuntime  = 1
-	exitConfig   = 2
-	exitNoDriver = 3
 )
 
 func main() {
@@ -46,9 +30,12 @@ func main() {
 	cfg, err := parseFlags(flag.CommandLine, os.Args[1:])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "rota-device-plugin:", err)
-		os.Exit(exitConfig)
+		os.Exit(app.ExitConfig)
 	}
-	klog.FlushAndExit(klog.ExitFlushTimeout, run(cfg))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	code := app.Main(ctx, cfg)
+	stop()
+	klog.FlushAndExit(klog.ExitFlushTimeout, code)
 }
 
 // parseFlags binds the flags to a Config and validates it.
@@ -120,88 +107,4 @@ func joinXIDs(x []uint64) string {
 		s[i] = strconv.FormatUint(v, 10)
 	}
 	return strings.Join(s, ",")
-}
-
-// run starts everything and returns the exit code.
-func run(cfg config.Config) int {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	logger := klog.LoggerWithValues(klog.Background(), "node", cfg.NodeName)
-	ctx = klog.NewContext(ctx, logger)
-
-	backend, err := openBackend(cfg)
-	if errors.Is(err, discovery.ErrNoDriver) {
-		logger.Error(err, "No NVIDIA driver on this node; use --backend=fake or --backend=mock to simulate GPUs")
-		return exitNoDriver
-	}
-	if err != nil {
-		logger.Error(err, "GPU discovery failed")
-		return exitRuntime
-	}
-	defer backend.Close()
-	if _, err := app.Check(cfg, backend); err != nil {
-		logger.Error(err, "Refusing to start")
-		return exitConfig
-	}
-
-	var client kubernetes.Interface
-	if !cfg.NoAPI {
-		rc, err := restConfig(cfg)
-		if err != nil {
-			logger.Error(err, "Kubernetes client configuration failed")
-			return exitConfig
-		}
-		rc.QPS, rc.Burst, rc.UserAgent = cfg.APIQPS, cfg.APIBurst, "rota-device-plugin/"+cfg.NodeName
-		if client, err = kubernetes.NewForConfig(rc); err != nil {
-			logger.Error(err, "Kubernetes client creation failed")
-			return exitConfig
-		}
-	}
-
-	m := metrics.New()
-	if cfg.MetricsListen != "" {
-		lis, err := net.Listen("tcp", cfg.MetricsListen)
-		if err != nil {
-			logger.Error(err, "Metrics listener failed", "address", cfg.MetricsListen)
-			return exitRuntime
-		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", m.Handler())
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				logger.Error(err, "Metrics server stopped")
-			}
-		}()
-		defer srv.Close()
-		logger.Info("Serving metrics", "address", lis.Addr().String())
-	}
-
-	logger.Info("Starting rota-device-plugin", "version", version.Version, "backend", cfg.Backend, "domain", cfg.Domain,
-		"memoryUnitMiB", int64(cfg.MemoryUnitMiB), "devicePluginDir", cfg.DevicePluginDir, "noAPI", cfg.NoAPI)
-	if err := app.Run(ctx, app.Deps{Config: cfg, Backend: backend, Client: client, Metrics: m}); err != nil {
-		logger.Error(err, "Device plugin failed")
-		return exitRuntime
-	}
-	logger.Info("Device plugin stopped")
-	return exitOK
-}
-
-func openBackend(cfg config.Config) (discovery.Backend, error) {
-	switch cfg.Backend {
-	case config.BackendFake:
-		return discovery.OpenFake(cfg.FakeConfig, cfg.NodeName)
-	case config.BackendMock:
-		b, _, err := discovery.OpenMock(cfg.MockServer, discovery.MockOptions{})
-		return b, err
-	default:
-		return discovery.OpenNVML()
-	}
-}
-
-func restConfig(cfg config.Config) (*rest.Config, error) {
-	if cfg.Kubeconfig == "" {
-		return rest.InClusterConfig()
-	}
-	return clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
 }
