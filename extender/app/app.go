@@ -222,7 +222,7 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 		if quotaFn, err = a.quotaSource(ctx, cfg.Queue); err != nil {
 			return nil, err
 		}
-		guard = queue.NewGuard(queue.GuardOptions{Names: names, Pods: pods, Quota: quotaFn, MemoryUnitMiB: contract.MiB(cfg.MemoryUnitMiB),
+		guard = queue.NewGuard(queue.GuardOptions{Names: names, Records: records, Pods: pods, Quota: quotaFn, MemoryUnitMiB: contract.MiB(cfg.MemoryUnitMiB),
 			Namespaces: a.nodeFactory.Core().V1().Namespaces().Informer()})
 	}
 	a.extender, err = scheduling.New(scheduling.Options{Records: records,

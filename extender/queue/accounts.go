@@ -47,9 +47,9 @@ func accountsOf(cfg quota.Config, team string, models []string) []quota.Account 
 }
 
 // accountOf is the account an admitted pod is charged to (accountFrom with
-// the pod's admission record read here).
-func accountOf(cfg quota.Config, names contract.Names, pod *corev1.Pod, team string) quota.Account {
-	adm, _ := podreq.AdmissionOf(pod, names)
+// the pod's admission record read here, when it is believed).
+func accountOf(cfg quota.Config, names contract.Names, records podreq.Records, pod *corev1.Pod, team string) quota.Account {
+	adm, _ := records.Admission(pod, names)
 	acct, _ := accountFrom(cfg, names, pod, team, adm)
 	return acct
 }

@@ -125,7 +125,8 @@ type Controller struct {
 	// passes never run at once).
 	parsed map[types.UID]parsedRequest
 	// disbelief holds the admission records a pass did not believe, as
-	// "team/model" by pod, so each is reported once (only Pass touches it).
+	// "team/model/signature" by pod, so each is reported once (only Pass
+	// touches it).
 	disbelief map[types.UID]string
 	// ungated holds the pods this controller ungated, as the API server
 	// answered, until the informer shows them ungated: a pass can follow

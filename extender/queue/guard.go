@@ -16,7 +16,10 @@ import (
 // GuardOptions configures a Guard: the same pods, namespaces and quota the
 // queue controller reads.
 type GuardOptions struct {
-	Names         contract.Names
+	Names contract.Names
+	// Records decides which admission records the guard believes, as the
+	// queue does.
+	Records       podreq.Records
 	MemoryUnitMiB contract.MiB
 	Pods          cache.SharedIndexInformer
 	Namespaces    cache.SharedIndexInformer
@@ -63,7 +66,7 @@ func (g *Guard) For(preemptor *corev1.Pod) func(victims []*ledger.Allocation) (m
 		if _, named := cfg.Teams[team]; !named {
 			continue // promised nothing: never spared, its use is not needed
 		}
-		if acct, amt, ok := charge(cfg, g.o.Names, g.o.MemoryUnitMiB, p, team); ok {
+		if acct, amt, ok := charge(cfg, g.o.Names, g.o.Records, g.o.MemoryUnitMiB, p, team); ok {
 			u := admitted[acct]
 			u.Running = u.Running.Add(amt)
 			admitted[acct] = u
@@ -79,7 +82,7 @@ func (g *Guard) For(preemptor *corev1.Pod) func(victims []*ledger.Allocation) (m
 			if err != nil || !exists || !isPod {
 				continue
 			}
-			acct, amt, ok := charge(cfg, g.o.Names, g.o.MemoryUnitMiB, p, teamOf(p))
+			acct, amt, ok := charge(cfg, g.o.Names, g.o.Records, g.o.MemoryUnitMiB, p, teamOf(p))
 			if !ok {
 				continue
 			}
@@ -120,7 +123,7 @@ func (g *Guard) namespaceLabels(ns string) map[string]string {
 // account (its admission record's, else the first its team and models
 // allow) and its GPUs and GPU memory. It is false for a pod that asks for
 // none of Rota's resources or whose request does not parse.
-func charge(cfg quota.Config, names contract.Names, unit contract.MiB, pod *corev1.Pod, team string) (quota.Account, quota.Amount, bool) {
+func charge(cfg quota.Config, names contract.Names, records podreq.Records, unit contract.MiB, pod *corev1.Pod, team string) (quota.Account, quota.Amount, bool) {
 	if !podreq.Wants(pod, names) {
 		return quota.Account{}, quota.Amount{}, false
 	}
@@ -128,5 +131,5 @@ func charge(cfg quota.Config, names contract.Names, unit contract.MiB, pod *core
 	if err != nil {
 		return quota.Account{}, quota.Amount{}, false
 	}
-	return accountOf(cfg, names, pod, team), quota.AmountOf(req.GPUs, req.MemoryUnits, unit), true
+	return accountOf(cfg, names, records, pod, team), quota.AmountOf(req.GPUs, req.MemoryUnits, unit), true
 }

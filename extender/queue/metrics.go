@@ -19,8 +19,8 @@ type Metrics struct {
 	// evicted when none of those nodes took them within their hold.
 	Narrowed prometheus.Counter
 	Requeued prometheus.Counter
-	// DisbelievedRecords counts admission records that name another team
-	// or account than the pod's (changed outside Rota), each once.
+	// DisbelievedRecords counts admission records not believed, each once:
+	// not signed by Rota, or naming another team or account than the pod's.
 	DisbelievedRecords prometheus.Counter
 }
 
@@ -51,7 +51,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Requeued: prometheus.NewCounter(prometheus.CounterOpts{Name: "rota_queue_requeued_total",
 			Help: "Narrowed pods evicted for their controller to recreate, queued: none of their nodes took them while their room was held."}),
 		DisbelievedRecords: prometheus.NewCounter(prometheus.CounterOpts{Name: "rota_queue_disbelieved_records_total",
-			Help: "Admission records naming another team or account than the pod's own (changed outside Rota); the pod is charged to its own team."}),
+			Help: "Admission records not believed (not signed by Rota, or naming another team or account than the pod's own); the pod is charged to its own team."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Length, m.OldestWait, m.Admissions, m.Wait, m.Reclaims, m.ConditionWrites,

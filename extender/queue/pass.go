@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -29,7 +30,7 @@ type parsedRequest struct {
 	// does not parse (the pod's account then follows from its team).
 	adm *contract.Admission
 	// unsigned is an admission record the pod carries but Rota did not
-	// sign (Options.Records): not believed, so adm is nil.
+	// sign (Options.Records.Admission): not believed, so adm is nil.
 	unsigned *contract.Admission
 }
 
@@ -45,10 +46,7 @@ func (c *Controller) request(pod *corev1.Pod, next map[types.UID]parsedRequest) 
 	req, err := podreq.FromPod(pod, podreq.Options{Names: c.o.Names, MemoryUnitMiB: c.o.MemoryUnitMiB})
 	p := parsedRequest{rv: pod.ResourceVersion, req: req, err: err}
 	if err == nil {
-		p.adm, _ = podreq.AdmissionOf(pod, c.o.Names)
-		if p.adm != nil && !c.o.Records.AdmissionBelieved(pod, *p.adm) {
-			p.adm, p.unsigned = nil, p.adm
-		}
+		p.adm, p.unsigned = c.o.Records.Admission(pod, c.o.Names)
 	}
 	next[pod.UID] = p
 	return p
@@ -78,7 +76,7 @@ type passState struct {
 
 // collect reads every GPU pod once: admitted ones count against their
 // teams' quota, gated ones join their workloads.
-func (c *Controller) collect(cfg quota.Config, now time.Time) *passState {
+func (c *Controller) collect(logger klog.Logger, cfg quota.Config, now time.Time) *passState {
 	ns := c.namespaces()
 	st := &passState{
 		in: pkgqueue.Input{Config: cfg, Admitted: map[quota.Account]quota.Usage{}, TeamUse: map[string]pkgqueue.Use{},
@@ -115,10 +113,7 @@ func (c *Controller) collect(cfg quota.Config, now time.Time) *passState {
 		amt := quota.AmountOf(req.GPUs, req.MemoryUnits, c.o.MemoryUnitMiB)
 		ref, _ := podreq.GangOf(pod, c.o.Names)
 		if !podreq.Queued(pod, c.o.Names) {
-			if p.unsigned != nil {
-				c.disbelieved(pod, p.unsigned, quota.Account{Team: team}, true)
-			}
-			c.countAdmitted(st, cfg, pod, req, p.adm, team, amt, ref, now)
+			c.countAdmitted(logger, st, cfg, pod, p, team, amt, ref, now)
 			if rec, ok := c.stranded(pod, now); ok {
 				st.stranded = append(st.stranded, strandedPod{pod: pod, rec: rec})
 			}
@@ -131,12 +126,17 @@ func (c *Controller) collect(cfg quota.Config, now time.Time) *passState {
 
 // countAdmitted charges an admitted pod (ungated, pending or running) to
 // its team's account, and records it as work reclaim may take back.
-func (c *Controller) countAdmitted(st *passState, cfg quota.Config, pod *corev1.Pod, req placement.Request, adm *contract.Admission,
+func (c *Controller) countAdmitted(logger klog.Logger, st *passState, cfg quota.Config, pod *corev1.Pod, p parsedRequest,
 	team string, amt quota.Amount, ref *podreq.GangRef, now time.Time) {
 	in := &st.in
+	req, adm := p.req, p.adm
 	acct, believed := accountFrom(cfg, c.o.Names, pod, team, adm)
-	if !believed {
-		c.disbelieved(pod, adm, acct, false)
+	switch {
+	case p.unsigned != nil:
+		c.disbelieved(logger, pod, p.unsigned, acct, "does not carry Rota's signature for this pod")
+	case !believed:
+		c.disbelieved(logger, pod, adm, acct, fmt.Sprintf("names team %q (account %q), but the pod's team is %q "+
+			"(if the namespace's team label changed since, the record is merely stale)", adm.Team, adm.Model, team))
 	}
 	u := in.Admitted[acct]
 	if pod.Spec.NodeName != "" {
@@ -210,7 +210,7 @@ func (c *Controller) pass(ctx context.Context) (full bool) {
 	if q != nil {
 		cfg = *q
 	}
-	st := c.collect(cfg, now)
+	st := c.collect(logger, cfg, now)
 	defer func() { c.parsed = st.parsed; c.forgetDisbelief(st.parsed) }() // pods gone since the last pass are forgotten
 	defer c.keepUngated(st.still)
 	in, queued, admittedGangs, victims, victimPods := st.in, st.queued, st.admittedGangs, st.victims, st.victimPods

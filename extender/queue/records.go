@@ -11,16 +11,13 @@ import (
 	"github.com/rota-sched/rota/pkg/quota"
 )
 
-// disbelieved reports an admitted pod whose admission record names another
-// team, or an account its team does not have: an edit by someone other
-// than the queue (where the records policy is missing), or a namespace
-// whose team label changed since. The pod is charged to acct, its own
-// team's account, whatever the record says. Each record is reported once
-// (a Warning event on the pod, a log line, a metric), not on every pass.
-//
-// unsigned is a record that Rota did not sign (Options.Records): it is not
-// believed at all, and the pod is charged as one without a record.
-func (c *Controller) disbelieved(pod *corev1.Pod, adm *contract.Admission, acct quota.Account, unsigned bool) {
+// disbelieved reports an admitted pod whose admission record the queue
+// does not believe (problem says why: not signed by Rota, or naming another
+// team or an account the team does not have). The pod is charged to acct,
+// its own team's account, whatever the record says. Each record is
+// reported once (a Warning event on the pod, a log line, a metric), not on
+// every pass.
+func (c *Controller) disbelieved(logger klog.Logger, pod *corev1.Pod, adm *contract.Admission, acct quota.Account, problem string) {
 	said := adm.Team + "/" + adm.Model + "/" + adm.Signature
 	if c.disbelief == nil {
 		c.disbelief = map[types.UID]string{}
@@ -32,26 +29,20 @@ func (c *Controller) disbelieved(pod *corev1.Pod, adm *contract.Admission, acct 
 	if c.o.Metrics != nil {
 		c.o.Metrics.DisbelievedRecords.Inc()
 	}
-	if unsigned {
-		msg := fmt.Sprintf("Annotation %s does not carry Rota's signature for this pod: it was written or changed outside Rota and is not believed; "+
-			"the pod's GPUs count against its own team %q", c.o.Names.AdmissionAnnotation, acct.Team)
-		klog.Background().Info("Admission record not believed: not signed by Rota", "pod", klog.KObj(pod), "recordTeam", adm.Team, "team", acct.Team)
-		if c.o.Recorder != nil {
-			c.o.Recorder.Event(pod, corev1.EventTypeWarning, contract.ReasonForgedRecord, msg)
-		}
-		return
-	}
-	msg := fmt.Sprintf("Annotation %s names team %q (account %q), but the pod's team is %q: the record was changed outside Rota "+
-		"(or the namespace's team label changed) and is not believed; the pod's GPUs count against team %q",
-		c.o.Names.AdmissionAnnotation, adm.Team, adm.Model, acct.Team, acct.Team)
-	if acct.Model != "" {
-		msg += fmt.Sprintf(" (account %q)", acct.Model)
-	}
-	klog.Background().Info("Admission record not believed", "pod", klog.KObj(pod), "recordTeam", adm.Team, "recordModel", adm.Model,
-		"team", acct.Team, "model", acct.Model)
+	logger.Info("Admission record not believed", "pod", klog.KObj(pod), "problem", problem,
+		"recordTeam", adm.Team, "recordModel", adm.Model, "team", acct.Team, "model", acct.Model)
 	if c.o.Recorder != nil {
-		c.o.Recorder.Event(pod, corev1.EventTypeWarning, contract.ReasonForgedRecord, msg)
+		c.o.Recorder.Eventf(pod, corev1.EventTypeWarning, contract.ReasonForgedRecord,
+			"Annotation %s %s: it was written or changed outside Rota and is not believed; the pod's GPUs count against team %q%s",
+			c.o.Names.AdmissionAnnotation, problem, acct.Team, modelNote(acct))
 	}
+}
+
+func modelNote(acct quota.Account) string {
+	if acct.Model == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (account %q)", acct.Model)
 }
 
 // forgetDisbelief drops what disbelieved remembers of pods the pass did

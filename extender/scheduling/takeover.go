@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/rota-sched/rota/pkg/ledger"
-	"github.com/rota-sched/rota/pkg/podreq"
 )
 
 // What an extender keeps in memory only, and how a replica that takes over
@@ -88,6 +87,6 @@ func (e *Extender) recordedHold(a ledger.Allocation) bool {
 	if !ok || string(pod.UID) != a.PodUID {
 		return false
 	}
-	adm, err := podreq.AdmissionOf(pod, e.names)
-	return err == nil && adm != nil && adm.Hold != nil && adm.Hold.Node == a.Node
+	adm, _ := e.o.Records.Admission(pod, e.names) // the cache restores only believed holds
+	return adm != nil && adm.Hold != nil && adm.Hold.Node == a.Node
 }

@@ -121,9 +121,8 @@ type Cache struct {
 	nodeSig map[string]string // node name -> annotation + tier values last applied
 	// closed: node -> pod UID -> pod key, the pods whose unsigned
 	// assignment closed the node (closeFor).
-	closed  map[string]map[string]string
-	records podreq.Records
-	now     func() time.Time
+	closed map[string]map[string]string
+	now    func() time.Time
 	// defaultRuntime: see Options.DefaultRuntime.
 	defaultRuntime time.Duration
 
@@ -132,6 +131,7 @@ type Cache struct {
 
 	invalidTopology, invalidAssignment, restoreConflicts, unaccounted, forgedAssignment, unitMismatch atomic.Int64
 
+	records       podreq.Records // which assignments and admission records to believe
 	unitMiB       contract.MiB
 	onNodeProblem func(node *corev1.Node, reason, message string)
 
@@ -612,14 +612,14 @@ func (c *Cache) forged(pod *corev1.Pod, cl podreq.Classification, logger klog.Lo
 // pod, the node is gone) is dropped: the pod stays admitted and goes where
 // it fits.
 func (c *Cache) restoreHold(pod *corev1.Pod) {
-	adm, err := podreq.AdmissionOf(pod, c.names)
-	// A gang's holds are reserved together or not at all (the ledger never
-	// holds part of a gang): the queue controller re-holds them as a whole.
-	if err != nil || adm == nil || adm.Hold == nil || adm.Hold.Gang != "" || len(pod.Spec.SchedulingGates) > 0 {
+	adm, unbelieved := c.records.Admission(pod, c.names)
+	if unbelieved != nil {
+		c.logger.V(2).Info("Admission record not signed by Rota; its hold is not restored", "pod", klog.KObj(pod))
 		return
 	}
-	if !c.records.AdmissionBelieved(pod, *adm) {
-		c.logger.V(2).Info("Admission record not signed by Rota; its hold is not restored", "pod", klog.KObj(pod))
+	// A gang's holds are reserved together or not at all (the ledger never
+	// holds part of a gang): the queue controller re-holds them as a whole.
+	if adm == nil || adm.Hold == nil || adm.Hold.Gang != "" || len(pod.Spec.SchedulingGates) > 0 {
 		return
 	}
 	if _, held := c.ledger.Get(string(pod.UID)); held {

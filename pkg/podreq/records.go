@@ -24,6 +24,21 @@ func (r Records) AssignmentBelieved(pod *corev1.Pod, a contract.Assignment) bool
 	return r.believe(pod, a.Signature, func() bool { return r.Key.VerifyAssignment(string(pod.UID), a) })
 }
 
+// Admission reads the pod's admission record (AdmissionOf) and splits it
+// by belief: adm is the record when it is believed, unbelieved the one the
+// pod carries but Rota did not sign; both nil when the pod has none or it
+// does not parse.
+func (r Records) Admission(pod *corev1.Pod, names contract.Names) (adm, unbelieved *contract.Admission) {
+	a, err := AdmissionOf(pod, names)
+	if err != nil || a == nil {
+		return nil, nil
+	}
+	if !r.AdmissionBelieved(pod, *a) {
+		return nil, a
+	}
+	return a, nil
+}
+
 // AdmissionBelieved reports whether the pod's admission record is Rota's.
 func (r Records) AdmissionBelieved(pod *corev1.Pod, a contract.Admission) bool {
 	return r.believe(pod, a.Signature, func() bool { return r.Key.VerifyAdmission(string(pod.UID), a) })

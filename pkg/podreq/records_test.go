@@ -60,3 +60,27 @@ func TestWorkloadKey(t *testing.T) {
 		t.Errorf("a gang member: %q", got)
 	}
 }
+
+// Admission reads a pod's admission record and splits it by belief.
+func TestRecordsAdmission(t *testing.T) {
+	key, _ := contract.NewRecordKey(bytes.Repeat([]byte{2}, 32))
+	names := contract.Default
+	r := Records{Key: key}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "uid-a", Annotations: map[string]string{}}}
+	if adm, un := r.Admission(pod, names); adm != nil || un != nil {
+		t.Fatalf("no record: %v, %v", adm, un)
+	}
+	rec := contract.Admission{Version: contract.Version, AdmittedAt: time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC), Team: "vision"}
+	signed, _ := key.SignAdmission("uid-a", rec)
+	for name, tc := range map[string]struct {
+		rec      contract.Admission
+		believed bool
+	}{"signed": {signed, true}, "unsigned": {rec, false}} {
+		data, _ := tc.rec.Marshal()
+		pod.Annotations[names.AdmissionAnnotation] = string(data)
+		adm, un := r.Admission(pod, names)
+		if (adm != nil) != tc.believed || (un != nil) == tc.believed {
+			t.Errorf("%s: believed %v, unbelieved %v", name, adm, un)
+		}
+	}
+}
