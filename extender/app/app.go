@@ -87,6 +87,9 @@ type App struct {
 	queue       *queue.Controller
 	quotaSynced cache.InformerSynced
 	records     podreq.Records
+	// parser is the one parse of pods' requests that the cache, the verbs,
+	// the queue, its guard and the status page share.
+	parser *podreq.Parser
 }
 
 // loadRecords reads the records key (config.Config.RecordsKeyFile).
@@ -186,7 +189,8 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 	// parts built after it through hub, whose fields New fills in below;
 	// events only flow once Run starts the informers.
 	hub := &events{ctx: ctx, serving: a.serving, names: names}
-	a.cache, err = state.New(ctx, state.Options{Records: records,
+	a.parser = podreq.NewParser(podreq.Options{Names: names, MemoryUnitMiB: contract.MiB(cfg.MemoryUnitMiB)}, records, 0)
+	a.cache, err = state.New(ctx, state.Options{Records: records, Parser: a.parser,
 		Names: names, Tiers: tiers, Ledger: a.ledger,
 		Nodes: a.nodeFactory.Core().V1().Nodes().Informer(), Pods: pods,
 		OnRelease: hub.released, OnPodFailed: hub.podFailed, Adjust: hub.adjust, OnForgedAssignment: hub.forgedAssignment,
@@ -222,10 +226,10 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 		if quotaFn, err = a.quotaSource(ctx, cfg.Queue); err != nil {
 			return nil, err
 		}
-		guard = queue.NewGuard(queue.GuardOptions{Names: names, Records: records, Pods: pods, Quota: quotaFn, MemoryUnitMiB: contract.MiB(cfg.MemoryUnitMiB),
+		guard = queue.NewGuard(queue.GuardOptions{Names: names, Records: records, Parser: a.parser, Pods: pods, Quota: quotaFn, MemoryUnitMiB: contract.MiB(cfg.MemoryUnitMiB),
 			Namespaces: a.nodeFactory.Core().V1().Namespaces().Informer()})
 	}
-	a.extender, err = scheduling.New(scheduling.Options{Records: records,
+	a.extender, err = scheduling.New(scheduling.Options{Records: records, Parser: a.parser,
 		Names: names, SchedulerNames: cfg.SchedulerNames, Tiers: len(tiers.Tiers), Policy: policy, Cache: a.cache, Ledger: a.ledger, Binder: b,
 		Recorder: recorder, Metrics: a.metrics, PodGroups: pg, Guard: guard,
 		ReservationTTL: cfg.ReservationTTL, GangTTL: cfg.GangTTL, MaxPreemptibleGangSize: cfg.MaxPreemptibleGangSize,
@@ -310,7 +314,7 @@ func (a *App) addRemediation(rcfg remediation.Config, pods cache.SharedIndexInfo
 
 // addServer builds /ui, /debug and the verbs' server over the extender.
 func (a *App) addServer(cfg config.Config, logger klog.Logger) {
-	uo := ui.Options{Names: a.names, Snapshot: a.ledger.Snapshot, Pods: a.podFactory.Core().V1().Pods().Lister(),
+	uo := ui.Options{Names: a.names, Parser: a.parser, Snapshot: a.ledger.Snapshot, Pods: a.podFactory.Core().V1().Pods().Lister(),
 		Decisions: a.extender.Decisions}
 	if a.queue != nil {
 		uo.Queue = func() contract.QueueView { // what /debug/queue serves
@@ -627,7 +631,7 @@ func (a *App) addQueue(ctx context.Context, cfg config.Config, names contract.Na
 	// their own, on the leader only, as the queue).
 	owners := queue.NewOwners(meta, a.client.Discovery())
 	a.AddLeaderLoop("queue-owners", owners.Run)
-	o := queue.Options{Names: names, Records: a.records, Client: a.client, Pods: pods, Owners: owners, Synced: []cache.InformerSynced{owners.HasSynced},
+	o := queue.Options{Names: names, Records: a.records, Parser: a.parser, Client: a.client, Pods: pods, Owners: owners, Synced: []cache.InformerSynced{owners.HasSynced},
 		Namespaces: a.nodeFactory.Core().V1().Namespaces().Informer(), Holder: a.extender, Snapshot: a.ledger.Snapshot,
 		TierLabels: tiers.Tiers, Recorder: recorder, Metrics: queue.NewMetrics(a.metrics.Registry),
 		Interval: q.Interval, AdmitConcurrency: q.AdmitConcurrency, HoldTTL: q.HoldTTL, Narrow: q.NarrowCandidates > 0, ConditionInterval: q.ConditionInterval, ConditionQPS: q.ConditionQPS,

@@ -46,15 +46,8 @@ func accountsOf(cfg quota.Config, team string, models []string) []quota.Account 
 	return cfg.Accounts(team, models)
 }
 
-// accountOf is the account an admitted pod is charged to (accountFrom with
-// the pod's admission record read here, when it is believed).
-func accountOf(cfg quota.Config, names contract.Names, records podreq.Records, pod *corev1.Pod, team string) quota.Account {
-	adm, _ := records.Admission(pod, names)
-	acct, _ := accountFrom(cfg, names, pod, team, adm)
-	return acct
-}
-
-// accountFrom is the account an admitted pod is charged to: its admission
+// accountFrom is the account an admitted pod of team, naming models, is
+// charged to: its admission
 // record's (adm, nil: none) when the record names the pod's own team and
 // an account that team and the pod's models allow, else the first they
 // allow. The record only says which of the allowed accounts the queue
@@ -64,8 +57,7 @@ func accountOf(cfg quota.Config, names contract.Names, records podreq.Records, p
 // otherwise move the pod's GPUs to another team's quota. believed is false
 // for a record that names another team or an account the team does not
 // have.
-func accountFrom(cfg quota.Config, names contract.Names, pod *corev1.Pod, team string, adm *contract.Admission) (acct quota.Account, believed bool) {
-	models, _ := podreq.GPUModels(pod, names)
+func accountFrom(cfg quota.Config, team string, models []string, adm *contract.Admission) (acct quota.Account, believed bool) {
 	allowed := accountsOf(cfg, team, models)
 	if adm != nil {
 		recorded := quota.Account{Team: adm.Team, Model: adm.Model}

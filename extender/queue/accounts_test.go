@@ -4,9 +4,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/quota"
 )
@@ -17,7 +14,6 @@ import (
 // where the records policy is missing); one that names an account the team
 // and the pod's models allow says which of them the queue chose.
 func TestAccountFromDoesNotBelieveOtherTeams(t *testing.T) {
-	names := contract.Default
 	cfg := quota.Config{Teams: map[string]quota.Team{
 		"vision": {Models: map[string]quota.ModelQuota{"A": {GPUs: 2}, "B": {GPUs: 2}}},
 		"nlp":    {GPUs: 4},
@@ -25,7 +21,7 @@ func TestAccountFromDoesNotBelieveOtherTeams(t *testing.T) {
 	rec := func(team, model string) *contract.Admission {
 		return &contract.Admission{Version: contract.Version, AdmittedAt: time.Unix(1, 0), Team: team, Model: model}
 	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}}
+	var models []string // the pod names none
 	for _, tc := range []struct {
 		name     string
 		adm      *contract.Admission
@@ -39,7 +35,7 @@ func TestAccountFromDoesNotBelieveOtherTeams(t *testing.T) {
 		{"a model the team lacks", rec("vision", "C"), quota.Account{Team: "vision", Model: "A"}, false},
 		{"no team at all", rec("", ""), quota.Account{Team: "vision", Model: "A"}, false},
 	} {
-		got, believed := accountFrom(cfg, names, pod, "vision", tc.adm)
+		got, believed := accountFrom(cfg, "vision", models, tc.adm)
 		if got != tc.want || believed != tc.believed {
 			t.Errorf("%s: charged to %+v (believed %t); want %+v (%t)", tc.name, got, believed, tc.want, tc.believed)
 		}

@@ -37,7 +37,10 @@ type Options struct {
 	// Records signs the records this part writes and decides which it
 	// believes (podreq.Records; the zero value signs and checks nothing).
 	Records podreq.Records
-	Client  kubernetes.Interface
+	// Parser is the process's one parse of pods' requests (the extender's);
+	// nil makes one from Names, MemoryUnitMiB and Records.
+	Parser *podreq.Parser
+	Client kubernetes.Interface
 	// Pods is the extender's (trimmed) pod informer; Namespaces a namespace
 	// informer (team and queueing labels).
 	Pods       cache.SharedIndexInformer
@@ -121,9 +124,6 @@ type Controller struct {
 	written   map[types.UID]condWrite // last Queued condition written per pod
 	seen      map[types.UID]bool      // pods that got their Queued event
 	status    map[string]queuedPod    // pod key -> where it stands, from the last pass
-	// parsed holds the last pass's parsed requests (only Pass touches it;
-	// passes never run at once).
-	parsed map[types.UID]parsedRequest
 	// disbelief holds the admission records a pass did not believe, as
 	// "team/model/signature" by pod, so each is reported once (only Pass
 	// touches it).
@@ -179,6 +179,9 @@ func New(o Options) (*Controller, error) {
 	}
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)
+	}
+	if o.Parser == nil {
+		o.Parser = podreq.NewParser(podreq.Options{Names: o.Names, MemoryUnitMiB: o.MemoryUnitMiB}, o.Records, 0)
 	}
 	if o.ReclaimCooldown <= 0 {
 		o.ReclaimCooldown = time.Minute

@@ -21,9 +21,11 @@ type GuardOptions struct {
 	// queue does.
 	Records       podreq.Records
 	MemoryUnitMiB contract.MiB
-	Pods          cache.SharedIndexInformer
-	Namespaces    cache.SharedIndexInformer
-	Quota         func() (cfg *quota.Config, ok bool)
+	// Parser is the process's one parse of pods' requests; nil makes one.
+	Parser     *podreq.Parser
+	Pods       cache.SharedIndexInformer
+	Namespaces cache.SharedIndexInformer
+	Quota      func() (cfg *quota.Config, ok bool)
 }
 
 // Guard keeps the queue's guarantees in kube-scheduler's own priority
@@ -37,6 +39,9 @@ type Guard struct{ o GuardOptions }
 func NewGuard(o GuardOptions) *Guard {
 	if o.MemoryUnitMiB <= 0 {
 		o.MemoryUnitMiB = contract.DefaultMemoryUnitMiB
+	}
+	if o.Parser == nil {
+		o.Parser = podreq.NewParser(podreq.Options{Names: o.Names, MemoryUnitMiB: o.MemoryUnitMiB}, o.Records, 0)
 	}
 	return &Guard{o: o}
 }
@@ -66,7 +71,7 @@ func (g *Guard) For(preemptor *corev1.Pod) func(victims []*ledger.Allocation) (m
 		if _, named := cfg.Teams[team]; !named {
 			continue // promised nothing: never spared, its use is not needed
 		}
-		if acct, amt, ok := charge(cfg, g.o.Names, g.o.Records, g.o.MemoryUnitMiB, p, team); ok {
+		if acct, amt, ok := g.charge(cfg, p, team); ok {
 			u := admitted[acct]
 			u.Running = u.Running.Add(amt)
 			admitted[acct] = u
@@ -82,7 +87,7 @@ func (g *Guard) For(preemptor *corev1.Pod) func(victims []*ledger.Allocation) (m
 			if err != nil || !exists || !isPod {
 				continue
 			}
-			acct, amt, ok := charge(cfg, g.o.Names, g.o.Records, g.o.MemoryUnitMiB, p, teamOf(p))
+			acct, amt, ok := g.charge(cfg, p, teamOf(p))
 			if !ok {
 				continue
 			}
@@ -120,16 +125,17 @@ func (g *Guard) namespaceLabels(ns string) map[string]string {
 }
 
 // charge is what an admitted GPU pod counts against its team's quota: the
-// account (its admission record's, else the first its team and models
-// allow) and its GPUs and GPU memory. It is false for a pod that asks for
-// none of Rota's resources or whose request does not parse.
-func charge(cfg quota.Config, names contract.Names, records podreq.Records, unit contract.MiB, pod *corev1.Pod, team string) (quota.Account, quota.Amount, bool) {
-	if !podreq.Wants(pod, names) {
+// account (its believed admission record's, else the first its team and
+// models allow) and its GPUs and GPU memory. It is false for a pod that
+// asks for none of Rota's resources or whose request does not parse.
+func (g *Guard) charge(cfg quota.Config, pod *corev1.Pod, team string) (quota.Account, quota.Amount, bool) {
+	if !podreq.Wants(pod, g.o.Names) {
 		return quota.Account{}, quota.Amount{}, false
 	}
-	req, err := podreq.FromPod(pod, podreq.Options{Names: names, MemoryUnitMiB: unit})
-	if err != nil {
+	p := g.o.Parser.Of(pod)
+	if p.Err != nil {
 		return quota.Account{}, quota.Amount{}, false
 	}
-	return accountOf(cfg, names, records, pod, team), quota.AmountOf(req.GPUs, req.MemoryUnits, unit), true
+	acct, _ := accountFrom(cfg, team, p.Models, p.Admission)
+	return acct, quota.AmountOf(p.Request.GPUs, p.Request.MemoryUnits, g.o.MemoryUnitMiB), true
 }

@@ -13,44 +13,10 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/rota-sched/rota/extender/scheduling"
-	"github.com/rota-sched/rota/pkg/contract"
-	"github.com/rota-sched/rota/pkg/placement"
 	"github.com/rota-sched/rota/pkg/podreq"
 	pkgqueue "github.com/rota-sched/rota/pkg/queue"
 	"github.com/rota-sched/rota/pkg/quota"
 )
-
-// parsedRequest is a pod's request, and its admission record, as its
-// resource version states them.
-type parsedRequest struct {
-	rv  string
-	req placement.Request
-	err error
-	// adm is the pod's admission record: nil when it has none, or one that
-	// does not parse (the pod's account then follows from its team).
-	adm *contract.Admission
-	// unsigned is an admission record the pod carries but Rota did not
-	// sign (Options.Records.Admission): not believed, so adm is nil.
-	unsigned *contract.Admission
-}
-
-// request parses a pod's request and admission record, or takes them from
-// the last pass when the pod did not change since: a pass reads every GPU
-// pod, and most of them are the same as a second ago. It records what it
-// used in next.
-func (c *Controller) request(pod *corev1.Pod, next map[types.UID]parsedRequest) parsedRequest {
-	if p, ok := c.parsed[pod.UID]; ok && p.rv == pod.ResourceVersion && pod.ResourceVersion != "" {
-		next[pod.UID] = p
-		return p
-	}
-	req, err := podreq.FromPod(pod, podreq.Options{Names: c.o.Names, MemoryUnitMiB: c.o.MemoryUnitMiB})
-	p := parsedRequest{rv: pod.ResourceVersion, req: req, err: err}
-	if err == nil {
-		p.adm, p.unsigned = c.o.Records.Admission(pod, c.o.Names)
-	}
-	next[pod.UID] = p
-	return p
-}
 
 // workload is a queued workload with its pods.
 type workload struct {
@@ -69,9 +35,9 @@ type passState struct {
 	admittedGangs map[string]quota.Account    // gang key -> account, for gangs with admitted members
 	victims       map[string]*pkgqueue.Victim // running admitted work, by workload key
 	victimPods    map[string][]*corev1.Pod
-	parsed        map[types.UID]parsedRequest // this pass's parses, the next pass's cache
-	still         map[types.UID]*corev1.Pod   // ungated here, still gated in the informer
-	stranded      []strandedPod               // narrowed, unplaced past their hold (narrow.go)
+	seen          map[types.UID]bool        // the GPU pods this pass read
+	still         map[types.UID]*corev1.Pod // ungated here, still gated in the informer
+	stranded      []strandedPod             // narrowed, unplaced past their hold (narrow.go)
 }
 
 // collect reads every GPU pod once: admitted ones count against their
@@ -83,7 +49,7 @@ func (c *Controller) collect(logger klog.Logger, cfg quota.Config, now time.Time
 			Capacity: capacity(c.o.Snapshot()), MaxAdmissions: c.o.MaxAdmissionsPerPass},
 		queued: map[string]*workload{}, admittedGangs: map[string]quota.Account{},
 		victims: map[string]*pkgqueue.Victim{}, victimPods: map[string][]*corev1.Pod{},
-		parsed: make(map[types.UID]parsedRequest, len(c.parsed)), still: map[types.UID]*corev1.Pod{},
+		seen: map[types.UID]bool{}, still: map[types.UID]*corev1.Pod{},
 	}
 	own := c.takeUngated()
 	for _, obj := range c.o.Pods.GetStore().List() {
@@ -100,18 +66,19 @@ func (c *Controller) collect(logger klog.Logger, cfg quota.Config, now time.Time
 		if podreq.Terminal(pod) || pod.DeletionTimestamp != nil || !podreq.Wants(pod, c.o.Names) {
 			continue
 		}
-		p := c.request(pod, st.parsed)
-		if p.err != nil {
+		p := c.o.Parser.Of(pod)
+		st.seen[pod.UID] = true
+		if p.Err != nil {
 			continue // rota-admission refuses these; the extender explains them at filter
 		}
-		req := p.req
+		req := p.Request
 		team := podreq.Team(pod, ns[pod.Namespace], c.o.Names, cfg.AllowPodTeamOverride)
 		if _, known := cfg.Teams[team]; !known && cfg.Policy() == quota.UnlimitedUnknown {
 			cfg = withUnlimited(cfg, team)
 			st.in.Config = cfg
 		}
 		amt := quota.AmountOf(req.GPUs, req.MemoryUnits, c.o.MemoryUnitMiB)
-		ref, _ := podreq.GangOf(pod, c.o.Names)
+		ref := p.Gang
 		if !podreq.Queued(pod, c.o.Names) {
 			c.countAdmitted(logger, st, cfg, pod, p, team, amt, ref, now)
 			if rec, ok := c.stranded(pod, now); ok {
@@ -119,21 +86,21 @@ func (c *Controller) collect(logger klog.Logger, cfg quota.Config, now time.Time
 			}
 			continue
 		}
-		c.addQueued(st, cfg, pod, req, team, amt, ref, now)
+		c.addQueued(st, cfg, pod, p, team, amt, now)
 	}
 	return st
 }
 
 // countAdmitted charges an admitted pod (ungated, pending or running) to
 // its team's account, and records it as work reclaim may take back.
-func (c *Controller) countAdmitted(logger klog.Logger, st *passState, cfg quota.Config, pod *corev1.Pod, p parsedRequest,
+func (c *Controller) countAdmitted(logger klog.Logger, st *passState, cfg quota.Config, pod *corev1.Pod, p *podreq.Parsed,
 	team string, amt quota.Amount, ref *podreq.GangRef, now time.Time) {
 	in := &st.in
-	req, adm := p.req, p.adm
-	acct, believed := accountFrom(cfg, c.o.Names, pod, team, adm)
+	req, adm := p.Request, p.Admission
+	acct, believed := accountFrom(cfg, team, p.Models, adm)
 	switch {
-	case p.unsigned != nil:
-		c.disbelieved(logger, pod, p.unsigned, acct, "does not carry Rota's signature for this pod")
+	case p.Unsigned != nil:
+		c.disbelieved(logger, pod, p.Unsigned, acct, "does not carry Rota's signature for this pod")
 	case !believed:
 		c.disbelieved(logger, pod, adm, acct, fmt.Sprintf("names team %q (account %q), but the pod's team is %q "+
 			"(if the namespace's team label changed since, the record is merely stale)", adm.Team, adm.Model, team))
@@ -165,16 +132,16 @@ func (c *Controller) countAdmitted(logger klog.Logger, st *passState, cfg quota.
 }
 
 // addQueued adds a gated pod to its workload (the pod alone, or its gang).
-func (c *Controller) addQueued(st *passState, cfg quota.Config, pod *corev1.Pod, req placement.Request, team string,
-	amt quota.Amount, ref *podreq.GangRef, now time.Time) {
-	key := podreq.WorkloadKey(pod, ref)
+func (c *Controller) addQueued(st *passState, cfg quota.Config, pod *corev1.Pod, p *podreq.Parsed, team string,
+	amt quota.Amount, now time.Time) {
+	req, ref, key := p.Request, p.Gang, p.Key()
 	members := 1
 	if ref != nil {
 		members = max(1, ref.Size)
 	}
 	wl := st.queued[key]
 	if wl == nil {
-		models, _ := podreq.GPUModels(pod, c.o.Names)
+		models := p.Models
 		prio := int32(0)
 		if pod.Spec.Priority != nil {
 			prio = *pod.Spec.Priority
@@ -211,7 +178,7 @@ func (c *Controller) pass(ctx context.Context) (full bool) {
 		cfg = *q
 	}
 	st := c.collect(logger, cfg, now)
-	defer func() { c.parsed = st.parsed; c.forgetDisbelief(st.parsed) }() // pods gone since the last pass are forgotten
+	defer func() { c.forgetDisbelief(st.seen) }() // pods gone since the last pass are forgotten
 	defer c.keepUngated(st.still)
 	in, queued, admittedGangs, victims, victimPods := st.in, st.queued, st.admittedGangs, st.victims, st.victimPods
 	partial := map[string][]*corev1.Pod{} // gang key -> gated members of a gang already partly admitted

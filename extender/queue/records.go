@@ -47,7 +47,7 @@ func modelNote(acct quota.Account) string {
 
 // forgetDisbelief drops what disbelieved remembers of pods the pass did
 // not see (gone, or ended).
-func (c *Controller) forgetDisbelief(seen map[types.UID]parsedRequest) {
+func (c *Controller) forgetDisbelief(seen map[types.UID]bool) {
 	for uid := range c.disbelief {
 		if _, ok := seen[uid]; !ok {
 			delete(c.disbelief, uid)

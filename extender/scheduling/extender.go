@@ -34,6 +34,10 @@ type Options struct {
 	// Records signs the records this part writes and decides which it
 	// believes (podreq.Records; the zero value signs and checks nothing).
 	Records podreq.Records
+	// Parser is the process's one parse of pods' requests (shared with the
+	// queue, its guard and the status page); nil makes one from Names and
+	// Records.
+	Parser *podreq.Parser
 	// SchedulerNames are the spec.schedulerName values of the pods bind
 	// serves (the profiles that call this extender); bind refuses any other
 	// pod.
@@ -103,6 +107,9 @@ func New(o Options) (*Extender, error) {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.Parser == nil {
+		o.Parser = podreq.NewParser(podreq.Options{Names: o.Names}, o.Records, 0)
 	}
 	if o.ReservationTTL <= 0 {
 		o.ReservationTTL = 30 * time.Second
@@ -187,29 +194,27 @@ func (e *Extender) Decisions(namespace, name string) []Decision {
 }
 
 // request reads what the pod asks for, with the GPU models it may use: the
-// model of the quota account the queue admitted it to, else the models it
-// names.
+// model of the quota account the queue admitted it to (a record Rota
+// believes), else the models it names. The parse is the Parser's, once per
+// pod version; the declared end is dated now.
 func (e *Extender) request(pod *corev1.Pod) (placement.Request, error) {
-	r, err := podreq.FromPod(pod, podreq.Options{Names: e.names})
-	if err != nil {
-		return r, err
+	p := e.o.Parser.Of(pod)
+	r := p.Request
+	if p.Err != nil {
+		return r, p.Err
 	}
-	// Who the pod is and when it ends, for reservations' held room.
-	ref, _ := podreq.GangOf(pod, e.names)
-	r.Job = podreq.WorkloadKey(pod, ref)
 	r.Ends = podreq.DeclaredEnd(pod, e.names, e.now())
 	if r.GPUFree() {
 		return r, nil
 	}
-	if adm, aerr := podreq.AdmissionOf(pod, e.names); aerr == nil && adm != nil && adm.Model != "" {
-		r.Models = []string{adm.Model}
+	if p.Admission != nil && p.Admission.Model != "" {
+		r.Models = []string{p.Admission.Model}
 		return r, nil
 	}
-	models, err := podreq.GPUModels(pod, e.names)
-	if err != nil {
-		return r, err
+	if p.ModelsErr != nil {
+		return r, p.ModelsErr
 	}
-	r.Models = models
+	r.Models = p.Models
 	return r, nil
 }
 

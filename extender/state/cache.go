@@ -79,6 +79,9 @@ type Options struct {
 	// maximum runtime, for reservations' expected starts (0: such a pod
 	// counts as never ending).
 	DefaultRuntime time.Duration
+	// Parser, when set, is the process's one parse of pods' requests: the
+	// cache tells it when a pod is gone (podreq.Parser.Forget).
+	Parser *podreq.Parser
 }
 
 // Stats counts the problems the cache met; all counters only grow.
@@ -136,6 +139,8 @@ type Cache struct {
 	onNodeProblem func(node *corev1.Node, reason, message string)
 
 	health gpuHealth // each node's parsed GPU health (topology.go)
+
+	parser *podreq.Parser // see Options.Parser; may be nil
 }
 
 // New wires the handlers onto the informers. Start the informers afterwards;
@@ -147,7 +152,7 @@ func New(ctx context.Context, o Options) (*Cache, error) {
 	c := &Cache{
 		names: o.Names, tiers: o.Tiers, ledger: o.Ledger, nodes: o.Nodes, pods: o.Pods,
 		onRelease: o.OnRelease, onPodFailed: o.OnPodFailed, onForged: o.OnForgedAssignment, records: o.Records, unitMiB: o.MemoryUnitMiB, onNodeProblem: o.OnNodeProblem, adjust: o.Adjust, logger: klog.FromContext(ctx), nodeSig: map[string]string{},
-		now: o.Now, defaultRuntime: o.DefaultRuntime,
+		now: o.Now, defaultRuntime: o.DefaultRuntime, parser: o.Parser,
 	}
 	if c.now == nil {
 		c.now = time.Now
@@ -662,6 +667,9 @@ func (c *Cache) podDeleted(obj any) {
 	defer c.seen(pod.ResourceVersion)
 	c.failed(nil, pod)
 	c.release(pod.UID)
+	if c.parser != nil {
+		c.parser.Forget(pod.UID)
+	}
 }
 
 // seen records that the pod handler has finished with an event at rv.

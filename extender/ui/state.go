@@ -273,7 +273,7 @@ func round2(f float64) float64 { return float64(int64(f*100+0.5)) / 100 }
 
 // waiting builds the queue: pods asking for Rota resources without a node
 // (as state.Cache.Pending counts them), longest waiting first.
-func waiting(pods []*corev1.Pod, names contract.Names, decisions func(namespace, name string) []scheduling.Decision,
+func waiting(pods []*corev1.Pod, names contract.Names, parser *podreq.Parser, decisions func(namespace, name string) []scheduling.Decision,
 	now time.Time) []Waiting {
 	out := []Waiting{}
 	for _, p := range pods {
@@ -284,10 +284,10 @@ func waiting(pods []*corev1.Pod, names contract.Names, decisions func(namespace,
 		if !w.Since.IsZero() {
 			w.WaitingSeconds = now.Sub(w.Since).Round(time.Second).Seconds()
 		}
-		if r, err := podreq.FromPod(p, podreq.Options{Names: names}); err != nil {
-			w.Request = "invalid request: " + err.Error()
+		if r := parser.Of(p); r.Err != nil {
+			w.Request = "invalid request: " + r.Err.Error()
 		} else {
-			w.Request = r.Describe(contract.DefaultMemoryUnitMiB)
+			w.Request = r.Request.Describe(parser.MemoryUnit())
 		}
 		if g := pGang(p, names); g != "" {
 			w.Gang = g

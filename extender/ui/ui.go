@@ -19,6 +19,7 @@ import (
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/placement"
+	"github.com/rota-sched/rota/pkg/podreq"
 )
 
 // Paths the UI answers (GET); the server routes each of them to the UI.
@@ -38,6 +39,9 @@ var assets embed.FS
 // Options configure New. Snapshot and Pods are required.
 type Options struct {
 	Names contract.Names
+	// Parser is the process's one parse of pods' requests (nil: one of
+	// its own).
+	Parser *podreq.Parser
 	// Snapshot returns the ledger's current view.
 	Snapshot func() *ledger.Snapshot
 	// Pods lists the pods the extender's informer holds.
@@ -82,6 +86,9 @@ func New(o Options) *UI {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.Parser == nil {
+		o.Parser = podreq.NewParser(podreq.Options{Names: o.Names}, podreq.Records{}, 0)
 	}
 	u := &UI{o: o, ring: newRing(o.Keep), mux: http.NewServeMux()}
 	// The files are embedded: reading them cannot fail.
@@ -137,7 +144,7 @@ func (u *UI) State() State {
 		if ps, err := u.o.Pods.List(labels.Everything()); err == nil {
 			pods = ps
 		}
-		st.Queue = waiting(pods, u.o.Names, u.o.Decisions, now)
+		st.Queue = waiting(pods, u.o.Names, u.o.Parser, u.o.Decisions, now)
 	}
 	if u.o.Queue != nil {
 		v := u.o.Queue()
