@@ -632,7 +632,7 @@ func (a *App) addQueue(ctx context.Context, cfg config.Config, names contract.Na
 	owners := queue.NewOwners(meta, a.client.Discovery())
 	a.AddLeaderLoop("queue-owners", owners.Run)
 	o := queue.Options{Names: names, Records: a.records, Parser: a.parser, Client: a.client, Pods: pods, Owners: owners, Synced: []cache.InformerSynced{owners.HasSynced},
-		Namespaces: a.nodeFactory.Core().V1().Namespaces().Informer(), Holder: a.extender, Snapshot: a.ledger.Snapshot,
+		Namespaces: a.nodeFactory.Core().V1().Namespaces().Informer(), Holder: a.extender.Room(), Snapshot: a.ledger.Snapshot,
 		TierLabels: tiers.Tiers, Recorder: recorder, Metrics: queue.NewMetrics(a.metrics.Registry),
 		Interval: q.Interval, AdmitConcurrency: q.AdmitConcurrency, HoldTTL: q.HoldTTL, Narrow: q.NarrowCandidates > 0, ConditionInterval: q.ConditionInterval, ConditionQPS: q.ConditionQPS,
 		UrgentPriority: q.UrgentPriority, Reclaim: q.Reclaim, MaxPreemptibleGangSize: cfg.MaxPreemptibleGangSize,
@@ -643,7 +643,7 @@ func (a *App) addQueue(ctx context.Context, cfg config.Config, names contract.Na
 	if r := q.Reserve; r.Enabled {
 		o.Reserve = &reserve.Policy{LargeGPUs: r.LargeGPUs, MaxAge: r.MaxAge, MaxHold: r.MaxHold, CoolOff: r.CoolOff, Max: r.Max,
 			Tiers: len(tiers.Tiers)}
-		o.Reserver = a.extender
+		o.Reserver = a.extender.Room()
 		o.ReserveQuota = r.Quota
 	}
 	c, err := queue.New(o)

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/rota-sched/rota/extender/scheduling"
+	"github.com/rota-sched/rota/extender/room"
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/placement"
@@ -58,7 +58,7 @@ func (c *Controller) admit(ctx context.Context, wl *workload, now time.Time) {
 		}
 		if err := c.ungate(ctx, pod, wl, a, now); err != nil {
 			logger.Error(err, "Admitting a queued pod failed; it stays queued", "pod", klog.KObj(pod))
-			c.o.Holder.ReleaseHold(scheduling.Hold{Allocations: []ledger.Allocation{a}})
+			c.o.Holder.ReleaseHold(room.Hold{Allocations: []ledger.Allocation{a}})
 			continue
 		}
 		ok++
@@ -88,7 +88,7 @@ func (c *Controller) complete(ctx context.Context, key string, acct quota.Accoun
 	c.admit(ctx, wl, now)
 }
 
-func where(h scheduling.Hold) string {
+func where(h room.Hold) string {
 	switch {
 	case len(h.Allocations) == 0:
 		return ""
@@ -163,7 +163,7 @@ func (c *Controller) ungate(ctx context.Context, pod *corev1.Pod, wl *workload, 
 // tier label (allowed on a gated pod, as a narrowing). A gang planned onto
 // one node, or across the cluster, needs none: each member's hold already
 // names its node.
-func (c *Controller) tierSelector(h scheduling.Hold) map[string]string {
+func (c *Controller) tierSelector(h room.Hold) map[string]string {
 	if len(h.Allocations) < 2 || h.Level < 0 || h.Level >= len(c.o.TierLabels) {
 		return nil
 	}

@@ -17,7 +17,7 @@ import (
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/rota-sched/rota/extender/scheduling"
+	"github.com/rota-sched/rota/extender/room"
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/podreq"
 	"github.com/rota-sched/rota/pkg/quota"
@@ -93,14 +93,14 @@ type lockedRoom struct {
 	held int
 }
 
-func (r *lockedRoom) HoldRoom(pods []*corev1.Pod, model string, expires time.Time) (scheduling.Hold, string) {
+func (r *lockedRoom) HoldRoom(pods []*corev1.Pod, model string, expires time.Time) (room.Hold, string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.held += len(pods)
-	return scheduling.Hold{Level: -1}, ""
+	return room.Hold{Level: -1}, ""
 }
 
-func (r *lockedRoom) ReleaseHold(scheduling.Hold) {}
+func (r *lockedRoom) ReleaseHold(room.Hold) {}
 
 // TestPassAdmitsConcurrently: the admitting updates of one pass overlap, at
 // most AdmitConcurrency at once, and every admitted pod is ungated.

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
-	"github.com/rota-sched/rota/extender/scheduling"
+	"github.com/rota-sched/rota/extender/room"
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/podreq"
@@ -25,10 +25,10 @@ import (
 )
 
 // Holder holds room in the ledger for pods about to be admitted
-// (*scheduling.Extender).
+// (*room.Planner).
 type Holder interface {
-	HoldRoom(pods []*corev1.Pod, model string, expires time.Time) (scheduling.Hold, string)
-	ReleaseHold(h scheduling.Hold)
+	HoldRoom(pods []*corev1.Pod, model string, expires time.Time) (room.Hold, string)
+	ReleaseHold(h room.Hold)
 }
 
 // Options configure a Controller.

@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/rota-sched/rota/extender/scheduling"
+	"github.com/rota-sched/rota/extender/room"
 	"github.com/rota-sched/rota/extender/state"
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/ledger"
@@ -31,24 +31,24 @@ var (
 	t0    = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 )
 
-// room is a Holder over a number of free GPUs on one node "n1".
-type room struct {
+// fakeRoom is a Holder over a number of free GPUs on one node "n1".
+type fakeRoom struct {
 	free     int
 	held     []string
 	released []string
 }
 
-func (r *room) HoldRoom(pods []*corev1.Pod, model string, expires time.Time) (scheduling.Hold, string) {
+func (r *fakeRoom) HoldRoom(pods []*corev1.Pod, model string, expires time.Time) (room.Hold, string) {
 	need := 0
 	for _, p := range pods {
 		req, _ := podreq.FromPod(p, podreq.Options{Names: names})
 		need += req.GPUs
 	}
 	if need > r.free {
-		return scheduling.Hold{}, "not enough free GPUs"
+		return room.Hold{}, "not enough free GPUs"
 	}
 	r.free -= need
-	h := scheduling.Hold{Level: placement.TierNode, Where: "n1"}
+	h := room.Hold{Level: placement.TierNode, Where: "n1"}
 	if len(pods) > 1 {
 		h.Level, h.Where = 0, "leaf-a"
 	}
@@ -60,7 +60,7 @@ func (r *room) HoldRoom(pods []*corev1.Pod, model string, expires time.Time) (sc
 	return h, ""
 }
 
-func (r *room) ReleaseHold(h scheduling.Hold) {
+func (r *fakeRoom) ReleaseHold(h room.Hold) {
 	for _, a := range h.Allocations {
 		r.released = append(r.released, a.Pod)
 	}
@@ -119,7 +119,7 @@ func TestPassAdmitsInOrderWithinQuota(t *testing.T) {
 	running.Spec.NodeName = "n1"
 	deadline := gpuPod("short", 1, 3*time.Hour, true)
 	deadline.Annotations = map[string]string{names.MaxRuntimeAnnotation: "90m"}
-	r := &room{free: 8}
+	r := &fakeRoom{free: 8}
 	c, client := start(t, cfg, r, running, deadline, gpuPod("old", 2, 2*time.Hour, true), gpuPod("new", 2, time.Hour, true))
 	c.Pass(t.Context())
 
@@ -165,7 +165,7 @@ func TestPassGangWholeAndNarrowed(t *testing.T) {
 		p.Annotations = map[string]string{names.GangSizeAnnotation: "3"}
 		return p
 	}
-	r := &room{free: 8}
+	r := &fakeRoom{free: 8}
 	c, client := start(t, nil, r, member("m0"), member("m1"))
 	c.Pass(t.Context())
 	if len(r.held) != 0 {
@@ -188,7 +188,7 @@ func TestPassGangWholeAndNarrowed(t *testing.T) {
 }
 
 func TestPassInvalidQuotaAdmitsNothing(t *testing.T) {
-	r := &room{free: 8}
+	r := &fakeRoom{free: 8}
 	c, client := start(t, nil, r, gpuPod("p", 1, time.Hour, true))
 	c.o.Quota = func() (*quota.Config, bool) { return nil, false }
 	c.Pass(t.Context())
@@ -211,7 +211,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // paced by the interval; and a pass that runs before the informer heard of
 // the last one's updates counts those pods as admitted (each is held once).
 func TestRunDrainsABacklogWithoutWaiting(t *testing.T) {
-	r := &room{free: 8}
+	r := &fakeRoom{free: 8}
 	c, client := start(t, nil, r, gpuPod("a", 1, 3*time.Hour, true), gpuPod("b", 1, 2*time.Hour, true), gpuPod("c", 1, time.Hour, true))
 	c.o.MaxAdmissionsPerPass, c.o.Interval = 1, time.Hour
 	go c.Run(t.Context())

@@ -52,7 +52,7 @@ func TestPassEventsPerController(t *testing.T) {
 	objs = append(objs, ownedBy(gpuPod("eval-0", 1, 30*time.Minute, true), "Job", "eval"),
 		gpuPod("bare", 1, 20*time.Minute, true),
 		ownedBy(gpuPod("late-0", 4, 10*time.Minute, true), "Job", "late"), ownedBy(gpuPod("late-1", 4, 9*time.Minute, true), "Job", "late"))
-	r := &room{free: 32}
+	r := &fakeRoom{free: 32}
 	c, _ := start(t, cfg, r, objs...)
 	log := &eventLog{}
 	c.o.Recorder = log

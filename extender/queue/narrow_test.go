@@ -11,16 +11,16 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/rota-sched/rota/extender/scheduling"
+	"github.com/rota-sched/rota/extender/room"
 	"github.com/rota-sched/rota/pkg/contract"
 )
 
 // candidateRoom is room (one node, n1) whose single-pod holds name n1, n2
 // and n3 as candidates, as HoldRoom does with HoldCandidates 3.
-type candidateRoom struct{ room }
+type candidateRoom struct{ fakeRoom }
 
-func (r *candidateRoom) HoldRoom(pods []*corev1.Pod, model string, expires time.Time) (scheduling.Hold, string) {
-	h, reason := r.room.HoldRoom(pods, model, expires)
+func (r *candidateRoom) HoldRoom(pods []*corev1.Pod, model string, expires time.Time) (room.Hold, string) {
+	h, reason := r.fakeRoom.HoldRoom(pods, model, expires)
 	if reason == "" && len(pods) == 1 {
 		h.Candidates = []string{"n1", "n2", "n3"}
 	}
@@ -77,7 +77,7 @@ func TestNarrowingAtAdmission(t *testing.T) {
 		gpuPod("bare", 1, time.Hour, true),
 		withAffinity, preferred, gangMember,
 	}
-	c, client := start(t, nil, &candidateRoom{room{free: 8}}, pods...)
+	c, client := start(t, nil, &candidateRoom{fakeRoom{free: 8}}, pods...)
 	c.o.Narrow = true
 	c.Pass(t.Context())
 
@@ -112,7 +112,7 @@ func TestNarrowingAtAdmission(t *testing.T) {
 	}
 
 	// Narrow off: nothing narrowed.
-	c, client = start(t, nil, &candidateRoom{room{free: 8}}, ownedBy(gpuPod("job-pod", 1, time.Hour, true), "Job", "j1"))
+	c, client = start(t, nil, &candidateRoom{fakeRoom{free: 8}}, ownedBy(gpuPod("job-pod", 1, time.Hour, true), "Job", "j1"))
 	c.Pass(t.Context())
 	if got := affinityNodes(t, get(t, client, "job-pod")); got != nil {
 		t.Errorf("with Narrow off the pod was narrowed to %v", got)
@@ -157,7 +157,7 @@ func TestStrandedNarrowedPodIsRequeued(t *testing.T) {
 	bare.OwnerReferences = nil
 	bound := narrowedPod(t, "bound", t0.Add(-ttl-time.Minute), ttl, corev1.PodReasonUnschedulable)
 	bound.Spec.NodeName = "n1"
-	c, client := start(t, nil, &room{free: 8}, stranded, holding, untried, bare, bound)
+	c, client := start(t, nil, &fakeRoom{free: 8}, stranded, holding, untried, bare, bound)
 	c.o.HoldTTL = ttl
 	var evicted []string
 	client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {

@@ -270,7 +270,7 @@ func TestPassOrdersByOwner(t *testing.T) {
 	pods, nss := inf.Core().V1().Pods().Informer(), inf.Core().V1().Namespaces().Informer()
 	inf.Start(t.Context().Done())
 	cache.WaitForCacheSync(t.Context().Done(), pods.HasSynced, nss.HasSynced)
-	r := &room{free: 8}
+	r := &fakeRoom{free: 8}
 	c, err := New(Options{Names: names, Client: client, Pods: pods, Namespaces: nss, Holder: r, Owners: o,
 		Snapshot: func() *ledger.Snapshot { return ledger.New().Snapshot() },
 		Quota:    func() (*quota.Config, bool) { return cfg, true }, Now: func() time.Time { return t0 }})

@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/rota-sched/rota/extender/scheduling"
+	"github.com/rota-sched/rota/extender/room"
 	"github.com/rota-sched/rota/pkg/podreq"
 	pkgqueue "github.com/rota-sched/rota/pkg/queue"
 	"github.com/rota-sched/rota/pkg/quota"
@@ -22,7 +22,7 @@ import (
 type workload struct {
 	w    pkgqueue.Workload
 	pods []*corev1.Pod
-	hold scheduling.Hold
+	hold room.Hold
 	// acct is the account the hold was made for.
 	acct quota.Account
 }
@@ -215,7 +215,7 @@ func (c *Controller) pass(ctx context.Context) (full bool) {
 		if reason != "" {
 			if c.o.UrgentPriority > 0 && w.Priority >= c.o.UrgentPriority {
 				// Admitted without room: kube-scheduler preempts for it.
-				wl.hold, wl.acct = scheduling.Hold{}, a
+				wl.hold, wl.acct = room.Hold{}, a
 				return true, ""
 			}
 			return false, reason

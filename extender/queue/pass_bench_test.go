@@ -28,7 +28,7 @@ func BenchmarkPass10kQueued(b *testing.B) {
 		p.ResourceVersion = "1" // as informers give them: the pass's parse cache keys on it
 		objs = append(objs, p)
 	}
-	c, _ := start(b, cfg, &room{}, objs...)
+	c, _ := start(b, cfg, &fakeRoom{}, objs...)
 	c.Pass(b.Context())
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -18,7 +18,7 @@ import (
 )
 
 // Reserver holds room for queued jobs that do not fit yet
-// (*scheduling.Extender).
+// (*room.Planner).
 type Reserver interface {
 	// ReservationJob describes a workload's pods for planning, with the
 	// nodes they may run on.

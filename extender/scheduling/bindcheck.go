@@ -2,14 +2,11 @@ package scheduling
 
 import (
 	"fmt"
-	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
-	"k8s.io/klog/v2"
 
+	"github.com/rota-sched/rota/extender/room"
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/placement"
 	"github.com/rota-sched/rota/pkg/podreq"
@@ -54,15 +51,9 @@ func checkNode(pod *corev1.Pod, node *corev1.Node, use *nodeUse) *refusal {
 		return &refusal{codeNodeAffinity, fmt.Sprintf("pod's node affinity is invalid: %v", err)}
 	}
 	if !match {
-		return &refusal{codeNodeAffinity, fmt.Sprintf("node %s does not match the pod's %s", node.Name, affinityTerms(pod))}
+		return &refusal{codeNodeAffinity, fmt.Sprintf("node %s does not match the pod's %s", node.Name, room.AffinityTerms(pod))}
 	}
-	// Comparison operators (Gt, Lt) are compared: the API server admits a
-	// toleration using them only where the feature is on. The zero logger
-	// discards (a value that does not parse is simply not tolerated).
-	taint, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.Logger{}, node.Spec.Taints, pod.Spec.Tolerations,
-		func(t *corev1.Taint) bool {
-			return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
-		}, true)
+	taint, untolerated := room.Untolerated(pod, node)
 	if untolerated {
 		return &refusal{codeUntoleratedTaint, fmt.Sprintf("node %s has taint %s that the pod does not tolerate", node.Name, taintString(taint))}
 	}
@@ -81,30 +72,6 @@ func checkNode(pod *corev1.Pod, node *corev1.Node, use *nodeUse) *refusal {
 			node.Name, max(allocMem-use.MemoryMiB, 0), allocMem, use.MemoryMiB, mem)}
 	}
 	return nil
-}
-
-// affinityTerms names what the pod requires of its node, for a refusal.
-func affinityTerms(pod *corev1.Pod) string {
-	var parts []string
-	if len(pod.Spec.NodeSelector) > 0 {
-		keys := make([]string, 0, len(pod.Spec.NodeSelector))
-		for k := range pod.Spec.NodeSelector {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		sel := make([]string, len(keys))
-		for i, k := range keys {
-			sel[i] = k + "=" + pod.Spec.NodeSelector[k]
-		}
-		parts = append(parts, "nodeSelector "+strings.Join(sel, ","))
-	}
-	if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
-		parts = append(parts, "required node affinity")
-	}
-	if len(parts) == 0 {
-		return "node requirements"
-	}
-	return strings.Join(parts, " and ")
 }
 
 func taintString(t corev1.Taint) string {

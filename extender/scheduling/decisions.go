@@ -3,8 +3,6 @@ package scheduling
 import (
 	"container/list"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -24,19 +22,10 @@ type Decision struct {
 	Gang    string `json:"gang,omitempty"`
 	Message string `json:"message,omitempty"`
 	// Reasons groups the nodes that did not fit by reason code.
-	Reasons []ReasonCount `json:"reasons,omitempty"`
+	Reasons []placement.ReasonCount `json:"reasons,omitempty"`
 	// Classes groups prioritized nodes by score class, best first.
 	Classes  []ScoreClass `json:"classes,omitempty"`
 	Duration string       `json:"duration"`
-}
-
-// ReasonCount is how many nodes failed for one reason code, with an example.
-type ReasonCount struct {
-	Code        placement.Code `json:"code"`
-	Resolvable  bool           `json:"resolvable"`
-	Nodes       int            `json:"nodes"`
-	ExampleNode string         `json:"exampleNode,omitempty"`
-	Example     string         `json:"example"`
 }
 
 // ScoreClass is how many nodes got one extender score.
@@ -45,55 +34,6 @@ type ScoreClass struct {
 	FineScore   int64  `json:"fineScore"`
 	Nodes       int    `json:"nodes"`
 	ExampleNode string `json:"exampleNode"`
-}
-
-// reasonTally groups failures by code while filter runs.
-type reasonTally struct{ rs []ReasonCount }
-
-func (t *reasonTally) add(r *placement.Reason, node string, msg func() string) {
-	for i := range t.rs {
-		if t.rs[i].Code == r.Code && t.rs[i].Resolvable == r.Resolvable {
-			t.rs[i].Nodes++
-			return
-		}
-	}
-	t.rs = append(t.rs, ReasonCount{Code: r.Code, Resolvable: r.Resolvable, Nodes: 1, ExampleNode: node, Example: msg()})
-}
-
-func (t *reasonTally) addText(code placement.Code, resolvable bool, node, msg string) {
-	t.add(&placement.Reason{Code: code, Resolvable: resolvable}, node, func() string { return msg })
-}
-
-// sorted returns the counts, most nodes first.
-func (t *reasonTally) sorted() []ReasonCount {
-	slices.SortStableFunc(t.rs, func(a, b ReasonCount) int { return b.Nodes - a.Nodes })
-	return t.rs
-}
-
-// summary is the refusal in one line: "0/5000 nodes fit: 4000 x GPU 3 has
-// 18 GiB free, pod needs 40 GiB (node-12); 1000 x ...".
-func (t *reasonTally) summary(total int) string {
-	var b strings.Builder
-	b.WriteString("0/")
-	b.WriteString(strconv.Itoa(total))
-	b.WriteString(" nodes fit the GPU request")
-	for i, r := range t.sorted() {
-		if i == 0 {
-			b.WriteString(": ")
-		} else {
-			b.WriteString("; ")
-		}
-		b.WriteString(strconv.Itoa(r.Nodes))
-		b.WriteString(" like ")
-		b.WriteString(r.ExampleNode)
-		b.WriteString(": ")
-		b.WriteString(r.Example)
-		if i == 3 && len(t.rs) > 4 {
-			b.WriteString("; and more")
-			break
-		}
-	}
-	return b.String()
 }
 
 const decisionsPerPod = 8

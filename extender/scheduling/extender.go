@@ -14,6 +14,7 @@ import (
 
 	"github.com/rota-sched/rota/extender/binder"
 	"github.com/rota-sched/rota/extender/metrics"
+	"github.com/rota-sched/rota/extender/room"
 	"github.com/rota-sched/rota/extender/state"
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/ledger"
@@ -63,9 +64,10 @@ type Options struct {
 	GangTTL                time.Duration
 	MaxPreemptibleGangSize int
 	FilterBestOnly         bool
-	// HoldCandidates is how many nodes HoldRoom names for a single pod it
-	// holds room for (Hold.Candidates): the held node and the next best that
-	// fit it now. 0 or 1 names the held node only.
+	// Room plans and holds room in the ledger, for the queue's holds and
+	// this extender's gang plans alike; nil makes one from the options
+	// above (room.Options.Candidates from HoldCandidates).
+	Room           *room.Planner
 	HoldCandidates int
 	DebugPods      int
 	DebugTTL       time.Duration
@@ -85,7 +87,7 @@ type Extender struct {
 	now       func() time.Time
 	decisions *decisionLog
 	gangs     *gangs
-	holds     holdMemo // hold.go; guarded by gangs.mu
+	room      *room.Planner
 	bg        sync.WaitGroup
 }
 
@@ -123,9 +125,26 @@ func New(o Options) (*Extender, error) {
 	e := &Extender{o: o, names: o.Names, ledger: o.Ledger, cache: o.Cache, binder: o.Binder,
 		metrics: o.Metrics, policy: o.Policy, now: o.Now,
 		decisions: newDecisionLog(o.DebugPods, o.DebugTTL)}
+	e.room = o.Room
+	if e.room == nil {
+		r, err := room.New(room.Options{Ledger: o.Ledger, Node: o.Cache.Node, Request: e.request,
+			Gang:   func(p *corev1.Pod) *podreq.GangRef { return o.Parser.Of(p).Gang },
+			Policy: o.Policy, Tiers: o.Tiers, Candidates: o.HoldCandidates})
+		if err != nil {
+			return nil, err
+		}
+		e.room = r
+	}
 	e.gangs = newGangs(e)
 	return e, nil
 }
+
+// Room is the planner that holds room for the queue and plans gangs.
+func (e *Extender) Room() *room.Planner { return e.room }
+
+// Request is what the pod asks for, with the GPU models it may use (the
+// room planner's Options.Request).
+func (e *Extender) Request(pod *corev1.Pod) (placement.Request, error) { return e.request(pod) }
 
 // Ready reports whether the cache has rebuilt the ledger.
 func (e *Extender) Ready() bool { return e.cache.Ready() }

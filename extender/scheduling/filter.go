@@ -63,7 +63,7 @@ type filterState struct {
 	passed   []string
 	rejected []rejection
 	nodes    int // candidates: the capacity rejected gets at its first use
-	tally    reasonTally
+	tally    placement.Tally
 	gang     string
 	note     string
 }
@@ -97,13 +97,13 @@ func (f *filterState) addRejection(r rejection) {
 
 func (f *filterState) reject(node string, r *placement.Reason) {
 	f.addRejection(rejection{node: node, reason: r, resolvable: r.Resolvable})
-	f.tally.add(r, node, r.Message)
+	f.tally.Add(r, node, r.Message)
 }
 
 // rejectText refuses node with a message of the adapter's.
 func (f *filterState) rejectText(node string, code placement.Code, resolvable bool, msg string) {
 	f.addRejection(rejection{node: node, text: msg, resolvable: resolvable})
-	f.tally.addText(code, resolvable, node, msg)
+	f.tally.AddText(code, resolvable, node, msg)
 }
 
 // rejectAll fails every node with one message.
@@ -113,8 +113,7 @@ func (f *filterState) rejectAll(names []string, code placement.Code, resolvable 
 		f.addRejection(rejection{node: n, text: msg, resolvable: resolvable})
 	}
 	if len(names) > 0 {
-		f.tally.addText(code, resolvable, names[0], msg)
-		f.tally.rs[len(f.tally.rs)-1].Nodes = len(names)
+		f.tally.AddNodes(code, resolvable, names[0], func() string { return msg }, len(names))
 	}
 }
 
@@ -173,16 +172,16 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *e
 	if len(f.passed) == 0 && len(names) > 0 {
 		outcome = "nofit"
 	}
-	for _, r := range f.tally.rs {
+	for _, r := range f.tally.Counts() {
 		e.metrics.Decisions.WithLabelValues("filter", outcome, string(r.Code)).Add(float64(r.Nodes))
 	}
-	if len(f.tally.rs) == 0 {
+	if len(f.tally.Counts()) == 0 {
 		e.metrics.Decisions.WithLabelValues("filter", outcome, "").Inc()
 	}
 	d := Decision{Time: start, Verb: "filter", Outcome: outcome, Nodes: len(names), Fits: len(f.passed),
-		Gang: f.gang, Message: f.note, Reasons: f.tally.sorted(), Duration: e.now().Sub(start).String()}
+		Gang: f.gang, Message: f.note, Reasons: f.tally.Sorted(), Duration: e.now().Sub(start).String()}
 	if outcome == "nofit" {
-		d.Message = f.tally.summary(len(names))
+		d.Message = f.tally.Summary(len(names))
 		if f.note != "" {
 			d.Message = f.note
 		}
@@ -215,7 +214,7 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *e
 // kube-scheduler ruled that node out, the hold is dropped and the pod is
 // placed where it fits.
 func (e *Extender) held(pod *corev1.Pod, names []string, f *filterState) bool {
-	node, ok := e.heldNode(pod)
+	node, ok := e.room.HeldNode(pod)
 	if !ok {
 		return false
 	}
@@ -342,7 +341,7 @@ func (e *Extender) keepBest(scores []int64, f *filterState) {
 		}
 		// Only counted: a better node passed, so the answer carries no
 		// reasons (see Filter), and the decision record keeps one example.
-		f.tally.add(notBest, n, func() string {
+		f.tally.Add(notBest, n, func() string {
 			return fmt.Sprintf("another node scores higher under the %s policy (%d < %d)", e.policy.Name(), scores[i], best)
 		})
 	}

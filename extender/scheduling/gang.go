@@ -39,8 +39,9 @@ import (
 // released, one member of each gang that waits for room is touched so that
 // planning runs again.
 type gangs struct {
-	e  *Extender
-	mu sync.Mutex // serializes planning
+	e *Extender
+	// Planning, and the waiting gangs' notes, are under the room planner's
+	// lock (room.Planner.Lock), which the queue's holds take too.
 	// plansMu guards plans (gang key -> plan); bind reads them without mu.
 	plansMu sync.Mutex
 	plans   map[string]*gangPlan
@@ -158,8 +159,8 @@ func (g *gangs) filter(ctx context.Context, pod *corev1.Pod, req placement.Reque
 		f.rejectAll(names, placement.GangIncomplete, false, err.Error())
 		return true
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	g.e.room.Lock() // counting the members and planning them: one plan at a time
+	defer g.e.room.Unlock()
 	// Another member's filter may have planned the gang meanwhile.
 	if g.slot(pod, key, names, f) {
 		return true
@@ -224,19 +225,15 @@ func (g *gangs) filter(ctx context.Context, pod *corev1.Pod, req placement.Reque
 		gang.Pods = append(gang.Pods, m.Namespace+"/"+m.Name)
 		refs = append(refs, podRef{Namespace: m.Namespace, Name: m.Name, UID: m.UID})
 	}
-	plan, reason := g.plan(gang, snap, names, boundOn)
+	expires := now.Add(g.e.o.GangTTL)
+	plan, reason, err := g.e.room.PlanGang(gang, snap, names, boundOn, need+bound+holding, expires)
 	if reason != nil {
 		wi.noRoom = true
 		f.rejectAll(names, reason.Code, reason.Resolvable, reason.Message())
 		g.e.metrics.GangPlans.WithLabelValues("nofit").Inc()
 		return true
 	}
-	for i := range plan.Allocations {
-		plan.Allocations[i].Priority, plan.Allocations[i].Preemptible = req.Priority, req.Preemptible
-		plan.Allocations[i].GangSize = need + bound + holding
-	}
-	expires := now.Add(g.e.o.GangTTL)
-	if err := g.e.ledger.ReserveAll(plan.Allocations, expires); err != nil {
+	if err != nil {
 		f.rejectAll(names, placement.GangNoFit, true, fmt.Sprintf("gang %s: reserving its slots failed, will retry: %v", key, err))
 		g.e.metrics.GangPlans.WithLabelValues("nofit").Inc()
 		return true
@@ -249,61 +246,6 @@ func (g *gangs) filter(ctx context.Context, pod *corev1.Pod, req placement.Reque
 		"where", plan.Where, "nodes", plan.Nodes())
 	g.e.touch(ctx, refs[1:], "gang "+key+" planned")
 	return g.slot(pod, key, names, f)
-}
-
-// plan runs placement.PlanGang for the gang's unbound members. When some
-// members are bound already (a plan of a previous leader, partly carried
-// out before it died), the narrowest group that holds every bound member
-// is tried first (their node, then each tier), so that a takeover does not
-// scatter a gang; then every candidate.
-func (g *gangs) plan(gang placement.Gang, snap *ledger.Snapshot, names, boundOn []string) (placement.GangPlan, *placement.Reason) {
-	if len(boundOn) > 0 {
-		for level := placement.TierNode; level < g.e.o.Tiers; level++ {
-			near := nearBound(snap, names, boundOn, level)
-			if near == nil {
-				continue
-			}
-			if plan, reason := placement.PlanGang(gang, snap, near, g.e.o.Tiers); reason == nil {
-				return plan, nil
-			}
-		}
-	}
-	return placement.PlanGang(gang, snap, names, g.e.o.Tiers)
-}
-
-// nearBound returns the candidates in the group of the given level
-// (placement.TierNode: the node itself) that holds every node in boundOn,
-// or nil when they are not in one group of that level.
-func nearBound(snap *ledger.Snapshot, candidates, boundOn []string, level int) []string {
-	group := func(node string) string {
-		if level == placement.TierNode {
-			return node
-		}
-		ni := snap.Node(node)
-		if ni == nil {
-			return ""
-		}
-		return ni.Node.Tier(level)
-	}
-	want := group(boundOn[0])
-	if want == "" {
-		return nil
-	}
-	for _, n := range boundOn[1:] {
-		if group(n) != want {
-			return nil
-		}
-	}
-	var out []string
-	for _, n := range candidates {
-		if group(n) == want {
-			out = append(out, n)
-		}
-	}
-	if len(out) == 0 {
-		return nil
-	}
-	return out
 }
 
 // held reports whether the pod holds a reservation or allocation.
@@ -378,8 +320,8 @@ func (g *gangs) bound(key string) {
 // retryWaiting touches one member of each gang that waits for room,
 // at most once per 5 seconds per gang.
 func (g *gangs) retryWaiting() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	g.e.room.Lock() // the waiting gangs' notes are kept under the planning lock
+	defer g.e.room.Unlock()
 	now := g.e.now()
 	var refs []podRef
 	for _, item := range g.waiting.Items() {

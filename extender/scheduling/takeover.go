@@ -40,13 +40,13 @@ import (
 // reports how many plans and reservations it dropped.
 func (e *Extender) Forget() (plans, reservations int) {
 	g := e.gangs
-	g.mu.Lock()
+	e.room.Lock()
 	g.plansMu.Lock()
 	plans = len(g.plans)
 	g.plans = map[string]*gangPlan{} // their slots are released below
 	g.plansMu.Unlock()
 	g.waiting.Flush()
-	g.mu.Unlock()
+	e.room.Unlock()
 	for _, a := range e.ledger.Allocations() {
 		if a.State != ledger.Reserved || e.recordedHold(a) {
 			continue

@@ -45,11 +45,11 @@ func BenchmarkQueueAdmission5kNodes10kQueued(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		res := pkgqueue.Plan(in, pkgqueue.FitterFunc(func(w *pkgqueue.Workload, a quota.Account) (bool, string) {
-			h, reason := bc.ext.HoldRoom([]*corev1.Pod{pods[w.Key]}, a.Model, t0.Add(time.Hour))
+			h, reason := bc.ext.Room().HoldRoom([]*corev1.Pod{pods[w.Key]}, a.Model, t0.Add(time.Hour))
 			if reason != "" {
 				return false, reason
 			}
-			bc.ext.ReleaseHold(h)
+			bc.ext.Room().ReleaseHold(h)
 			return true, ""
 		}))
 		if len(res.Admitted) != 1 {
@@ -81,11 +81,11 @@ func BenchmarkHoldRoom5kNodes5Shapes(b *testing.B) {
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		h, reason := bc.ext.HoldRoom(pods[i%len(pods):i%len(pods)+1], "", t0.Add(time.Hour))
+		h, reason := bc.ext.Room().HoldRoom(pods[i%len(pods):i%len(pods)+1], "", t0.Add(time.Hour))
 		if reason != "" {
 			b.Fatalf("%s: %s", pods[i%len(pods)].Name, reason)
 		}
-		bc.ext.ReleaseHold(h)
+		bc.ext.Room().ReleaseHold(h)
 		i++
 	}
 }

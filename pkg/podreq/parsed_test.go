@@ -28,7 +28,7 @@ func TestParserOncePerVersion(t *testing.T) {
 		t.Errorf("after an edit Of = %+v; want the new request (8 GPUs)", got.Request)
 	}
 	unversioned := pod(ctr(names.GPU, "1"))
-	if p.Of(unversioned) == p.Of(unversioned) {
+	if once := p.Of(unversioned); once == p.Of(unversioned) {
 		t.Error("a pod without a resourceVersion was answered from memory")
 	}
 	if p.Len() != 1 {

@@ -1,4 +1,4 @@
-package scheduling_test
+package room_test
 
 import (
 	"cmp"
@@ -18,9 +18,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/rota-sched/rota/extender/binder"
-	"github.com/rota-sched/rota/extender/metrics"
-	"github.com/rota-sched/rota/extender/scheduling"
+	"github.com/rota-sched/rota/extender/room"
 	"github.com/rota-sched/rota/extender/state"
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/ledger"
@@ -32,7 +30,7 @@ import (
 
 // TestHoldRoomReusesFitsExactly holds and releases room for random pods
 // (shares and whole GPUs, node selectors, tolerations) while other holds
-// come and go, and wants one long-lived extender, which reuses the fits of
+// come and go, and wants one long-lived planner, which reuses the fits of
 // nodes that did not change since its last hold, to answer as a fresh one
 // does, and both to pick the node a plain pass over every node picks: the
 // pod may go there, it fits, and no node it may go to scores higher (the
@@ -64,11 +62,13 @@ func TestHoldRoomReusesFitsExactly(t *testing.T) {
 		t.Fatal("cache never became ready")
 	}
 	policy, _ := placement.NewPolicy(placement.Binpack, nil)
-	m := metrics.New(metrics.Source{Snapshot: led.Snapshot})
-	newExt := func() *scheduling.Extender {
-		e, err := scheduling.New(scheduling.Options{Names: names, SchedulerNames: []string{corev1.DefaultSchedulerName},
-			Tiers: len(tiers.Tiers), Policy: policy, Cache: c, Ledger: led, Binder: binder.New(client, names, time.Second), Metrics: m,
-			HoldCandidates: 3})
+	request := func(p *corev1.Pod) (placement.Request, error) {
+		parsed := podreq.Parse(p, podreq.Options{Names: names}, podreq.Records{})
+		return parsed.Request, parsed.Err
+	}
+	newExt := func() *room.Planner {
+		e, err := room.New(room.Options{Ledger: led, Node: c.Node, Request: request, Policy: policy,
+			Tiers: len(tiers.Tiers), Candidates: 3})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,7 +92,7 @@ func TestHoldRoomReusesFitsExactly(t *testing.T) {
 		}
 		return b.Obj()
 	}
-	var kept []scheduling.Hold
+	var kept []room.Hold
 	for step := range 400 {
 		switch r.IntN(3) {
 		case 0: // another admission keeps its room

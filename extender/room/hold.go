@@ -1,9 +1,11 @@
-package scheduling
+package room
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +16,64 @@ import (
 	"github.com/rota-sched/rota/pkg/podreq"
 	"github.com/rota-sched/rota/pkg/reserve"
 )
+
+// Options configure New. Ledger, Node and Request are required.
+type Options struct {
+	Ledger *ledger.Ledger
+	// Node looks a node up (the extender's informer cache).
+	Node func(name string) (*corev1.Node, bool)
+	// Request is what a pod asks for (the extender's one parse, dated and
+	// narrowed to its models).
+	Request func(*corev1.Pod) (placement.Request, error)
+	// Gang is a pod's gang (nil: none); the extender's one parse.
+	Gang func(*corev1.Pod) *podreq.GangRef
+	// Policy scores nodes for a single pod (nil: the default policy).
+	Policy placement.Policy
+	// Tiers is the number of topology tier labels (gang planning levels).
+	Tiers int
+	// Candidates is how many nodes HoldRoom names for a single pod
+	// (Hold.Candidates): the held node and the next best that fit it now.
+	// 0 or 1 names the held node only.
+	Candidates int
+}
+
+// Planner plans and holds room in the ledger: the queue controller's
+// admission holds (HoldRoom), the reservations' claims (SetClaims) and the
+// gang planner's slots (PlanGang). Planning reads a ledger snapshot and
+// reserves from it; Lock serializes these, so two plans never count the
+// same free GPUs. It is safe for concurrent use.
+type Planner struct {
+	o  Options
+	mu sync.Mutex
+	// memo keeps recent holds' fits; guarded by mu.
+	memo holdMemo
+}
+
+// New builds a Planner.
+func New(o Options) (*Planner, error) {
+	if o.Ledger == nil || o.Node == nil || o.Request == nil {
+		return nil, errors.New("room: ledger, node lookup and request are required")
+	}
+	if o.Gang == nil {
+		o.Gang = func(*corev1.Pod) *podreq.GangRef { return nil }
+	}
+	if o.Policy == nil {
+		p, err := placement.NewPolicy(placement.DefaultPolicyName, nil)
+		if err != nil {
+			return nil, err
+		}
+		o.Policy = p
+	}
+	return &Planner{o: o}, nil
+}
+
+// Lock takes the planning lock: hold it from reading the ledger to
+// reserving what was planned from that read (the gang planner counts a
+// gang's members and plans it under it).
+func (p *Planner) Lock() { p.mu.Lock() }
+
+// Unlock releases the planning lock.
+func (p *Planner) Unlock() { p.mu.Unlock() }
 
 // Hold is the room the queue controller holds in the ledger for pods it is
 // about to admit, until they bind or the hold lapses.
@@ -26,7 +86,7 @@ type Hold struct {
 	Where string
 	// Candidates, for a single pod, are the held node and then the other
 	// nodes that fit it best as the hold was made (at most
-	// Options.HoldCandidates in all): where the queue controller may narrow
+	// Options.Candidates in all): where the queue controller may narrow
 	// it to, so that kube-scheduler filters a handful of nodes and still
 	// has somewhere to go when it rules the held node out.
 	Candidates []string
@@ -40,23 +100,23 @@ type Hold struct {
 // holds nothing the reason says why, in words.
 //
 // A held pod that kube-scheduler then filters passes only its held node
-// (see Filter) and binds onto the held GPUs, so two admissions never count
+// (the extender's filter, HeldNode) and binds onto the held GPUs, so two admissions never count
 // the same free GPUs and an admitted pod does not lose its room to one
 // admitted later.
-func (e *Extender) HoldRoom(pods []*corev1.Pod, model string, expires time.Time) (Hold, string) {
+func (e *Planner) HoldRoom(pods []*corev1.Pod, model string, expires time.Time) (Hold, string) {
 	if len(pods) == 0 {
 		return Hold{}, "nothing to hold"
 	}
-	req, err := e.request(pods[0])
+	req, err := e.o.Request(pods[0])
 	if err != nil {
 		return Hold{}, "invalid GPU request: " + err.Error()
 	}
 	if model != "" {
 		req.Models = []string{model}
 	}
-	e.gangs.mu.Lock() // planning and holding are serialized with gang planning
-	defer e.gangs.mu.Unlock()
-	snap := e.ledger.Snapshot()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	snap := e.o.Ledger.Snapshot()
 	if snap.Len() == 0 {
 		return Hold{}, "no GPU node is known yet"
 	}
@@ -67,32 +127,23 @@ func (e *Extender) HoldRoom(pods []*corev1.Pod, model string, expires time.Time)
 	}
 	at := e.eligibleAt(pods[0], snap)
 	if len(at) == 0 {
-		return Hold{}, fmt.Sprintf("none of the %d GPU nodes matches the pod's %s and tolerations", snap.Len(), affinityTerms(pods[0]))
+		return Hold{}, fmt.Sprintf("none of the %d GPU nodes matches the pod's %s and tolerations", snap.Len(), AffinityTerms(pods[0]))
 	}
 	if len(pods) == 1 {
 		return e.holdOne(req, snap, at, expires)
 	}
-	candidates := namesAt(snap, at)
-	ref, _ := podreq.GangOf(pods[0], e.names)
-	key := podreq.WorkloadKey(pods[0], ref)
+	key := req.Job
 	g := placement.Gang{Name: key, Member: req}
 	for _, p := range pods {
 		g.UIDs = append(g.UIDs, string(p.UID))
 		g.Pods = append(g.Pods, p.Namespace+"/"+p.Name)
 	}
-	plan, reason := placement.PlanGang(g, snap, candidates, e.o.Tiers)
+	plan, reason, err := e.planGang(g, snap, namesAt(snap, at), nil, len(pods), expires)
 	if reason != nil {
 		return Hold{}, reason.Message()
 	}
-	for i := range plan.Allocations {
-		plan.Allocations[i].Priority, plan.Allocations[i].Preemptible = req.Priority, req.Preemptible
-		plan.Allocations[i].Gang, plan.Allocations[i].GangSize = key, len(pods)
-	}
-	if err := e.ledger.ReserveAll(plan.Allocations, expires); err != nil {
+	if err != nil {
 		return Hold{}, fmt.Sprintf("gang %s: holding its room failed: %v", key, err)
-	}
-	for i := range plan.Allocations {
-		plan.Allocations[i].State, plan.Allocations[i].Expires = ledger.Reserved, expires
 	}
 	return Hold{Allocations: plan.Allocations, Level: plan.Level, Where: plan.Where}, ""
 }
@@ -102,8 +153,8 @@ func (e *Extender) HoldRoom(pods []*corev1.Pod, model string, expires time.Time)
 // among equals) over all nodes is the one holdOne picks whenever the pod
 // may go there. ok is false when no node fits or the pod may not go to
 // that one; holdOne then decides, with the reasons.
-func (e *Extender) holdBest(req placement.Request, pod *corev1.Pod, snap *ledger.Snapshot, expires time.Time) (Hold, string, bool) {
-	fits := e.holds.fits(req, snap, e.policy)
+func (e *Planner) holdBest(req placement.Request, pod *corev1.Pod, snap *ledger.Snapshot, expires time.Time) (Hold, string, bool) {
+	fits := e.memo.fits(req, snap, e.o.Policy)
 	best := -1
 	for i := range fits {
 		if f := &fits[i]; f.reason == nil && (best < 0 || f.score > fits[best].score) {
@@ -113,7 +164,7 @@ func (e *Extender) holdBest(req placement.Request, pod *corev1.Pod, snap *ledger
 	if best < 0 {
 		return Hold{}, "", false
 	}
-	node, ok := e.cache.Node(snap.Names()[best])
+	node, ok := e.o.Node(snap.Names()[best])
 	if !ok || !mayGo(pod, newNodeMatch(pod), node) {
 		return Hold{}, "", false
 	}
@@ -128,11 +179,11 @@ func (e *Extender) holdBest(req placement.Request, pod *corev1.Pod, snap *ledger
 // holdOne holds one pod on the best node: the highest policy score, the
 // first by name among equals. candidates are positions in snap.Names, in
 // order.
-func (e *Extender) holdOne(req placement.Request, snap *ledger.Snapshot, candidates []int32, expires time.Time) (Hold, string) {
+func (e *Planner) holdOne(req placement.Request, snap *ledger.Snapshot, candidates []int32, expires time.Time) (Hold, string) {
 	names := snap.Names()
-	fits := e.holds.fits(req, snap, e.policy)
+	fits := e.memo.fits(req, snap, e.o.Policy)
 	best := -1
-	var tally reasonTally
+	var tally placement.Tally
 	for _, i := range candidates {
 		f := &fits[i]
 		if reason := f.reason; reason != nil {
@@ -140,7 +191,7 @@ func (e *Extender) holdOne(req placement.Request, snap *ledger.Snapshot, candida
 			if reason.Node == "" {
 				reason.Node = n
 			}
-			tally.add(reason, n, reason.Message)
+			tally.Add(reason, n, reason.Message)
 			continue
 		}
 		if best < 0 || f.score > fits[best].score {
@@ -148,7 +199,7 @@ func (e *Extender) holdOne(req placement.Request, snap *ledger.Snapshot, candida
 		}
 	}
 	if best < 0 {
-		return Hold{}, tally.summary(len(candidates))
+		return Hold{}, tally.Summary(len(candidates))
 	}
 	h, reason := e.holdAt(req, snap, best, fits[best].choice, expires)
 	if reason == "" {
@@ -158,21 +209,21 @@ func (e *Extender) holdOne(req placement.Request, snap *ledger.Snapshot, candida
 }
 
 // candidates names the held node (position held) and the nodes that fit
-// best after it, by score then position, Options.HoldCandidates in all.
+// best after it, by score then position, Options.Candidates in all.
 // among, when not nil, are the positions to choose from (in order); may,
 // when not nil, says whether the pod may go to a node. One walk keeps the
 // best few: may is asked only of a node that would join them.
-func (e *Extender) candidates(snap *ledger.Snapshot, fits []nodeFit, held int, among []int32, may func(*corev1.Node) bool) []string {
+func (e *Planner) candidates(snap *ledger.Snapshot, fits []nodeFit, held int, among []int32, may func(*corev1.Node) bool) []string {
 	names := snap.Names()
-	want := e.o.HoldCandidates - 1 // besides the held node
-	var best []int32               // by score, then position
+	want := e.o.Candidates - 1 // besides the held node
+	var best []int32           // by score, then position
 	consider := func(i int32) {
 		f := &fits[i]
 		if int(i) == held || f.reason != nil || (len(best) == want && f.score <= fits[best[want-1]].score) {
 			return
 		}
 		if may != nil {
-			if node, ok := e.cache.Node(names[i]); !ok || !may(node) {
+			if node, ok := e.o.Node(names[i]); !ok || !may(node) {
 				return
 			}
 		}
@@ -203,10 +254,10 @@ func (e *Extender) candidates(snap *ledger.Snapshot, fits []nodeFit, held int, a
 }
 
 // holdAt reserves choice c on the node at position i of snap.Names.
-func (e *Extender) holdAt(req placement.Request, snap *ledger.Snapshot, i int, c placement.Choice, expires time.Time) (Hold, string) {
+func (e *Planner) holdAt(req placement.Request, snap *ledger.Snapshot, i int, c placement.Choice, expires time.Time) (Hold, string) {
 	name := snap.Names()[i]
 	a := c.Allocation(req, snap.At(i))
-	if err := e.ledger.Reserve(a, expires); err != nil {
+	if err := e.o.Ledger.Reserve(a, expires); err != nil {
 		return Hold{}, fmt.Sprintf("holding room on node %s failed: %v", name, err)
 	}
 	a.State, a.Expires = ledger.Reserved, expires
@@ -219,7 +270,7 @@ func (e *Extender) holdAt(req placement.Request, snap *ledger.Snapshot, i int, c
 // snapshot has the same NodeInfo at its position: a hold after a hold
 // refits only the nodes that changed in between. Nodes with a
 // reservation's claim are refitted every time (what they offer depends on
-// the pod's job and end). HoldRoom's lock (gangs.mu) guards it.
+// the pod's job and end). The planning lock guards it.
 type holdMemo struct {
 	shapes []*shapeFits
 	tick   uint64
@@ -305,16 +356,16 @@ func (m *holdMemo) fits(req placement.Request, snap *ledger.Snapshot, policy pla
 // as far as its node selector, required node affinity and tolerations go
 // (the checks bind repeats, checkNode), so that room is never held where the
 // pod cannot go. Members of a gang share these (they ask the same).
-func (e *Extender) eligible(pod *corev1.Pod, snap *ledger.Snapshot) []string {
+func (e *Planner) eligible(pod *corev1.Pod, snap *ledger.Snapshot) []string {
 	return namesAt(snap, e.eligibleAt(pod, snap))
 }
 
 // eligibleAt is eligible as positions in snap.Names, in order.
-func (e *Extender) eligibleAt(pod *corev1.Pod, snap *ledger.Snapshot) []int32 {
+func (e *Planner) eligibleAt(pod *corev1.Pod, snap *ledger.Snapshot) []int32 {
 	m := newNodeMatch(pod)
 	out := make([]int32, 0, snap.Len())
 	for i, n := range snap.Names() {
-		if node, ok := e.cache.Node(n); ok && mayGo(pod, m, node) {
+		if node, ok := e.o.Node(n); ok && mayGo(pod, m, node) {
 			out = append(out, int32(i))
 		}
 	}
@@ -346,7 +397,11 @@ func mayGo(pod *corev1.Pod, m nodeMatch, node *corev1.Node) bool {
 			return false
 		}
 	}
-	return len(node.Spec.Taints) == 0 || checkNode(pod, node, nil) == nil
+	if len(node.Spec.Taints) == 0 {
+		return true
+	}
+	_, untolerated := Untolerated(pod, node)
+	return !untolerated
 }
 
 // namesAt is the names of the nodes at positions at of snap.Names.
@@ -362,17 +417,17 @@ func namesAt(snap *ledger.Snapshot, at []int32) []string {
 // ReleaseHold frees what a hold reserved for pods that were not admitted
 // after all (the admitting update failed). Pods that bound meanwhile keep
 // their GPUs.
-func (e *Extender) ReleaseHold(h Hold) {
+func (e *Planner) ReleaseHold(h Hold) {
 	for _, a := range h.Allocations {
-		if cur, ok := e.ledger.Get(a.PodUID); ok && cur.State == ledger.Reserved {
-			e.ledger.Release(a.PodUID)
+		if cur, ok := e.o.Ledger.Get(a.PodUID); ok && cur.State == ledger.Reserved {
+			e.o.Ledger.Release(a.PodUID)
 		}
 	}
 }
 
-// heldNode returns the node of a single pod's admission or bind hold.
-func (e *Extender) heldNode(pod *corev1.Pod) (string, bool) {
-	a, ok := e.ledger.Get(string(pod.UID))
+// HeldNode returns the node of a single pod's admission or bind hold.
+func (e *Planner) HeldNode(pod *corev1.Pod) (string, bool) {
+	a, ok := e.o.Ledger.Get(string(pod.UID))
 	if !ok || a.State != ledger.Reserved || a.Gang != "" {
 		return "", false
 	}
@@ -382,27 +437,27 @@ func (e *Extender) heldNode(pod *corev1.Pod) (string, bool) {
 // ReservationJob describes a queued workload's pods for reservation
 // planning (pkg/reserve): what each member asks for (with model, when set,
 // as its GPU models), the job's key, and the nodes its pods may run on.
-func (e *Extender) ReservationJob(pods []*corev1.Pod, model string) (reserve.Job, []string, error) {
+func (e *Planner) ReservationJob(pods []*corev1.Pod, model string) (reserve.Job, []string, error) {
 	if len(pods) == 0 {
 		return reserve.Job{}, nil, fmt.Errorf("no pods")
 	}
-	req, err := e.request(pods[0])
+	req, err := e.o.Request(pods[0])
 	if err != nil {
 		return reserve.Job{}, nil, err
 	}
 	if model != "" {
 		req.Models = []string{model}
 	}
-	ref, _ := podreq.GangOf(pods[0], e.names)
+	ref := e.o.Gang(pods[0])
 	job := reserve.Job{Key: req.Job, Gang: ref != nil, Member: req, Members: len(pods)}
 	if ref != nil {
 		job.Members = max(ref.Size, len(pods))
 	}
-	return job, e.eligible(pods[0], e.ledger.Snapshot()), nil
+	return job, e.eligible(pods[0], e.o.Ledger.Snapshot()), nil
 }
 
 // SetClaims replaces the reservations' holds in the ledger.
-func (e *Extender) SetClaims(claims []ledger.Claim) { e.ledger.SetClaims(claims) }
+func (e *Planner) SetClaims(claims []ledger.Claim) { e.o.Ledger.SetClaims(claims) }
 
 // Tiers is the number of topology tier labels.
-func (e *Extender) Tiers() int { return e.o.Tiers }
+func (e *Planner) Tiers() int { return e.o.Tiers }
