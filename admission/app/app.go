@@ -98,10 +98,10 @@ func NewForClient(ctx context.Context, cfg config.Config, client kubernetes.Inte
 	}
 	source := fmt.Sprintf("ConfigMap %s/%s key %s", cfg.Namespace, cfg.ConfigMap, cfg.ConfigMapKey)
 	if cfg.ConfigMap == "" {
-		source = "quota disabled by --config-map=\"\""
+		source = "quota disabled by --quota-config-map=\"\""
 	}
 	v := view.New(view.Options{Names: names, MemoryUnitMiB: contract.MiB(cfg.MemoryUnitMiB),
-		ReservationTTL: cfg.ReservationTTL, ConfigSource: source})
+		InFlightTTL: cfg.InFlightTTL, ConfigSource: source})
 	active := new(atomic.Bool)
 	wo := webhook.Options{Names: names, View: v, Active: active.Load,
 		Namespaces: namespaceGetter{client}, Metrics: webhook.NewMetrics(reg),

@@ -22,8 +22,8 @@
 // Fail, rejects the pod and the client retries) and report not ready, so the
 // Service sends requests only to the leader. Pods without Rota resources and
 // UPDATE checks are answered by any replica. A new leader takes over after
-// the lease expires (--lease-duration, 15 s); the old one stops admitting
-// when it cannot renew within --renew-deadline (10 s), before the lease can
+// the lease expires (--leader-elect-lease-duration, 15 s); the old one stops admitting
+// when it cannot renew within --leader-elect-renew-deadline (10 s), before the lease can
 // pass on, and every pod it admitted is persisted by the API server within
 // the webhook timeout (5 s), so the new leader's informer shows it.
 // Deploy the replicas with strategy Recreate (see deploy/admission): a

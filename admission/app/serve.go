@@ -114,7 +114,7 @@ func (a *App) start(ctx context.Context) {
 func (a *App) elect(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: a.cfg.Namespace, Name: a.cfg.LeaseName},
+		LeaseMeta:  metav1.ObjectMeta{Namespace: a.cfg.LeaseNS(), Name: a.cfg.LeaseName},
 		Client:     a.client.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: a.cfg.Identity},
 	}
@@ -129,11 +129,11 @@ func (a *App) elect(ctx context.Context) {
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(context.Context) {
 					a.active.Store(true)
-					logger.Info("Became the active replica", "lease", klog.KRef(a.cfg.Namespace, a.cfg.LeaseName))
+					logger.Info("Became the active replica", "lease", klog.KRef(a.cfg.LeaseNS(), a.cfg.LeaseName))
 				},
 				OnStoppedLeading: func() {
 					a.active.Store(false)
-					logger.Info("Stopped being the active replica", "lease", klog.KRef(a.cfg.Namespace, a.cfg.LeaseName))
+					logger.Info("Stopped being the active replica", "lease", klog.KRef(a.cfg.LeaseNS(), a.cfg.LeaseName))
 				},
 				OnNewLeader: func(id string) {
 					logger.V(2).Info("Leader", "identity", id)

@@ -28,7 +28,8 @@ type Config struct {
 	// KubeQPS and KubeBurst bound requests to the API server.
 	KubeQPS   float32 `json:"kubeQPS"`
 	KubeBurst int     `json:"kubeBurst"`
-	// Namespace holds the quota ConfigMap and the leader Lease.
+	// Namespace holds the quota ConfigMap, and the leader Lease unless
+	// LeaseNamespace names another.
 	Namespace string `json:"namespace"`
 	// ConfigMap names the quota ConfigMap; empty disables quota (every team
 	// is unlimited; requests are still validated).
@@ -40,17 +41,18 @@ type Config struct {
 	// MemoryUnitMiB is the size of one gpu-memory unit; it must match the
 	// device plugins'.
 	MemoryUnitMiB int64 `json:"memoryUnitMiB"`
-	// ReservationTTL bounds how long an admission is held before the informer
+	// InFlightTTL bounds how long an admission is held before the informer
 	// shows the pod.
-	ReservationTTL time.Duration `json:"reservationTTL"`
+	InFlightTTL time.Duration `json:"inFlightTTL"`
 	// LeaderElect makes only the replica holding the Lease admit GPU pods
 	// (and report ready); the others fail closed.
-	LeaderElect   bool          `json:"leaderElect"`
-	LeaseName     string        `json:"leaseName"`
-	Identity      string        `json:"identity"`
-	LeaseDuration time.Duration `json:"leaseDuration"`
-	RenewDeadline time.Duration `json:"renewDeadline"`
-	RetryPeriod   time.Duration `json:"retryPeriod"`
+	LeaderElect    bool          `json:"leaderElect"`
+	LeaseName      string        `json:"leaseName"`
+	LeaseNamespace string        `json:"leaseNamespace,omitempty"`
+	Identity       string        `json:"identity"`
+	LeaseDuration  time.Duration `json:"leaseDuration"`
+	RenewDeadline  time.Duration `json:"renewDeadline"`
+	RetryPeriod    time.Duration `json:"retryPeriod"`
 	// ShutdownTimeout bounds the graceful shutdown of the HTTPS server.
 	ShutdownTimeout time.Duration `json:"shutdownTimeout"`
 	// QueueControllers are the users (as the API server authenticates
@@ -101,7 +103,7 @@ func Default() Config {
 		ConfigMapKey:    "quota.yaml",
 		Domain:          contract.DefaultDomain,
 		MemoryUnitMiB:   int64(contract.DefaultMemoryUnitMiB),
-		ReservationTTL:  30 * time.Second,
+		InFlightTTL:     30 * time.Second,
 		LeaderElect:     true,
 		LeaseName:       "rota-admission",
 		LeaseDuration:   15 * time.Second,
@@ -127,29 +129,29 @@ func (c Config) Validate() error {
 		bad("domain", c.Domain, err.Error())
 	}
 	if c.Namespace == "" {
-		bad("namespace", c.Namespace, "is empty")
+		bad("quota-namespace", c.Namespace, "is empty")
 	}
 	if c.ConfigMap != "" && c.ConfigMapKey == "" {
-		bad("config-map-key", c.ConfigMapKey, "is empty")
+		bad("quota-config-map-key", c.ConfigMapKey, "is empty")
 	}
 	if c.MemoryUnitMiB <= 0 {
 		bad("memory-unit-mib", c.MemoryUnitMiB, "must be positive")
 	}
-	if c.ReservationTTL <= 0 {
-		bad("reservation-ttl", c.ReservationTTL, "must be positive")
+	if c.InFlightTTL <= 0 {
+		bad("in-flight-ttl", c.InFlightTTL, "must be positive")
 	}
 	if c.KubeQPS <= 0 || c.KubeBurst <= 0 {
-		bad("kube-qps/--kube-burst", fmt.Sprint(c.KubeQPS, "/", c.KubeBurst), "must be positive")
+		bad("kube-api-qps/--kube-api-burst", fmt.Sprint(c.KubeQPS, "/", c.KubeBurst), "must be positive")
 	}
 	if c.LeaderElect {
 		if c.LeaseName == "" {
-			bad("lease-name", c.LeaseName, "is empty")
+			bad("leader-elect-resource-name", c.LeaseName, "is empty")
 		}
 		if c.Identity == "" {
 			bad("identity", c.Identity, "is empty")
 		}
 		if !(c.RetryPeriod > 0 && c.RetryPeriod < c.RenewDeadline && c.RenewDeadline < c.LeaseDuration) {
-			errs = append(errs, fmt.Errorf("want 0 < --retry-period (%v) < --renew-deadline (%v) < --lease-duration (%v)",
+			errs = append(errs, fmt.Errorf("want 0 < --leader-elect-retry-period (%v) < --leader-elect-renew-deadline (%v) < --leader-elect-lease-duration (%v)",
 				c.RetryPeriod, c.RenewDeadline, c.LeaseDuration))
 		}
 	}
@@ -170,3 +172,11 @@ func (c Config) Validate() error {
 // Duplicate keys, unknown fields and invalid values are errors; see
 // quota.Config for the format.
 func ParseQuota(data []byte) (quota.Config, error) { return quota.ParseYAML(data) }
+
+// LeaseNS is the leader Lease's namespace: LeaseNamespace, else Namespace.
+func (c Config) LeaseNS() string {
+	if c.LeaseNamespace != "" {
+		return c.LeaseNamespace
+	}
+	return c.Namespace
+}

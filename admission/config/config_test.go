@@ -23,7 +23,7 @@ func TestValidate(t *testing.T) {
 	if err == nil {
 		t.Fatal("Validate() of a bad config = nil")
 	}
-	for _, want := range []string{"--listen=nope", "--tls-cert-file and --tls-key-file are required", "--domain=EXAMPLE", "--renew-deadline", "--identity"} {
+	for _, want := range []string{"--listen=nope", "--tls-cert-file and --tls-key-file are required", "--domain=EXAMPLE", "--leader-elect-renew-deadline", "--identity"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %q, want it to mention %q", err, want)
 		}

@@ -162,7 +162,7 @@ func (v *View) Admit(req Request) Outcome {
 
 	// Reserve the pod, and for a gang count it as a member and (re)start the
 	// hold on the gang's remaining slots.
-	expires := now.Add(v.o.ReservationTTL)
+	expires := now.Add(v.o.InFlightTTL)
 	r := &podRes{uid: req.UID, bucket: bk, amt: req.Amount, expires: expires}
 	if req.Gang != nil {
 		r.gang = req.Gang.Key

@@ -249,7 +249,7 @@ func (v *View) Queue(req Request) Outcome {
 	if req.DryRun {
 		return out
 	}
-	r := &podRes{uid: req.UID, bucket: bk, amt: req.Amount, queued: true, expires: now.Add(v.o.ReservationTTL)}
+	r := &podRes{uid: req.UID, bucket: bk, amt: req.Amount, queued: true, expires: now.Add(v.o.InFlightTTL)}
 	if req.Gang != nil {
 		r.gang = req.Gang.Key
 	}

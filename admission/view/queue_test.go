@@ -28,7 +28,7 @@ const (
 func queueView(t *testing.T) (*View, *clock) {
 	t.Helper()
 	c := &clock{now: time.Unix(1000, 0)}
-	v := New(Options{Names: contract.Default, ReservationTTL: 30 * time.Second, Now: c.Now, ConfigSource: "test"})
+	v := New(Options{Names: contract.Default, InFlightTTL: 30 * time.Second, Now: c.Now, ConfigSource: "test"})
 	maxPrio := int32(100)
 	v.SetConfig(quota.Config{
 		Teams: map[string]quota.Team{

@@ -11,9 +11,9 @@ import (
 	"github.com/rota-sched/rota/pkg/quota"
 )
 
-// DefaultReservationTTL is how long an admitted pod is held before the
+// DefaultInFlightTTL is how long an admitted pod is held before the
 // informer shows it.
-const DefaultReservationTTL = 30 * time.Second
+const DefaultInFlightTTL = 30 * time.Second
 
 // Options configure a View.
 type Options struct {
@@ -21,9 +21,9 @@ type Options struct {
 	// MemoryUnitMiB is the size of one gpu-memory unit; 0 means
 	// contract.DefaultMemoryUnitMiB.
 	MemoryUnitMiB contract.MiB
-	// ReservationTTL bounds how long an admission is held without the
-	// informer showing the pod; 0 means DefaultReservationTTL.
-	ReservationTTL time.Duration
+	// InFlightTTL bounds how long an admission is held without the
+	// informer showing the pod; 0 means DefaultInFlightTTL.
+	InFlightTTL time.Duration
 	// ConfigSource names where the quota configuration comes from, for
 	// messages ("ConfigMap rota-system/rota-quota").
 	ConfigSource string
@@ -154,8 +154,8 @@ func New(o Options) *View {
 	if o.MemoryUnitMiB <= 0 {
 		o.MemoryUnitMiB = contract.DefaultMemoryUnitMiB
 	}
-	if o.ReservationTTL <= 0 {
-		o.ReservationTTL = DefaultReservationTTL
+	if o.InFlightTTL <= 0 {
+		o.InFlightTTL = DefaultInFlightTTL
 	}
 	if o.Now == nil {
 		o.Now = time.Now

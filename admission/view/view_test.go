@@ -31,7 +31,7 @@ func (c *clock) Step(d time.Duration) {
 func newView(t *testing.T, gpus int64) (*View, *clock) {
 	t.Helper()
 	c := &clock{now: time.Unix(1000, 0)}
-	v := New(Options{Names: contract.Default, ReservationTTL: 30 * time.Second, Now: c.Now})
+	v := New(Options{Names: contract.Default, InFlightTTL: 30 * time.Second, Now: c.Now})
 	v.SetConfig(quota.Config{Teams: map[string]quota.Team{"a": {GPUs: gpus}, "b": {GPUs: gpus}}})
 	v.UpsertNamespace(at.Namespace("ns", "a"))
 	v.UpsertNamespace(at.Namespace("nb", "b"))

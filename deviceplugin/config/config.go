@@ -206,7 +206,7 @@ func (c Config) Validate() error {
 		add("recovery-quiet", "%s is negative", c.RecoveryQuiet)
 	}
 	if c.APIQPS <= 0 || c.APIBurst <= 0 {
-		add("api-qps/api-burst", "must be positive (got %g/%d)", c.APIQPS, c.APIBurst)
+		add("kube-api-qps/kube-api-burst", "must be positive (got %g/%d)", c.APIQPS, c.APIBurst)
 	}
 	if c.MPS {
 		for name, p := range map[string]string{"mps-root": c.MPSRoot, "mps-container-pipe-dir": c.MPSContainerPipeDir} {

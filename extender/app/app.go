@@ -232,7 +232,7 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 	a.extender, err = scheduling.New(scheduling.Options{Records: records, Parser: a.parser,
 		Names: names, SchedulerNames: cfg.SchedulerNames, Tiers: len(tiers.Tiers), Policy: policy, Cache: a.cache, Ledger: a.ledger, Binder: b,
 		Recorder: recorder, Metrics: a.metrics, PodGroups: pg, Guard: guard,
-		ReservationTTL: cfg.ReservationTTL, GangTTL: cfg.GangTTL, MaxPreemptibleGangSize: cfg.MaxPreemptibleGangSize,
+		BindTTL: cfg.BindTTL, GangTTL: cfg.GangTTL, MaxPreemptibleGangSize: cfg.MaxPreemptibleGangSize,
 		FilterBestOnly: cfg.FilterBestOnly, DebugPods: cfg.DebugPods, DebugTTL: cfg.DebugTTL, HoldCandidates: cfg.Queue.NarrowCandidates,
 	})
 	if err != nil {

@@ -94,11 +94,11 @@ type Config struct {
 	// kube-scheduler weighs the extender's priorities against its plugins.
 	FilterBestOnly bool `json:"filterBestOnly,omitempty"`
 
-	// ReservationTTL is how long a bind's reservation lives before it is
+	// BindTTL is how long a bind's reservation lives before it is
 	// committed; GangTTL how long a gang plan holds its slots while members
 	// bind (each member's bind extends it).
-	ReservationTTL time.Duration `json:"reservationTTL"`
-	GangTTL        time.Duration `json:"gangTTL"`
+	BindTTL time.Duration `json:"bindTTL"`
+	GangTTL time.Duration `json:"gangTTL"`
 	// MaxPreemptibleGangSize: members of larger gangs are never evicted.
 	MaxPreemptibleGangSize int `json:"maxPreemptibleGangSize"`
 	// ExpireInterval is how often reservations are expired; CheckInterval
@@ -135,7 +135,7 @@ func Default() Config {
 		Domain:                 contract.DefaultDomain,
 		MemoryUnitMiB:          int64(contract.DefaultMemoryUnitMiB),
 		Policy:                 placement.DefaultPolicyName,
-		ReservationTTL:         30 * time.Second,
+		BindTTL:                30 * time.Second,
 		GangTTL:                2 * time.Minute,
 		MaxPreemptibleGangSize: 8,
 		ExpireInterval:         time.Second,
@@ -237,16 +237,16 @@ func (c Config) Validate() error {
 		v    time.Duration
 	}{
 		{"api-timeout", c.APITimeout}, {"read-timeout", c.ReadTimeout}, {"write-timeout", c.WriteTimeout},
-		{"shutdown-timeout", c.ShutdownTimeout}, {"reservation-ttl", c.ReservationTTL}, {"gang-ttl", c.GangTTL},
+		{"shutdown-timeout", c.ShutdownTimeout}, {"bind-ttl", c.BindTTL}, {"gang-ttl", c.GangTTL},
 		{"expire-interval", c.ExpireInterval}, {"check-interval", c.CheckInterval}, {"debug-ttl", c.DebugTTL},
 	} {
 		if d.v <= 0 {
 			add("%s: %v is not positive", d.name, d.v)
 		}
 	}
-	if c.ReservationTTL > 0 && c.APITimeout > 0 && c.ReservationTTL < 2*c.APITimeout {
-		add("reservation-ttl: %v is shorter than two API calls (2 x api-timeout %v); a bind could outlive its reservation",
-			c.ReservationTTL, c.APITimeout)
+	if c.BindTTL > 0 && c.APITimeout > 0 && c.BindTTL < 2*c.APITimeout {
+		add("bind-ttl: %v is shorter than two API calls (2 x api-timeout %v); a bind could outlive its reservation",
+			c.BindTTL, c.APITimeout)
 	}
 	if c.MaxPreemptibleGangSize < 0 {
 		add("max-preemptible-gang-size: %d is negative", c.MaxPreemptibleGangSize)

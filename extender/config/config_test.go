@@ -21,13 +21,13 @@ func TestValidateReportsEverything(t *testing.T) {
 	c.Policy = "random"
 	c.Domain = "Bad"
 	c.TLSCertFile = "cert.pem"
-	c.ReservationTTL = time.Second
+	c.BindTTL = time.Second
 	c.TierLabels = []string{"a", "a"}
 	err := c.Validate()
 	if err == nil {
 		t.Fatal("Validate() = nil")
 	}
-	for _, want := range []string{"listen:", "policy:", "domain:", "tls-cert-file and tls-key-file", "reservation-ttl:", "tier-labels[1]"} {
+	for _, want := range []string{"listen:", "policy:", "domain:", "tls-cert-file and tls-key-file", "bind-ttl:", "tier-labels[1]"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %q, lacks %q", err, want)
 		}

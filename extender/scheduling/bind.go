@@ -218,7 +218,7 @@ func (e *Extender) bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 // placement.
 func (e *Extender) reserve(ctx context.Context, pod *corev1.Pod, req placement.Request, gang, node string) (ledger.Allocation, bool, error) {
 	uid := string(pod.UID)
-	expires := e.now().Add(e.o.ReservationTTL)
+	expires := e.now().Add(e.o.BindTTL)
 	if held, ok := e.ledger.Get(uid); ok {
 		switch {
 		case held.Node == node:

@@ -60,7 +60,7 @@ type Options struct {
 	// applies only the verb's own rules.
 	Guard PreemptGuard
 
-	ReservationTTL         time.Duration
+	BindTTL                time.Duration
 	GangTTL                time.Duration
 	MaxPreemptibleGangSize int
 	FilterBestOnly         bool
@@ -113,8 +113,8 @@ func New(o Options) (*Extender, error) {
 	if o.Parser == nil {
 		o.Parser = podreq.NewParser(podreq.Options{Names: o.Names}, o.Records, 0)
 	}
-	if o.ReservationTTL <= 0 {
-		o.ReservationTTL = 30 * time.Second
+	if o.BindTTL <= 0 {
+		o.BindTTL = 30 * time.Second
 	}
 	if o.GangTTL <= 0 {
 		o.GangTTL = 2 * time.Minute

@@ -130,8 +130,8 @@ func TestVerbsRefuseUntilLedgerRebuilt(t *testing.T) {
 	e, err := scheduling.New(scheduling.Options{Names: names, SchedulerNames: schedulingtest.SchedulerNames,
 		Tiers: len(schedulingtest.Tiers.Tiers), Policy: policy, Cache: c,
 		Ledger: led, Binder: binder.New(client, names, time.Second), Recorder: record.NewFakeRecorder(10),
-		Metrics:        metrics.New(metrics.Source{Snapshot: led.Snapshot}),
-		ReservationTTL: time.Minute, GangTTL: time.Minute, MaxPreemptibleGangSize: 8, DebugPods: 10, DebugTTL: time.Hour,
+		Metrics: metrics.New(metrics.Source{Snapshot: led.Snapshot}),
+		BindTTL: time.Minute, GangTTL: time.Minute, MaxPreemptibleGangSize: 8, DebugPods: 10, DebugTTL: time.Hour,
 		Now: time.Now})
 	if err != nil {
 		t.Fatal(err)

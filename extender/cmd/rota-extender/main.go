@@ -50,8 +50,9 @@ func main() {
 	klog.Flush()
 }
 
-// parseFlags binds the flags onto config.Default() and remediation.Default()
-// and validates the result.
+// parseFlags binds the flags onto config.Default() and remediation.Default(),
+// applies the configuration file (--config) and then the command line, and
+// validates the result.
 func parseFlags(args []string) (config.Config, remediation.Config, error) {
 	cfg := config.Default()
 	rcfg := remediation.Default()
@@ -87,7 +88,7 @@ func parseFlags(args []string) (config.Config, remediation.Config, error) {
 	fs.StringVar(&cfg.Policy, "policy", cfg.Policy, "scoring policy: "+strings.Join(placement.PolicyNames, ", "))
 	fs.StringVar(&cfg.WorkloadFile, "workload-file", "", "YAML or JSON list of pod shapes the fragmentation-aware policy keeps room for (default: a built-in mix)")
 	fs.BoolVar(&cfg.FilterBestOnly, "filter-best-only", cfg.FilterBestOnly, "filter passes only the nodes of the best score class")
-	fs.DurationVar(&cfg.ReservationTTL, "reservation-ttl", cfg.ReservationTTL, "lifetime of a bind's reservation")
+	fs.DurationVar(&cfg.BindTTL, "bind-ttl", cfg.BindTTL, "how long the GPUs chosen for a pod stay reserved while it binds")
 	fs.DurationVar(&cfg.GangTTL, "gang-ttl", cfg.GangTTL, "lifetime of a gang plan's reserved slots (each bind extends it)")
 	fs.IntVar(&cfg.MaxPreemptibleGangSize, "max-preemptible-gang-size", cfg.MaxPreemptibleGangSize, "members of larger gangs are never preempted")
 	fs.DurationVar(&cfg.ExpireInterval, "expire-interval", cfg.ExpireInterval, "how often expired reservations are released")
@@ -118,8 +119,8 @@ func parseFlags(args []string) (config.Config, remediation.Config, error) {
 	fs.DurationVar(&le.LeaseDuration, "leader-elect-lease-duration", le.LeaseDuration, "how long the lease lasts after its last renewal (whole seconds); a killed leader is replaced after about this long")
 	fs.DurationVar(&le.RenewDeadline, "leader-elect-renew-deadline", le.RenewDeadline, "the leader stops serving when it has not renewed for this long (below the lease duration)")
 	fs.DurationVar(&le.RetryPeriod, "leader-elect-retry-period", le.RetryPeriod, "how often the leader renews and a standby tries to acquire")
-	fs.StringVar(&le.Namespace, "leader-elect-namespace", le.Namespace, "namespace of the Lease; $POD_NAMESPACE when set")
-	fs.StringVar(&le.Name, "leader-elect-name", le.Name, "name of the Lease")
+	fs.StringVar(&le.Namespace, "leader-elect-resource-namespace", le.Namespace, "namespace of the Lease; $POD_NAMESPACE when set")
+	fs.StringVar(&le.Name, "leader-elect-resource-name", le.Name, "name of the Lease")
 	fs.StringVar(&le.PodName, "pod-name", le.PodName, "this replica's Pod, which carries <domain>/extender-leader while it leads ($POD_NAME when set; empty: no label)")
 	fs.StringVar(&le.PodNamespace, "pod-namespace", le.PodNamespace, "namespace of --pod-name; $POD_NAMESPACE when set")
 	fs.BoolVar(&cfg.Queue.Enabled, "queue", cfg.Queue.Enabled, "run the queue controller (on the leader): admit pods rota-admission gated, by team quota, fair share and room")
@@ -144,6 +145,12 @@ func parseFlags(args []string) (config.Config, remediation.Config, error) {
 	fs.IntVar(&rs.Max, "reserve-max", rs.Max, "most holds at once")
 	fs.BoolVar(&rs.Quota, "reserve-quota", rs.Quota, "a large or old queue head that waits for its team's quota keeps it: later work of the team is admitted only if its declared runtime ends first")
 	fs.DurationVar(&rs.DefaultRuntime, "default-runtime", rs.DefaultRuntime, "estimated runtime of a running pod that declares none, for expected starts (0: such a pod never ends as far as plans go)")
+	fs.String("config", "", "configuration file ("+config.FileAPIVersion+" "+config.FileKind+": the flags by name under 'flags'); flags on the command line override it")
+	if path := config.ConfigArg(args); path != "" {
+		if err := config.ApplyFile(fs, path); err != nil {
+			return cfg, rcfg, err
+		}
+	}
 	if err := fs.Parse(args); err != nil {
 		return cfg, rcfg, err
 	}

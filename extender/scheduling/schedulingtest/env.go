@@ -137,7 +137,7 @@ func start(t testing.TB, ctx context.Context, client *fake.Clientset, api *FakeA
 	}
 	x, err := scheduling.New(scheduling.Options{Names: Names, SchedulerNames: SchedulerNames, Tiers: len(Tiers.Tiers), Policy: policy, Cache: c,
 		Ledger: e.Ledger, Binder: binder.New(client, Names, 5*time.Second), Recorder: e.Recorder, Metrics: e.Metrics,
-		ReservationTTL: 30 * time.Second, GangTTL: time.Minute, MaxPreemptibleGangSize: maxGang,
+		BindTTL: 30 * time.Second, GangTTL: time.Minute, MaxPreemptibleGangSize: maxGang,
 		FilterBestOnly: o.FilterBestOnly, DebugPods: 100, DebugTTL: time.Hour, Now: e.Clock.Now})
 	if err != nil {
 		t.Fatal(err)

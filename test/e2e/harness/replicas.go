@@ -67,8 +67,8 @@ func (r *Replica) Leading(ctx context.Context) (bool, error) {
 // chart's Lease and the replica's own Pod.
 func extenderArgs(pod string) []string {
 	return []string{
-		"--leader-elect-namespace=" + SystemNamespace,
-		"--leader-elect-name=" + ExtenderLease,
+		"--leader-elect-resource-namespace=" + SystemNamespace,
+		"--leader-elect-resource-name=" + ExtenderLease,
 		"--pod-name=" + pod,
 		"--pod-namespace=" + SystemNamespace,
 		// kube-scheduler's only profile (the configuration names none).
