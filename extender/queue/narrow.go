@@ -11,7 +11,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/rota-sched/rota/pkg/contract"
-	"github.com/rota-sched/rota/pkg/podreq"
 )
 
 // Narrowing. kube-scheduler filters hundreds of nodes for every pod (every
@@ -39,7 +38,7 @@ func (c *Controller) narrowable(pod *corev1.Pod, wl *workload) bool {
 	if !c.o.Narrow || len(wl.pods) != 1 || len(wl.hold.Candidates) == 0 || metav1.GetControllerOf(pod) == nil {
 		return false
 	}
-	if ref, _ := podreq.GangOf(pod, c.o.Names); ref != nil {
+	if c.o.Parser.Of(pod).Gang != nil {
 		return false // a gang is narrowed to its tier (tierSelector)
 	}
 	a := pod.Spec.Affinity

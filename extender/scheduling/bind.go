@@ -160,8 +160,7 @@ func (e *Extender) bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 	if err != nil {
 		return "", "", bindErr(string(codeInvalidRequest), "bind: invalid GPU request: %w", err)
 	}
-	ref, _ := podreq.GangOf(pod, e.names)
-	if ref != nil {
+	if ref := e.o.Parser.Of(pod).Gang; ref != nil {
 		gang = ref.Key
 	}
 

@@ -161,7 +161,7 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *e
 			break
 		}
 		snap := e.ledger.Snapshot()
-		if ref, _ := podreq.GangOf(pod, e.names); ref != nil {
+		if ref := e.o.Parser.Of(pod).Gang; ref != nil {
 			if done := e.gangs.filter(ctx, pod, req, ref, names, snap, f); done {
 				break
 			}
