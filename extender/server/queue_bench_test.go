@@ -64,7 +64,14 @@ func BenchmarkQueueAdmission5kNodes10kQueued(b *testing.B) {
 // each hold released after it is made. Each hold refits only the nodes
 // that changed since the last hold of its shape, while the hold memo keeps
 // every shape of the cycle.
-func BenchmarkHoldRoom5kNodes5Shapes(b *testing.B) {
+func BenchmarkHoldRoom5kNodes5Shapes(b *testing.B) { benchHoldRoom(b, "") }
+
+// BenchmarkHoldRoom5kNodes5ShapesVersioned is the same with pods that carry
+// a resourceVersion, as the informer's do: each pod's request is parsed
+// once (podreq.Parser), not at every hold.
+func BenchmarkHoldRoom5kNodes5ShapesVersioned(b *testing.B) { benchHoldRoom(b, "1") }
+
+func benchHoldRoom(b *testing.B, rv string) {
 	bc := loadBigCluster(b, 5000, 35000, 35000)
 	defer bc.stop()
 	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
@@ -76,7 +83,7 @@ func BenchmarkHoldRoom5kNodes5Shapes(b *testing.B) {
 		func(p *fixture.PodBuilder) *fixture.PodBuilder { return p.GPUs(1) },
 		func(p *fixture.PodBuilder) *fixture.PodBuilder { return p.GPUs(2) },
 	} {
-		pods = append(pods, shape(fixture.Pod("default", fmt.Sprintf("h-%d", i)).UID(fmt.Sprintf("uid-h-%d", i))).Obj())
+		pods = append(pods, shape(fixture.Pod("default", fmt.Sprintf("h-%d", i)).UID(fmt.Sprintf("uid-h-%d", i)).ResourceVersion(rv)).Obj())
 	}
 	b.ReportAllocs()
 	i := 0

@@ -10,6 +10,8 @@ import (
 // PodRecord is what the API server recorded about one pod of a job.
 type PodRecord struct {
 	Job string
+	// Node is where it ran ("" if it never started).
+	Node string
 	// GPUs and MemoryGiB are what the pod held on the stack it ran on (a
 	// share becomes a whole GPU where the stack has no shares).
 	GPUs      int64
@@ -78,7 +80,7 @@ type Result struct {
 	// Completion is job creation to completion, per kind.
 	Completion map[string]Waits
 	// Makespan is the first job's creation to the last completion.
-	Makespan                       float64
+	Makespan                        float64
 	Completed, Failed, NeverStarted int
 	// NeverStartedFits counts the never-started jobs that could have run.
 	NeverStartedFits int

@@ -794,36 +794,11 @@ func cpuTimes(env *harness.Env) map[string]float64 {
 	pids["rota-extender"], pids["rota-admission"] = env.Extender.PID(), env.Admission.PID()
 	out := map[string]float64{}
 	for name, pid := range pids {
-		if d, ok := cpuTime(pid); ok {
+		if d, ok := cluster.CPUTime(pid); ok {
 			out[name] = d.Seconds()
 		}
 	}
 	return out
-}
-
-// cpuTime reads utime+stime of pid from /proc/<pid>/stat.
-func cpuTime(pid int) (time.Duration, bool) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, false
-	}
-	// The command name (field 2) is in parentheses and may hold spaces;
-	// utime and stime are fields 14 and 15, the 12th and 13th after it.
-	i := strings.LastIndexByte(string(data), ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(string(data[i+1:]))
-	if len(f) < 13 {
-		return 0, false
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, false
-	}
-	const ticksPerSecond = 100 // USER_HZ on Linux
-	return time.Duration(utime+stime) * time.Second / ticksPerSecond, true
 }
 
 func vmHWM(pid int) int64 {

@@ -100,6 +100,8 @@ type Options struct {
 	// AuditLog turns on the API server's audit log of service-account
 	// requests (test/cluster Options.AuditLog): Cluster.AuditLogFiles.
 	AuditLog bool
+	// AuditPolicy replaces cluster.DefaultAuditPolicy (with AuditLog).
+	AuditPolicy string
 	// Manifests is the file the chart's RBAC and webhook configurations
 	// are read from (default: ManifestsFile at the repository root).
 	Manifests string
@@ -277,7 +279,7 @@ func Start(ctx context.Context, o Options) (_ *Env, err error) {
 	// A configuration given in Options gets the same tlsConfig (cluster
 	// adds it to every extender entry that has none).
 	e.Cluster, err = cluster.Start(ctx, cluster.Options{Dir: e.Dir, SchedulerConfig: schedCfg,
-		NoScheduler: true, NoPodSimulator: true, AuditLog: o.AuditLog, ExtenderTLS: e.ExtenderTLS.clusterTLS()})
+		NoScheduler: true, NoPodSimulator: true, AuditLog: o.AuditLog, AuditPolicy: o.AuditPolicy, ExtenderTLS: e.ExtenderTLS.clusterTLS()})
 	if err != nil {
 		return nil, fmt.Errorf("starting the control plane: %w", err)
 	}

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/evaluate"
+)
+
+// Labels the evaluation puts on what it creates.
+const (
+	jobLabel  = "evaluate.rota/job"
+	kindLabel = "evaluate.rota/kind"
+	// highPriority is the PriorityClass of the jobs drawn as urgent.
+	highPriority = "evaluate-high"
+)
+
+// shape is how a stack asks for a job's GPUs: stacks without memory shares
+// ask for a whole GPU instead of a share, as NVIDIA's device plugin does.
+type shape struct {
+	shares bool
+	// gangLabels marks a gang's pods with Rota's gang label and size.
+	gangLabels bool
+	// labels and suspend are what the stack's queue wants on a Job.
+	labels  map[string]string
+	suspend bool
+}
+
+// held is what one pod of j holds on a stack of this shape.
+func (s shape) held(j evaluate.Job) (gpus, memGiB int64) {
+	if j.MemoryGiB > 0 && !s.shares {
+		return 1, 0
+	}
+	return j.GPUs, j.MemoryGiB
+}
+
+// jobObject is the Job a user of the stack submits for j: Pods pods that
+// sleep for the runtime (whole seconds, at least one), in the team's
+// namespace.
+func jobObject(j evaluate.Job, namespace string, s shape, image string, names contract.Names) *batchv1.Job {
+	gpus, mem := s.held(j)
+	res := corev1.ResourceList{
+		corev1.ResourceCPU:    *resource.NewMilliQuantity(j.CPUMilli, resource.DecimalSI),
+		corev1.ResourceMemory: *resource.NewQuantity(j.HostMiB<<20, resource.BinarySI),
+	}
+	if gpus > 0 {
+		res[corev1.ResourceName(names.GPU)] = *resource.NewQuantity(gpus, resource.DecimalSI)
+	}
+	if mem > 0 {
+		res[corev1.ResourceName(names.GPUMemory)] = *resource.NewQuantity(mem, resource.DecimalSI)
+	}
+	secs := max(int64(math.Ceil(j.Runtime.Seconds())), 1)
+	labels := map[string]string{jobLabel: j.Name, kindLabel: string(j.Kind)}
+	podLabels := map[string]string{jobLabel: j.Name, kindLabel: string(j.Kind)}
+	var podAnn map[string]string
+	if j.Gang() && s.gangLabels {
+		podLabels[names.GangLabel] = j.Name
+		podAnn = map[string]string{names.GangSizeAnnotation: strconv.Itoa(j.Pods)}
+	}
+	for k, v := range s.labels {
+		labels[k] = v
+	}
+	n := int32(j.Pods)
+	zero := int32(0)
+	grace := int64(0)
+	obj := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: j.Name, Namespace: namespace, Labels: labels},
+		Spec: batchv1.JobSpec{
+			Parallelism: &n, Completions: &n, BackoffLimit: &zero,
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels, Annotations: podAnn},
+				Spec: corev1.PodSpec{
+					RestartPolicy:                 corev1.RestartPolicyNever,
+					TerminationGracePeriodSeconds: &grace,
+					Containers: []corev1.Container{{Name: "work", Image: image,
+						Command:   []string{"sleep", fmt.Sprint(secs)},
+						Resources: corev1.ResourceRequirements{Requests: res, Limits: res}}},
+				},
+			},
+		},
+	}
+	if j.Gang() {
+		indexed := batchv1.IndexedCompletion
+		obj.Spec.CompletionMode = &indexed
+	}
+	if j.High {
+		obj.Spec.Template.Spec.PriorityClassName = highPriority
+	}
+	if s.suspend {
+		obj.Spec.Suspend = &s.suspend
+	}
+	return obj
+}

@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/evaluate"
+	"github.com/rota-sched/rota/pkg/quota"
+	"github.com/rota-sched/rota/test/cluster"
+	"github.com/rota-sched/rota/test/e2e/harness"
+)
+
+// stack is one scheduling stack on a fresh control plane of its own.
+type stack interface {
+	// start brings the control plane, the stack and the scenario's nodes
+	// and teams up.
+	start(ctx context.Context, sc evaluate.Scenario, dir string) error
+	client() kubernetes.Interface
+	shape() shape
+	// namespace is a team's namespace.
+	namespace(team string) string
+	// pids are the processes whose CPU the report counts, by name.
+	pids() map[string]int
+	auditFiles() ([]string, error)
+	// check runs the invariant checks that apply to the stack.
+	check(ctx context.Context) []evaluate.Check
+	// playsNode says whether a node's pods are the Sleeper's to end.
+	playsNode(node string) bool
+	stop() error
+}
+
+var names = contract.Default
+
+// nodeName is the i-th node's name; rackOf its rack's label value.
+func nodeName(i int) string { return fmt.Sprintf("gpu-%02d", i) }
+func rackOf(sc evaluate.Scenario, i int) string {
+	return fmt.Sprintf("rack-%d", i/max(sc.Cluster.RackSize, 1))
+}
+
+// rackLabel is the leaf tier label every stack's nodes carry.
+var rackLabel = names.Domain + "/leaf"
+
+// createTeams makes a namespace per team and the high PriorityClass.
+func createTeams(ctx context.Context, c kubernetes.Interface, sc evaluate.Scenario, ns func(string) string, labels func(team string) map[string]string) error {
+	for _, t := range sc.Teams {
+		obj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns(t.Name), Labels: labels(t.Name)}}
+		if _, err := c.CoreV1().Namespaces().Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: highPriority}, Value: 1000}
+	if _, err := c.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
+// pool is the GPUs no team is guaranteed: the shared pool.
+func pool(sc evaluate.Scenario) int64 {
+	p := sc.Cluster.GPUs()
+	for _, t := range sc.Teams {
+		p -= t.GPUs
+	}
+	return max(p, 0)
+}
+
+// ---- stock: kube-scheduler's default profile, whole GPUs, ResourceQuota.
+
+type stockStack struct {
+	c *cluster.Cluster
+}
+
+func (s *stockStack) start(ctx context.Context, sc evaluate.Scenario, dir string) error {
+	c, err := cluster.Start(ctx, cluster.Options{Dir: dir, AuditLog: true, AuditPolicy: writesPolicy})
+	if err != nil {
+		return err
+	}
+	s.c = c
+	if err := c.StartControllerManager(ctx, "job", "resourcequota"); err != nil {
+		return err
+	}
+	for i := range sc.Cluster.Nodes {
+		capacity := map[string]string{"cpu": strconv.FormatInt(sc.Cluster.CPUMilli/1000, 10),
+			"memory": fmt.Sprintf("%dMi", sc.Cluster.HostMiB), "pods": "110",
+			names.GPU: strconv.Itoa(sc.Cluster.GPUsPerNode)}
+		if _, err := c.CreateNode(ctx, nodeName(i), map[string]string{rackLabel: rackOf(sc, i)}, capacity); err != nil {
+			return err
+		}
+	}
+	if err := createTeams(ctx, c.Client(), sc, s.namespace, func(string) map[string]string { return nil }); err != nil {
+		return err
+	}
+	// A team may use its guarantee and the shared pool: the closest a
+	// ResourceQuota (a hard cap, no borrowing) comes to the others' quota.
+	for _, t := range sc.Teams {
+		rq := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "gpus", Namespace: s.namespace(t.Name)},
+			Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{
+				corev1.ResourceName("requests." + names.GPU): *resource.NewQuantity(t.GPUs+pool(sc), resource.DecimalSI)}}}
+		if _, err := c.Client().CoreV1().ResourceQuotas(rq.Namespace).Create(ctx, rq, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *stockStack) client() kubernetes.Interface { return s.c.Client() }
+func (s *stockStack) shape() shape                 { return shape{} }
+func (s *stockStack) namespace(team string) string { return "team-" + team }
+func (s *stockStack) pids() map[string]int         { return s.c.PIDs() }
+func (s *stockStack) auditFiles() ([]string, error) {
+	return s.c.AuditLogFiles()
+}
+func (s *stockStack) playsNode(node string) bool { return s.c.Nodes.Simulated(node) }
+func (s *stockStack) check(context.Context) []evaluate.Check {
+	return nil // the record checks (capacity, quota) apply; kube-scheduler places no gang whole
+}
+func (s *stockStack) stop() error {
+	if s.c == nil {
+		return nil
+	}
+	return s.c.Stop()
+}
+
+// ---- Rota: the chart's defaults.
+
+type rotaStack struct {
+	env *harness.Env
+	q   *quota.Config
+}
+
+// chartExtenderArgs are the chart's default rota-extender flags that the
+// harness does not set itself.
+var chartExtenderArgs = []string{"--policy=binpack", "--filter-best-only", "--max-preemptible-gang-size=8",
+	"--queue-narrow-candidates=3", "--reserve=true", "--reserve-large-gpus=64", "--reserve-max-age=30m",
+	"--reserve-max-hold=2h", "--reserve-cool-off=30m", "--reserve-max=4"}
+
+func (s *rotaStack) quotaDoc(sc evaluate.Scenario) string {
+	var b strings.Builder
+	b.WriteString("teams:\n")
+	per := sc.Cluster.GPUMemoryGiB
+	for _, t := range sc.Teams {
+		fmt.Fprintf(&b, "  %s: {gpus: %d, gpuMemoryGiB: %d, borrow: {gpus: %d, gpuMemoryGiB: %d}}\n",
+			t.Name, t.GPUs, t.GPUs*per, pool(sc), pool(sc)*per)
+	}
+	fmt.Fprintf(&b, "sharedPool: {gpus: %d, gpuMemoryGiB: %d}\n", pool(sc), pool(sc)*per)
+	// The harness checks the queue gate with a pod in a namespace of no
+	// team; every job of the evaluation runs in its team's namespace.
+	b.WriteString("unknownTeams: unlimited\n")
+	return b.String()
+}
+
+func (s *rotaStack) start(ctx context.Context, sc evaluate.Scenario, dir string) error {
+	doc := s.quotaDoc(sc)
+	q, err := quota.ParseYAML([]byte(doc))
+	if err != nil {
+		return fmt.Errorf("the evaluation's quota: %w", err)
+	}
+	s.q = &q
+	s.env, err = harness.Start(ctx, harness.Options{Dir: dir, Quota: doc, Queueing: true, AuditLog: true,
+		AuditPolicy: writesPolicy, ExtenderArgs: chartExtenderArgs})
+	if err != nil {
+		return err
+	}
+	if err := s.env.StartControllerManager(ctx, "job"); err != nil {
+		return err
+	}
+	var specs []harness.GPUNodeSpec
+	for i := range sc.Cluster.Nodes {
+		specs = append(specs, harness.GPUNodeSpec{Name: nodeName(i), Model: "NVIDIA H100 80GB HBM3",
+			Count: sc.Cluster.GPUsPerNode, MemoryMiB: contract.MiB(sc.Cluster.GPUMemoryGiB) * 1024,
+			Labels: map[string]string{rackLabel: rackOf(sc, i)},
+			CPU:    strconv.FormatInt(sc.Cluster.CPUMilli/1000, 10), Memory: fmt.Sprintf("%dMi", sc.Cluster.HostMiB)})
+	}
+	if _, err := s.env.AddGPUNodes(ctx, specs...); err != nil {
+		return err
+	}
+	return createTeams(ctx, s.env.Client, sc, s.namespace, func(team string) map[string]string {
+		return map[string]string{names.TeamLabel: team}
+	})
+}
+
+func (s *rotaStack) client() kubernetes.Interface { return s.env.Client }
+func (s *rotaStack) shape() shape                 { return shape{shares: true, gangLabels: true} }
+func (s *rotaStack) namespace(team string) string { return "team-" + team }
+func (s *rotaStack) pids() map[string]int {
+	out := s.env.Cluster.PIDs()
+	out["rota-extender"] = s.env.Extender.PID()
+	out["rota-admission"] = s.env.Admission.PID()
+	return out
+}
+func (s *rotaStack) auditFiles() ([]string, error) { return s.env.Cluster.AuditLogFiles() }
+func (s *rotaStack) playsNode(node string) bool    { return s.env.GPUNode(node) != nil }
+func (s *rotaStack) check(ctx context.Context) []evaluate.Check {
+	vs, err := s.env.CheckInvariants(ctx, s.q)
+	c := evaluate.Check{Name: "invariant checker (capacity, exclusive GPUs, shares, quota, gangs whole, grants)"}
+	if err != nil {
+		c.Violations = append(c.Violations, "the checker could not run: "+err.Error())
+	}
+	for _, v := range vs {
+		c.Violations = append(c.Violations, fmt.Sprintf("%s %s: %s", v.Kind, v.Object, v.Message))
+	}
+	return []evaluate.Check{c}
+}
+func (s *rotaStack) stop() error {
+	if s.env == nil {
+		return nil
+	}
+	return s.env.Stop()
+}
+
+// ---- Kueue.
+
+// kueueBinary is where hack/kueue.sh builds the pinned Kueue manager.
+func kueueBinary(root string) string { return filepath.Join(root, ".cache", "kueue", "bin", "kueue") }
