@@ -19,7 +19,7 @@ BENCHCOUNT ?= 5
 CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 export CGO_CFLAGS
 
-.PHONY: help host-deps build test unit verify release-check e2e lint bench bench-sim replay load fuzz demo k8s-tools helm promtool manifests clean
+.PHONY: help host-deps build test unit verify release-check e2e lint bench bench-sim replay load fuzz demo evaluate kueue k8s-tools helm promtool manifests clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -70,6 +70,13 @@ replay: k8s-tools build ## openb default list, seed 42, through the real kube-sc
 
 load: k8s-tools build ## scheduling throughput on 1,000 then 5,000 simulated GPU nodes: plain kube-scheduler vs Rota's extender in one run (10-25 minutes)
 	$(GO) test -tags load -count=1 -timeout 30m -v ./test/load/ 2>&1 | tee $(BIN)/load.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|LOAD SUMMARY|panic)|load_test.go' ; exit $${PIPESTATUS[0]}
+
+kueue: ## build Kueue's controller manager (the version in test/tools/versions.env) once into .cache/kueue/bin
+	@bash hack/kueue.sh
+
+EVALUATE_ARGS ?=
+evaluate: k8s-tools kueue build ## the same seeded job set through kube-scheduler alone, Kueue and Rota: three scenarios, report in out/evaluate (about 40 minutes)
+	$(GO) run ./test/evaluate -size full $(EVALUATE_ARGS)
 
 helm: ## build the Helm CLI once into .cache/k8s/bin
 	@bash hack/helm.sh

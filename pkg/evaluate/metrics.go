@@ -90,8 +90,10 @@ type Result struct {
 	GPUs, Memory, Equivalent []Point
 	MeanUse, PeakUse         float64
 	// TeamShare is each team's GPU-seconds over its quota's; Jain is
-	// Jain's fairness index over those.
+	// Jain's fairness index over those. TeamUse is each team's GPUs
+	// (shares as parts of a GPU) over time.
 	TeamShare map[string]float64
+	TeamUse   map[string][]Point
 	Jain      float64
 	// Disrupted pods and the GPU-hours they had run when disrupted.
 	Disrupted         int
@@ -106,7 +108,7 @@ type Result struct {
 // Summarize computes a run's figures.
 func Summarize(r Run, compression float64) Result {
 	res := Result{Stack: r.Stack, Scenario: r.Scenario, Skipped: r.Skipped, Wait: map[string]Waits{},
-		Completion: map[string]Waits{}, TeamShare: map[string]float64{}, CPUSecondsPerPod: map[string]float64{},
+		Completion: map[string]Waits{}, TeamShare: map[string]float64{}, TeamUse: map[string][]Point{}, CPUSecondsPerPod: map[string]float64{},
 		APIWritesPerPod: map[string]float64{}, Checks: r.Checks, CompressionFactor: compression}
 	if r.Skipped != "" {
 		return res
@@ -267,6 +269,12 @@ func (res *Result) fairness(r Run) {
 	}
 	used := map[string]float64{}
 	per := float64(max(r.Cluster.GPUMemoryGiB, 1))
+	type step struct {
+		t    time.Time
+		team string
+		g    float64
+	}
+	var steps []step
 	for _, p := range r.Pods {
 		if p.Started.IsZero() {
 			continue
@@ -275,7 +283,15 @@ func (res *Result) fairness(r Run) {
 		if end.IsZero() || end.After(r.End) {
 			end = r.End
 		}
-		used[byJob[p.Job]] += (float64(p.GPUs) + float64(p.MemoryGiB)/per) * end.Sub(p.Started).Seconds()
+		g := float64(p.GPUs) + float64(p.MemoryGiB)/per
+		used[byJob[p.Job]] += g * end.Sub(p.Started).Seconds()
+		steps = append(steps, step{p.Started, byJob[p.Job], g}, step{end, byJob[p.Job], -g})
+	}
+	slices.SortStableFunc(steps, func(a, b step) int { return a.t.Compare(b.t) })
+	now := map[string]float64{}
+	for _, s := range steps {
+		now[s.team] += s.g
+		res.TeamUse[s.team] = append(res.TeamUse[s.team], Point{s.t.Sub(r.Start).Seconds(), now[s.team]})
 	}
 	var sum, sq float64
 	for _, t := range r.Teams {

@@ -25,6 +25,8 @@ type Process struct {
 	Path    string // the binary; a bare name is looked up in $PATH
 	Args    []string
 	LogPath string
+	// Env is added to the test process's environment (KEY=value).
+	Env []string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -53,6 +55,9 @@ func (p *Process) Start() error {
 	fmt.Fprintf(logFile, "=== %s %s %s\n", time.Now().Format(time.RFC3339Nano), p.Path, strings.Join(p.Args, " "))
 	cmd := exec.Command(p.Path, p.Args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if len(p.Env) > 0 {
+		cmd.Env = append(os.Environ(), p.Env...)
+	}
 	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
 		logFile.Close()

@@ -61,7 +61,10 @@ func (r *report) write(dir string) error {
 	if err := os.WriteFile(filepath.Join(dir, "results.json"), js, 0o644); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, "report.md"), []byte(r.markdown()), 0o644)
+	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(r.markdown()), 0o644); err != nil {
+		return err
+	}
+	return r.writeHTML(dir)
 }
 
 func secs(v float64) string {
@@ -83,6 +86,17 @@ func waits(w evaluate.Waits) string {
 
 func (r *report) markdown() string {
 	var b strings.Builder
+	b.WriteString(r.markdownHeader())
+	for _, sc := range r.Scenarios {
+		fmt.Fprintf(&b, "## %s: %s\n\n", sc.Name, sc.About)
+		b.WriteString(r.scenarioMarkdown(sc))
+	}
+	return b.String()
+}
+
+// markdownHeader is what the report says before the scenarios.
+func (r *report) markdownHeader() string {
+	var b strings.Builder
 	fmt.Fprintf(&b, "# Rota evaluation: the same jobs through each stack\n\n")
 	fmt.Fprintf(&b, "%s, %s, seed %d, size %s, %s in all. Command: `make evaluate` (`go run ./test/evaluate -size %s`).\n\n",
 		r.Date.Format("2006-01-02 15:04 MST"), r.Machine, r.Seed, r.Size, r.Took, r.Size)
@@ -91,53 +105,60 @@ func (r *report) markdown() string {
 		"durations, the API server's and the schedulers' own latencies. Waits are job creation to the start of its " +
 		"last pod (p50 / p95 / max, count). Use is whole GPUs plus shares (a 40 GiB share of an 80 GiB GPU counts 0.5) " +
 		"over the cluster's GPUs. Fairness is Jain's index over each team's GPU-seconds against its guarantee.\n\n")
-	for _, sc := range r.Scenarios {
-		fmt.Fprintf(&b, "## %s: %s\n\n", sc.Name, sc.About)
-		fmt.Fprintf(&b, "%d nodes x %d GPUs (%d GiB each), racks of %d; teams %s with %d GPUs guaranteed each, %d in the shared pool; "+
-			"%d jobs (%s); runtimes compressed %gx.\n\n", sc.Cluster.Nodes, sc.Cluster.GPUsPerNode, sc.Cluster.GPUMemoryGiB,
-			sc.Cluster.RackSize, teamNames(sc), sc.Teams[0].GPUs, pool(sc), len(sc.Jobs), jobMix(sc), sc.Compression)
-		results := r.resultsOf(sc.Name)
-		b.WriteString("| stack | completed | failed | never started (could fit) | makespan s | mean / peak GPU use | fairness (Jain) | disrupted pods (GPU-h lost) |\n|---|---|---|---|---|---|---|---|\n")
-		for _, res := range results {
-			if res.Skipped != "" {
-				fmt.Fprintf(&b, "| %s | not run: %s |||||||\n", res.Stack, oneLine(res.Skipped))
-				continue
-			}
-			fmt.Fprintf(&b, "| %s | %d | %d | %d (%d) | %s | %.0f%% / %.0f%% | %.2f | %d (%.2f) |\n", res.Stack, res.Completed, res.Failed,
-				res.NeverStarted, res.NeverStartedFits, secs(res.Makespan), 100*res.MeanUse, 100*res.PeakUse, res.Jain,
-				res.Disrupted, res.LostGPUHours)
+	b.WriteString("Checks: every run is checked from its own record, the same way for every stack (no node over its GPUs, " +
+		"no team over its guarantee and the shared pool); Rota's runs also by its invariant checker and for whole gangs. " +
+		"Whole gangs are not checked for stock (kube-scheduler places a Job's pods one by one) nor for Kueue (it admits a " +
+		"Job's quota whole and waitForPodsReady evicts a Job whose pods do not all start; where they go is kube-scheduler's).\n\n")
+	return b.String()
+}
+
+// scenarioMarkdown is one scenario's tables.
+func (r *report) scenarioMarkdown(sc evaluate.Scenario) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d nodes x %d GPUs (%d GiB each), racks of %d; teams %s with %d GPUs guaranteed each, %d in the shared pool; "+
+		"%d jobs (%s); runtimes compressed %gx.\n\n", sc.Cluster.Nodes, sc.Cluster.GPUsPerNode, sc.Cluster.GPUMemoryGiB,
+		sc.Cluster.RackSize, teamNames(sc), sc.Teams[0].GPUs, pool(sc), len(sc.Jobs), jobMix(sc), sc.Compression)
+	results := r.resultsOf(sc.Name)
+	b.WriteString("| stack | completed | failed | never started (could fit) | makespan s | mean / peak GPU use | fairness (Jain) | disrupted pods (GPU-h lost) |\n|---|---|---|---|---|---|---|---|\n")
+	for _, res := range results {
+		if res.Skipped != "" {
+			fmt.Fprintf(&b, "| %s | not run: %s |||||||\n", res.Stack, oneLine(res.Skipped))
+			continue
 		}
-		b.WriteString("\nQueue wait, seconds (p50 / p95 / max (jobs)):\n\n| stack | A training | A gangs of half the cluster or more | B inference | C short | D preprocessing |\n|---|---|---|---|---|---|\n")
-		for _, res := range results {
-			if res.Skipped != "" {
-				continue
-			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", res.Stack, waits(res.Wait["A"]), waits(res.Wait["big"]),
-				waits(res.Wait["B"]), waits(res.Wait["C"]), waits(res.Wait["D"]))
-		}
-		b.WriteString("\nControl-plane cost per admitted pod (CPU seconds; API writes by user):\n\n")
-		for _, res := range results {
-			if res.Skipped != "" {
-				continue
-			}
-			fmt.Fprintf(&b, "- %s (%d pods started): CPU %s; writes %s\n", res.Stack, res.AdmittedPods,
-				perPod(res.CPUSecondsPerPod, "%.3f"), perPod(res.APIWritesPerPod, "%.1f"))
-		}
-		b.WriteString("\nChecks:\n\n")
-		for _, res := range results {
-			if res.Skipped != "" {
-				continue
-			}
-			for _, c := range res.Checks {
-				verdict := "passed"
-				if len(c.Violations) > 0 {
-					verdict = fmt.Sprintf("**%d violations**: %s", len(c.Violations), strings.Join(c.Violations, "; "))
-				}
-				fmt.Fprintf(&b, "- %s, %s: %s\n", res.Stack, c.Name, verdict)
-			}
-		}
-		b.WriteString("\n")
+		fmt.Fprintf(&b, "| %s | %d | %d | %d (%d) | %s | %.0f%% / %.0f%% | %.2f | %d (%.2f) |\n", res.Stack, res.Completed, res.Failed,
+			res.NeverStarted, res.NeverStartedFits, secs(res.Makespan), 100*res.MeanUse, 100*res.PeakUse, res.Jain,
+			res.Disrupted, res.LostGPUHours)
 	}
+	b.WriteString("\nQueue wait, seconds (p50 / p95 / max (jobs)):\n\n| stack | A training | A gangs of half the cluster or more | B inference | C short | D preprocessing |\n|---|---|---|---|---|---|\n")
+	for _, res := range results {
+		if res.Skipped != "" {
+			continue
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", res.Stack, waits(res.Wait["A"]), waits(res.Wait["big"]),
+			waits(res.Wait["B"]), waits(res.Wait["C"]), waits(res.Wait["D"]))
+	}
+	b.WriteString("\nControl-plane cost per admitted pod (CPU seconds; API writes by user):\n\n")
+	for _, res := range results {
+		if res.Skipped != "" {
+			continue
+		}
+		fmt.Fprintf(&b, "- %s (%d pods started): CPU %s; writes %s\n", res.Stack, res.AdmittedPods,
+			perPod(res.CPUSecondsPerPod, "%.3f"), perPod(res.APIWritesPerPod, "%.1f"))
+	}
+	b.WriteString("\nChecks:\n\n")
+	for _, res := range results {
+		if res.Skipped != "" {
+			continue
+		}
+		for _, c := range res.Checks {
+			verdict := "passed"
+			if len(c.Violations) > 0 {
+				verdict = fmt.Sprintf("**%d violations**: %s", len(c.Violations), strings.Join(c.Violations, "; "))
+			}
+			fmt.Fprintf(&b, "- %s, %s: %s\n", res.Stack, c.Name, verdict)
+		}
+	}
+	b.WriteString("\n")
 	return b.String()
 }
 

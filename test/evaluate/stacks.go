@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -82,6 +81,26 @@ type stockStack struct {
 }
 
 func (s *stockStack) start(ctx context.Context, sc evaluate.Scenario, dir string) error {
+	if err := s.startCluster(ctx, sc, dir); err != nil {
+		return err
+	}
+	// A team may use its guarantee and the shared pool: the closest a
+	// ResourceQuota (a hard cap, no borrowing) comes to the others' quota.
+	for _, t := range sc.Teams {
+		rq := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "gpus", Namespace: s.namespace(t.Name)},
+			Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{
+				corev1.ResourceName("requests." + names.GPU): *resource.NewQuantity(t.GPUs+pool(sc), resource.DecimalSI)}}}
+		if _, err := s.c.Client().CoreV1().ResourceQuotas(rq.Namespace).Create(ctx, rq, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startCluster starts the control plane with kube-scheduler's default
+// profile, the Job and ResourceQuota controllers, the nodes (whole GPUs as
+// an extended resource) and the teams' namespaces.
+func (s *stockStack) startCluster(ctx context.Context, sc evaluate.Scenario, dir string) error {
 	c, err := cluster.Start(ctx, cluster.Options{Dir: dir, AuditLog: true, AuditPolicy: writesPolicy})
 	if err != nil {
 		return err
@@ -98,20 +117,7 @@ func (s *stockStack) start(ctx context.Context, sc evaluate.Scenario, dir string
 			return err
 		}
 	}
-	if err := createTeams(ctx, c.Client(), sc, s.namespace, func(string) map[string]string { return nil }); err != nil {
-		return err
-	}
-	// A team may use its guarantee and the shared pool: the closest a
-	// ResourceQuota (a hard cap, no borrowing) comes to the others' quota.
-	for _, t := range sc.Teams {
-		rq := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "gpus", Namespace: s.namespace(t.Name)},
-			Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{
-				corev1.ResourceName("requests." + names.GPU): *resource.NewQuantity(t.GPUs+pool(sc), resource.DecimalSI)}}}
-		if _, err := c.Client().CoreV1().ResourceQuotas(rq.Namespace).Create(ctx, rq, metav1.CreateOptions{}); err != nil {
-			return err
-		}
-	}
-	return nil
+	return createTeams(ctx, c.Client(), sc, s.namespace, func(string) map[string]string { return nil })
 }
 
 func (s *stockStack) client() kubernetes.Interface { return s.c.Client() }
@@ -218,8 +224,3 @@ func (s *rotaStack) stop() error {
 	}
 	return s.env.Stop()
 }
-
-// ---- Kueue.
-
-// kueueBinary is where hack/kueue.sh builds the pinned Kueue manager.
-func kueueBinary(root string) string { return filepath.Join(root, ".cache", "kueue", "bin", "kueue") }
