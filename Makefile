@@ -44,7 +44,7 @@ test: host-deps lint unit e2e ## everything CI runs: lint, unit tests, scenario 
 host-deps: ## install (as root) or name (otherwise) the host packages the suites need: containerd, runc, CNI, iptables, chromium
 	@bash hack/host-deps.sh
 
-e2e: k8s-tools helm promtool build ## scenario tests against a real etcd + kube-apiserver + kube-scheduler
+e2e: k8s-tools kueue helm promtool build ## scenario tests against a real etcd + kube-apiserver + kube-scheduler
 	@mkdir -p $(BIN)
 	$(GO) test -tags e2e -count=1 -timeout 30m -v ./test/... 2>&1 | tee $(BIN)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|SUMMARY|panic|  passed:|  FAILED)' ; \
 	  rc=$${PIPESTATUS[0]}; if [[ $$rc != 0 ]]; then bash hack/failed-tests.sh $(BIN)/e2e.log; fi; exit $$rc

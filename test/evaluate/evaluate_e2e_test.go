@@ -1,0 +1,109 @@
+//go:build e2e
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rota-sched/rota/pkg/evaluate"
+)
+
+// TestEvaluateSmall is the evaluation's short version that CI runs: the
+// burst scenario, small, on every stack. Every stack must have run, and
+// every run must pass every check that applies to it; report.md and
+// report.html must hold each stack, and the page is screenshot with
+// headless Chromium (where installed) for people to look at.
+func TestEvaluateSmall(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chdir(root); err != nil { // run() finds .cache/kueue from the repository root
+		t.Fatal(err)
+	}
+	out := filepath.Join(root, "bin", "evaluate-small")
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	o := options{size: evaluate.Small, scenarios: []string{"burst"}, stacks: []string{"stock", "kueue", "rota"},
+		seed: 7, out: out, image: "busybox:1.36", deadline: 150 * time.Second}
+	if err := run(ctx, o); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct{ Results []evaluate.Result }
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) != 3 {
+		t.Fatalf("%d results; want one per stack", len(rep.Results))
+	}
+	fitting := 0
+	for _, j := range evaluate.Burst(7, evaluate.Small).Jobs {
+		if !j.NeverFits {
+			fitting++
+		}
+	}
+	for _, res := range rep.Results {
+		if res.Skipped != "" {
+			t.Errorf("%s did not run: %s", res.Stack, res.Skipped)
+			continue
+		}
+		if res.Completed == 0 || res.AdmittedPods == 0 || len(res.Equivalent) == 0 {
+			t.Errorf("%s: %d jobs completed, %d pods started, %d allocation points: the run recorded nothing",
+				res.Stack, res.Completed, res.AdmittedPods, len(res.Equivalent))
+		}
+		t.Logf("%s: %d of %d fitting jobs completed, makespan %.0fs, mean use %.0f%%", res.Stack, res.Completed, fitting,
+			res.Makespan, 100*res.MeanUse)
+		for _, c := range res.Checks {
+			if len(c.Violations) > 0 {
+				t.Errorf("%s: %s: %s", res.Stack, c.Name, strings.Join(c.Violations, "; "))
+			}
+		}
+	}
+	md, err := os.ReadFile(filepath.Join(out, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile(filepath.Join(out, "report.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, stack := range o.stacks {
+		if !strings.Contains(string(md), "| "+stack+" |") || !strings.Contains(string(page), "<td>"+stack+"</td>") {
+			t.Errorf("the report has no row for %s", stack)
+		}
+	}
+	if n := strings.Count(string(page), "data:image/png;base64,"); n < 5 {
+		t.Errorf("report.html has %d plots; want the allocation and wait plots and one team plot per stack", n)
+	}
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Logf("no chromium: report.html not screenshot (%s)", filepath.Join(out, "report.html"))
+		return
+	}
+	shot := filepath.Join(out, "report.png")
+	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,2400",
+		"--screenshot="+shot, "file://"+filepath.Join(out, "report.html"))
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("chromium: %v: %s", err, b)
+	}
+	if st, err := os.Stat(shot); err != nil {
+		t.Errorf("screenshot: %v", err)
+	} else if st.Size() < 50_000 {
+		t.Errorf("screenshot %s is %d bytes; want a rendered page", shot, st.Size())
+	}
+	t.Logf("report: %s, screenshot %s", filepath.Join(out, "report.html"), shot)
+}
