@@ -16,6 +16,9 @@ type PodRecord struct {
 	// share becomes a whole GPU where the stack has no shares).
 	GPUs      int64
 	MemoryGiB int64
+	// Asked is what the pod asked for, in GPUs (a share as its part of a
+	// GPU): less than it held where the stack rounds a share up to a GPU.
+	Asked float64
 	// Started and Finished are zero when the pod never started or never
 	// finished.
 	Started, Finished time.Time
@@ -89,6 +92,10 @@ type Result struct {
 	// one GPU). Mean and peak of Equivalent against the cluster's GPUs.
 	GPUs, Memory, Equivalent []Point
 	MeanUse, PeakUse         float64
+	// MeanServed is the mean of what the running pods asked for (Asked)
+	// over the cluster's GPUs: the work served, whatever the stack held
+	// for it.
+	MeanServed float64
 	// TeamShare is each team's GPU-seconds over its quota's; Jain is
 	// Jain's fairness index over those. TeamUse is each team's GPUs
 	// (shares as parts of a GPU) over time.
@@ -239,6 +246,17 @@ func (res *Result) curves(r Run) {
 	capacity := float64(max(r.Cluster.GPUs(), 1))
 	var area, prevT float64
 	prevEq := 0.0
+	var served float64
+	for _, p := range r.Pods {
+		if p.Started.IsZero() {
+			continue
+		}
+		end := p.Finished
+		if end.IsZero() || end.After(r.End) {
+			end = r.End
+		}
+		served += p.Asked * end.Sub(p.Started).Seconds()
+	}
 	for i, s := range steps {
 		gpus += s.gpus
 		mem += s.mem
@@ -257,6 +275,7 @@ func (res *Result) curves(r Run) {
 	if span := r.End.Sub(r.Start).Seconds(); span > 0 {
 		area += prevEq * max(span-prevT, 0)
 		res.MeanUse = area / span / capacity
+		res.MeanServed = served / span / capacity
 	}
 }
 

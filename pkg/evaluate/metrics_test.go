@@ -21,8 +21,8 @@ func TestSummarize(t *testing.T) {
 		Teams: []Team{{"a", 8}, {"b", 8}},
 		Jobs: []JobRecord{{Job: gang, Created: t0, Completed: at(30)}, {Job: share, Created: t0, Completed: at(40)},
 			{Job: waits, Created: t0}, {Job: never, Created: t0}},
-		Pods: []PodRecord{{Job: "gang", GPUs: 8, Started: at(8), Finished: at(30)}, {Job: "gang", GPUs: 8, Started: at(10), Finished: at(30)},
-			{Job: "share", MemoryGiB: 40, Started: t0, Finished: at(40)}, {Job: "waits", GPUs: 1}},
+		Pods: []PodRecord{{Job: "gang", GPUs: 8, Asked: 8, Started: at(8), Finished: at(30)}, {Job: "gang", GPUs: 8, Asked: 8, Started: at(10), Finished: at(30)},
+			{Job: "share", MemoryGiB: 40, Asked: 0.5, Started: t0, Finished: at(40)}, {Job: "waits", GPUs: 1, Asked: 1}},
 		Processes: []Process{{Name: "kube-scheduler", CPUSeconds: 3}}, APIWrites: map[string]int{"rota": 6}}
 	res := Summarize(r, 60)
 	if w := res.Wait["A"]; w.N != 1 || w.Max != 10 {
@@ -39,6 +39,9 @@ func TestSummarize(t *testing.T) {
 	// over 16 GPUs x 40 s.
 	if want := 356.0 / 640; math.Abs(res.MeanUse-want) > 1e-9 || res.PeakUse != 16.5/16 {
 		t.Errorf("mean use %v, peak %v; want %v, %v", res.MeanUse, res.PeakUse, want, 16.5/16)
+	}
+	if want := 356.0 / 640; math.Abs(res.MeanServed-want) > 1e-9 {
+		t.Errorf("work served %v; want %v (what the running pods asked for)", res.MeanServed, want)
 	}
 	// Team a: 8x22 + 8x20 = 336 GPU-s on a quota of 8; team b: 20 on 8. Jain = (42+2.5)^2 / (2 (42^2+2.5^2)).
 	a, b := 336.0/8, 20.0/8

@@ -24,9 +24,10 @@ import (
 // it happens: a pod preempted or evicted is deleted, and the record of
 // when it ran would go with it.
 type recorder struct {
-	names contract.Names
-	shape shape
-	jobs  map[string]evaluate.Job
+	names        contract.Names
+	gpuMemoryGiB int64
+	shape        shape
+	jobs         map[string]evaluate.Job
 
 	mu   sync.Mutex
 	pods map[types.UID]*podSeen
@@ -37,8 +38,8 @@ type podSeen struct {
 	done bool
 }
 
-func newRecorder(names contract.Names, s shape, jobs []evaluate.Job) *recorder {
-	r := &recorder{names: names, shape: s, jobs: map[string]evaluate.Job{}, pods: map[types.UID]*podSeen{}}
+func newRecorder(names contract.Names, s shape, jobs []evaluate.Job, gpuMemoryGiB int64) *recorder {
+	r := &recorder{names: names, gpuMemoryGiB: max(gpuMemoryGiB, 1), shape: s, jobs: map[string]evaluate.Job{}, pods: map[types.UID]*podSeen{}}
 	for _, j := range jobs {
 		r.jobs[j.Name] = j
 	}
@@ -83,7 +84,8 @@ func (r *recorder) seen(obj any, deleted bool) {
 	p := r.pods[pod.UID]
 	if p == nil {
 		gpus, mem := r.shape.held(j)
-		p = &podSeen{PodRecord: evaluate.PodRecord{Job: j.Name, GPUs: gpus, MemoryGiB: mem}}
+		p = &podSeen{PodRecord: evaluate.PodRecord{Job: j.Name, GPUs: gpus, MemoryGiB: mem,
+			Asked: float64(j.GPUs) + float64(j.MemoryGiB)/float64(r.gpuMemoryGiB)}}
 		r.pods[pod.UID] = p
 	}
 	if p.done {
@@ -136,7 +138,7 @@ func (r *recorder) progress() (running int, gpus float64) {
 	for _, p := range r.pods {
 		if !p.Started.IsZero() && !p.done {
 			running++
-			gpus += float64(p.GPUs) + float64(p.MemoryGiB)/80
+			gpus += float64(p.GPUs) + float64(p.MemoryGiB)/float64(r.gpuMemoryGiB)
 		}
 	}
 	return running, gpus

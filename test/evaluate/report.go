@@ -103,8 +103,9 @@ func (r *report) markdownHeader() string {
 	b.WriteString("Times are wall seconds of the compressed run; job runtimes are compressed by the factor each scenario " +
 		"names. Not compressed: the Job controller's back-off, Kueue's requeueing, Rota's hold and bind TTLs, lease " +
 		"durations, the API server's and the schedulers' own latencies. Waits are job creation to the start of its " +
-		"last pod (p50 / p95 / max, count). Use is whole GPUs plus shares (a 40 GiB share of an 80 GiB GPU counts 0.5) " +
-		"over the cluster's GPUs. Fairness is Jain's index over each team's GPU-seconds against its guarantee.\n\n")
+		"last pod (p50 / p95 / max, count). GPUs allocated are what the stack held for the running pods: whole GPUs plus " +
+		"shares (a 40 GiB share of an 80 GiB GPU counts 0.5), a share counted as a whole GPU where the stack has no shares; " +
+		"work served is what those pods asked for, the same on every stack; both over the cluster's GPUs. Fairness is Jain's index over each team's GPU-seconds against its guarantee.\n\n")
 	b.WriteString("Checks: every run is checked from its own record, the same way for every stack (no node over its GPUs, " +
 		"no team over its guarantee and the shared pool); Rota's runs also by its invariant checker and for whole gangs. " +
 		"Whole gangs are not checked for stock (kube-scheduler places a Job's pods one by one) nor for Kueue (it admits a " +
@@ -119,7 +120,7 @@ func (r *report) scenarioMarkdown(sc evaluate.Scenario) string {
 		"%d jobs (%s); runtimes compressed %gx.\n\n", sc.Cluster.Nodes, sc.Cluster.GPUsPerNode, sc.Cluster.GPUMemoryGiB,
 		sc.Cluster.RackSize, teamNames(sc), sc.Teams[0].GPUs, pool(sc), len(sc.Jobs), jobMix(sc), sc.Compression)
 	results := r.resultsOf(sc.Name)
-	b.WriteString("| stack | completed | failed | never started (could fit) | makespan s | mean / peak GPU use | fairness (Jain) | disrupted pods (GPU-h lost) |\n|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| stack | completed | failed | never started (could fit) | makespan s | GPUs allocated, mean / peak | work served, mean | fairness (Jain) | disrupted pods (GPU-h lost) |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, res := range results {
 		if res.Skipped != "" {
 			fmt.Fprintf(&b, "| %s | not run: %s |||||||\n", res.Stack, oneLine(res.Skipped))
