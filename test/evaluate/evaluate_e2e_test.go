@@ -8,11 +8,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/rota-sched/rota/pkg/evaluate"
+	"github.com/rota-sched/rota/test/cluster"
 )
 
 // TestEvaluateSmall is the evaluation's short version that CI runs: the
@@ -106,4 +111,83 @@ func TestEvaluateSmall(t *testing.T) {
 		t.Errorf("screenshot %s is %d bytes; want a rendered page", shot, st.Size())
 	}
 	t.Logf("report: %s, screenshot %s", filepath.Join(out, "report.html"), shot)
+}
+
+// TestEvaluateExistingCluster measures a cluster the evaluation did not
+// start, as a platform team points it at its staging cluster: the job set
+// runs in namespaces of its own, which it refuses to reuse and deletes
+// afterwards. The cluster here is a local control plane with kube-scheduler
+// and simulated nodes whose pods a Sleeper ends, as a kubelet would.
+func TestEvaluateExistingCluster(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	c := cluster.StartT(t, cluster.Options{})
+	// The namespace controller deletes what the evaluation made.
+	if err := c.StartControllerManager(ctx, "job", "namespace", "garbage-collector"); err != nil {
+		t.Fatal(err)
+	}
+	sc := evaluate.Burst(7, evaluate.Small)
+	for i := range sc.Cluster.Nodes {
+		if _, err := c.CreateNode(ctx, nodeName(i), nil, map[string]string{"cpu": "96", "memory": "1Ti", "pods": "110",
+			names.GPU: strconv.Itoa(sc.Cluster.GPUsPerNode)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kubelet := cluster.NewSleeper(c.Client(), c.Nodes.Simulated)
+	if err := kubelet.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	taken := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "staging-vision"}}
+	if _, err := c.Client().CoreV1().Namespaces().Create(ctx, taken, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	o := options{size: evaluate.Small, scenarios: []string{"burst"}, seed: 7, out: out, image: "busybox:1.36",
+		deadline: 150 * time.Second,
+		existing: &existingStack{kubeconfig: c.Kubeconfig, prefix: "staging", as: "whole", names: names, label: "staging"}}
+	o.stacks = []string{"staging"}
+	if err := run(ctx, o); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join(out, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(md), "not run: could not start: namespaces staging-vision exist") {
+		t.Fatalf("the run did not refuse a namespace that exists:\n%s", md)
+	}
+	if err := c.Client().CoreV1().Namespaces().Delete(ctx, "staging-vision", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := c.Client().CoreV1().Namespaces().Get(ctx, "staging-vision", metav1.GetOptions{}); err != nil {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	o.existing = &existingStack{kubeconfig: c.Kubeconfig, prefix: "staging", as: "whole", names: names, label: "staging"}
+	if err := run(ctx, o); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct{ Results []evaluate.Result }
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) != 1 || rep.Results[0].Skipped != "" || rep.Results[0].Completed == 0 {
+		t.Fatalf("results: %+v", rep.Results)
+	}
+	t.Logf("staging: %d jobs completed, makespan %.0fs", rep.Results[0].Completed, rep.Results[0].Makespan)
+	list, err := c.Client().CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range list.Items {
+		if strings.HasPrefix(ns.Name, "staging-") {
+			t.Errorf("namespace %s left behind (%s)", ns.Name, ns.Status.Phase)
+		}
+	}
 }

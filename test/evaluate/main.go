@@ -35,6 +35,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/evaluate"
 	"github.com/rota-sched/rota/test/cluster"
 )
@@ -48,6 +49,9 @@ type options struct {
 	image     string
 	deadline  time.Duration
 	keep      bool
+	// existing, when set, is a cluster the evaluation does not start
+	// (-kubeconfig).
+	existing *existingStack
 }
 
 func main() {
@@ -60,6 +64,12 @@ func main() {
 	flag.StringVar(&o.image, "image", "busybox:1.36", "image of the pods (any with sleep)")
 	flag.DurationVar(&o.deadline, "deadline", 0, "longest a scenario may run on one stack (default: 150s small, 300s full)")
 	flag.BoolVar(&o.keep, "keep", false, "keep each control plane's folder (logs, audit log) after its run")
+	kubeconfig := flag.String("kubeconfig", "", "measure the stack of this cluster instead of starting local ones (namespaces <prefix>-<team>, deleted afterwards)")
+	prefix := flag.String("namespace-prefix", "rota-eval", "with -kubeconfig: prefix of the namespaces the job set runs in (they must not exist)")
+	as := flag.String("as", "whole", "with -kubeconfig: how jobs ask for GPUs: whole (whole GPUs, NVIDIA's device plugin), rota (memory shares, team and gang labels) or kueue (whole GPUs through a LocalQueue per namespace)")
+	kueueCQ := flag.String("kueue-cluster-queue", "", "with -as kueue: the ClusterQueue the namespaces' LocalQueues point at")
+	domain := flag.String("domain", names.Domain, "resource domain of the GPUs (<domain>/gpu, <domain>/gpu-memory); nvidia.com for NVIDIA's device plugin")
+	label := flag.String("stack-name", "existing", "with -kubeconfig: the stack's name in the report")
 	klog.InitFlags(nil)
 	flag.Parse()
 	switch *size {
@@ -76,6 +86,20 @@ func main() {
 	}
 	o.scenarios = strings.Split(*scenarios, ",")
 	o.stacks = strings.Split(*stacks, ",")
+	n, err := contract.NewNames(*domain)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "-domain: %v\n", err)
+		os.Exit(2)
+	}
+	names = n
+	if *kubeconfig != "" {
+		if !slices.Contains([]string{"whole", "rota", "kueue"}, *as) || (*as == "kueue") != (*kueueCQ != "") {
+			fmt.Fprintln(os.Stderr, "-as: whole, rota or kueue; -kueue-cluster-queue with -as kueue, and only then")
+			os.Exit(2)
+		}
+		o.existing = &existingStack{kubeconfig: *kubeconfig, prefix: *prefix, as: *as, kueueCQ: *kueueCQ, names: n, label: *label}
+		o.stacks = []string{*label}
+	}
 	for _, s := range o.scenarios {
 		if evaluate.Scenarios[s] == nil {
 			fmt.Fprintf(os.Stderr, "-scenarios: %q is not one of %v\n", s, evaluate.ScenarioNames)
@@ -83,7 +107,7 @@ func main() {
 		}
 	}
 	for _, s := range o.stacks {
-		if !slices.Contains([]string{"stock", "kueue", "rota"}, s) {
+		if o.existing == nil && !slices.Contains([]string{"stock", "kueue", "rota"}, s) {
 			fmt.Fprintf(os.Stderr, "-stacks: %q is not one of stock, kueue, rota\n", s)
 			os.Exit(2)
 		}
@@ -120,7 +144,11 @@ func run(ctx context.Context, o options) error {
 			}
 			logf("== %s on %s: %d jobs, %d nodes x %d GPUs, %d teams", name, stackName, len(sc.Jobs),
 				sc.Cluster.Nodes, sc.Cluster.GPUsPerNode, len(sc.Teams))
-			r := runOne(ctx, newStack(stackName, root), sc, o)
+			st := newStack(stackName, root)
+			if o.existing != nil {
+				st = o.existing
+			}
+			r := runOne(ctx, st, sc, o)
 			runs = append(runs, r)
 			res := evaluate.Summarize(r, sc.Compression)
 			if r.Skipped != "" {
@@ -252,7 +280,11 @@ func runOne(ctx context.Context, st stack, sc evaluate.Scenario, o options) (r e
 	}
 	r.Pods = rec.records()
 	r.Checks = append(checks, st.check(ctx)...)
-	r.Checks = append(r.Checks, recordChecks(sc, r, st.shape())...)
+	if _, theirs := st.(*existingStack); !theirs {
+		// On a cluster of its own the evaluation knows every node and
+		// quota; on someone else's, the nodes and quotas are theirs.
+		r.Checks = append(r.Checks, recordChecks(sc, r, st.shape())...)
+	}
 	files, err := st.auditFiles()
 	if err == nil {
 		r.APIWrites, err = writesByUser(files)
@@ -264,11 +296,13 @@ func runOne(ctx context.Context, st stack, sc evaluate.Scenario, o options) (r e
 }
 
 func stackName(st stack) string {
-	switch st.(type) {
+	switch s := st.(type) {
 	case *stockStack:
 		return "stock"
 	case *rotaStack:
 		return "rota"
+	case *existingStack:
+		return s.label
 	}
 	return "kueue"
 }

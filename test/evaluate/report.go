@@ -199,6 +199,9 @@ func jobMix(sc evaluate.Scenario) string {
 }
 
 func perPod(m map[string]float64, format string) string {
+	if len(m) == 0 {
+		return "not measured (a cluster this evaluation did not start)"
+	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
