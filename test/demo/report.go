@@ -13,6 +13,7 @@ import (
 
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/podreq"
+	"github.com/rota-sched/rota/test/e2e/harness"
 	"github.com/rota-sched/rota/test/invariant"
 )
 
@@ -63,8 +64,8 @@ func (d *demo) usage(ctx context.Context) (*usage, error) {
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if podreq.Terminal(p) || p.DeletionTimestamp != nil {
-			continue
+		if podreq.Terminal(p) || p.DeletionTimestamp != nil || p.Namespace == harness.SystemNamespace {
+			continue // the harness's own objects (the extender's Pod records) are not users' pods
 		}
 		switch {
 		case p.Status.Phase == corev1.PodRunning:
