@@ -68,8 +68,10 @@ type Job struct {
 	High bool
 	// Arrival is when the job is submitted, from the scenario's start.
 	Arrival time.Duration
-	// NeverFits marks a job no stack can ever run on the cluster (bigger
-	// than it); it counts as never started, not as a failure.
+	// NeverFits marks a job no stack can ever run whole on the cluster:
+	// bigger than it, or a gang bigger than its team's guarantee and the
+	// shared pool. It counts as never started, not as a failure (a stack
+	// that does not gang may still run its pods one by one).
 	NeverFits bool
 }
 
@@ -187,7 +189,25 @@ func (g *gen) add(j Job) {
 	if j.HostMiB == 0 {
 		j.HostMiB = 2048
 	}
+	// A gang above its team's guarantee and the whole shared pool can never
+	// be admitted whole where quota is enforced: it never fits either.
+	if j.Gang() && j.TotalGPUs() > g.limit(j.Team) {
+		j.NeverFits = true
+	}
 	g.jobs = append(g.jobs, j)
+}
+
+// limit is the most a team may hold: its guarantee and the shared pool.
+func (g *gen) limit(team string) int64 {
+	pool := g.c.GPUs()
+	var own int64
+	for _, t := range g.teams {
+		pool -= t.GPUs
+		if t.Name == team {
+			own = t.GPUs
+		}
+	}
+	return own + max(pool, 0)
 }
 
 func kindName(k Kind) string {
@@ -262,7 +282,9 @@ func Contention(seed uint64, size Size) Scenario {
 	for i := range nTrain {
 		pods := []int{1, 1, 2, 2, 4}[g.r.IntN(5)]
 		if i == nTrain/2 {
-			pods = c.Nodes // one team's job takes every GPU of the cluster
+			// One team's job takes every GPU of the cluster: more than the
+			// team's guarantee and the shared pool, so it never fits whole.
+			pods = c.Nodes
 		}
 		g.training(spread(i, nTrain, window), pods, float64(g.between(20, 60)))
 	}

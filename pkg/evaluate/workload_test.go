@@ -9,12 +9,14 @@ import (
 
 var dnsName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
-// demand is the GPUs the scenario's fitting jobs ask for at once, against
-// the cluster's (shares count their part of a GPU).
+// demand is the GPUs the scenario's jobs ask for at once, against the
+// cluster's (shares count their part of a GPU); jobs bigger than the
+// cluster are left out, jobs over their team's quota are not (their team
+// asks for them all the same).
 func demand(s Scenario) float64 {
 	var gpus float64
 	for _, j := range s.Jobs {
-		if j.NeverFits {
+		if j.TotalGPUs() > s.Cluster.GPUs() {
 			continue
 		}
 		gpus += float64(j.TotalGPUs()) + float64(j.MemoryGiB*int64(j.Pods))/float64(s.Cluster.GPUMemoryGiB)
@@ -42,11 +44,12 @@ func TestScenarios(t *testing.T) {
 					t.Errorf("%s: job name %q repeated or not a Kubernetes name", name, j.Name)
 				}
 				seen[j.Name] = true
+				limit := s.Cluster.GPUs() / 2 // a team's guarantee (a quarter) and the pool (a quarter)
 				fits := j.GPUs <= int64(s.Cluster.GPUsPerNode) && j.MemoryGiB <= s.Cluster.GPUMemoryGiB &&
-					j.TotalGPUs() <= s.Cluster.GPUs() && j.CPUMilli <= s.Cluster.CPUMilli
+					j.TotalGPUs() <= limit && j.CPUMilli <= s.Cluster.CPUMilli
 				if j.NeverFits {
 					never++
-					if j.TotalGPUs() <= s.Cluster.GPUs() {
+					if j.TotalGPUs() <= limit {
 						t.Errorf("%s: %s is marked never fitting but fits", name, j.Name)
 					}
 				} else if !fits {
