@@ -272,11 +272,32 @@ func (res *Result) curves(r Run) {
 		res.Equivalent = append(res.Equivalent, Point{t, eq})
 		res.PeakUse = max(res.PeakUse, eq/capacity)
 	}
-	if span := r.End.Sub(r.Start).Seconds(); span > 0 {
+	// The mean is over the time there was work: from the start to the
+	// last pod's end (the run's end while pods still run), so that a
+	// stack that finishes early is not charged for the idle time after.
+	if span := busyUntil(r).Sub(r.Start).Seconds(); span > 0 {
 		area += prevEq * max(span-prevT, 0)
 		res.MeanUse = area / span / capacity
 		res.MeanServed = served / span / capacity
 	}
+}
+
+// busyUntil is when the run's last pod ended, or the run's end while a
+// pod still runs.
+func busyUntil(r Run) time.Time {
+	last := r.Start
+	for _, p := range r.Pods {
+		if p.Started.IsZero() {
+			continue
+		}
+		if p.Finished.IsZero() || p.Finished.After(r.End) {
+			return r.End
+		}
+		if p.Finished.After(last) {
+			last = p.Finished
+		}
+	}
+	return last
 }
 
 // fairness is each team's GPU-seconds against its quota, and Jain's index

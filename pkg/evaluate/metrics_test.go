@@ -40,6 +40,11 @@ func TestSummarize(t *testing.T) {
 	if want := 356.0 / 640; math.Abs(res.MeanUse-want) > 1e-9 || res.PeakUse != 16.5/16 {
 		t.Errorf("mean use %v, peak %v; want %v, %v", res.MeanUse, res.PeakUse, want, 16.5/16)
 	}
+	r.End = at(100) // the run waited on after the last pod ended: the mean is over the busy time
+	if later := Summarize(r, 60); math.Abs(later.MeanUse-res.MeanUse) > 1e-9 {
+		t.Errorf("mean use %v once the run ends later; want %v (idle time after the last pod is not counted)", later.MeanUse, res.MeanUse)
+	}
+	r.End = at(40)
 	if want := 356.0 / 640; math.Abs(res.MeanServed-want) > 1e-9 {
 		t.Errorf("work served %v; want %v (what the running pods asked for)", res.MeanServed, want)
 	}
