@@ -70,6 +70,7 @@ func main() {
 	kueueCQ := flag.String("kueue-cluster-queue", "", "with -as kueue: the ClusterQueue the namespaces' LocalQueues point at")
 	domain := flag.String("domain", names.Domain, "resource domain of the GPUs (<domain>/gpu, <domain>/gpu-memory); nvidia.com for NVIDIA's device plugin")
 	label := flag.String("stack-name", "existing", "with -kubeconfig: the stack's name in the report")
+	from := flag.String("from", "", "render the report again from this results.json (no run)")
 	klog.InitFlags(nil)
 	flag.Parse()
 	switch *size {
@@ -111,6 +112,13 @@ func main() {
 			fmt.Fprintf(os.Stderr, "-stacks: %q is not one of stock, kueue, rota\n", s)
 			os.Exit(2)
 		}
+	}
+	if *from != "" {
+		if err := rerender(*from, o.out); err != nil {
+			fmt.Fprintln(os.Stderr, "evaluate:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

@@ -113,9 +113,14 @@ func (r *recorder) seen(obj any, deleted bool) {
 		}
 	case deleted:
 		// Deleted before it ended: preempted, evicted or removed by its job.
+		// It stopped when the API server marked it for deletion, not when
+		// this watch heard of it (the preemptor may start in between).
 		p.done = true
 		if !p.Started.IsZero() {
 			p.Finished, p.Disrupted = now, true
+			if pod.DeletionTimestamp != nil {
+				p.Finished = pod.DeletionTimestamp.Time
+			}
 		}
 	}
 }

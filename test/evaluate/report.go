@@ -22,8 +22,10 @@ type report struct {
 	Size      string
 	Took      time.Duration
 	Scenarios []evaluate.Scenario `json:"-"`
-	Runs      []evaluate.Run      `json:"-"`
-	Results   []evaluate.Result
+	// Runs are the records every figure comes from (-from renders the
+	// report again from them).
+	Runs    []evaluate.Run
+	Results []evaluate.Result
 }
 
 func newReport(scs []evaluate.Scenario, runs []evaluate.Run, o options, took time.Duration) *report {
@@ -37,6 +39,42 @@ func newReport(scs []evaluate.Scenario, runs []evaluate.Run, o options, took tim
 		r.Results = append(r.Results, evaluate.Summarize(run, comp[run.Scenario]))
 	}
 	return r
+}
+
+// rerender writes the report again from a results.json: the figures
+// computed again from its runs where it keeps them, else as it holds them
+// (and the wait plots, which need the runs, are left out).
+func rerender(path, dir string) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var r report
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	size := map[string]evaluate.Size{"small": evaluate.Small, "full": evaluate.Full}[r.Size]
+	names := map[string]bool{}
+	for _, res := range r.Results {
+		if !names[res.Scenario] {
+			names[res.Scenario] = true
+			r.Scenarios = append(r.Scenarios, evaluate.Scenarios[res.Scenario](r.Seed, size))
+		}
+	}
+	if len(r.Runs) > 0 {
+		r.Results = nil
+		comp := map[string]float64{}
+		for _, sc := range r.Scenarios {
+			comp[sc.Name] = sc.Compression
+		}
+		for _, run := range r.Runs {
+			r.Results = append(r.Results, evaluate.Summarize(run, comp[run.Scenario]))
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return r.write(dir)
 }
 
 // machine names the machine: CPUs and model, as /proc/cpuinfo says.
@@ -123,11 +161,11 @@ func (r *report) scenarioMarkdown(sc evaluate.Scenario) string {
 	b.WriteString("| stack | completed | failed | never started (could fit) | makespan s | GPUs allocated, mean / peak | work served, mean | fairness (Jain) | disrupted pods (GPU-h lost) |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, res := range results {
 		if res.Skipped != "" {
-			fmt.Fprintf(&b, "| %s | not run: %s |||||||\n", res.Stack, oneLine(res.Skipped))
+			fmt.Fprintf(&b, "| %s | not run: %s ||||||||\n", res.Stack, oneLine(res.Skipped))
 			continue
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d | %d (%d) | %s | %.0f%% / %.0f%% | %.2f | %d (%.2f) |\n", res.Stack, res.Completed, res.Failed,
-			res.NeverStarted, res.NeverStartedFits, secs(res.Makespan), 100*res.MeanUse, 100*res.PeakUse, res.Jain,
+		fmt.Fprintf(&b, "| %s | %d | %d | %d (%d) | %s | %.0f%% / %.0f%% | %.0f%% | %.2f | %d (%.2f) |\n", res.Stack, res.Completed, res.Failed,
+			res.NeverStarted, res.NeverStartedFits, secs(res.Makespan), 100*res.MeanUse, 100*res.PeakUse, 100*res.MeanServed, res.Jain,
 			res.Disrupted, res.LostGPUHours)
 	}
 	b.WriteString("\nQueue wait, seconds (p50 / p95 / max (jobs)):\n\n| stack | A training | A gangs of half the cluster or more | B inference | C short | D preprocessing |\n|---|---|---|---|---|---|\n")
