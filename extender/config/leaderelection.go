@@ -91,10 +91,10 @@ func (l LeaderElection) validate() []error {
 			l.RetryPeriod, l.RenewDeadline-time.Second)
 	}
 	for _, m := range validation.IsDNS1123Label(l.Namespace) {
-		add("leader-elect-namespace: %q: %s", l.Namespace, m)
+		add("leader-elect-resource-namespace: %q: %s", l.Namespace, m)
 	}
 	for _, m := range validation.IsDNS1123Subdomain(l.Name) {
-		add("leader-elect-name: %q: %s", l.Name, m)
+		add("leader-elect-resource-name: %q: %s", l.Name, m)
 	}
 	return errs
 }

@@ -19,7 +19,7 @@ func TestValidateLeaderElection(t *testing.T) {
 		{"fractional lease", func(l *LeaderElection) { l.LeaseDuration = 2500 * time.Millisecond }, "not a whole number of seconds"},
 		{"renew deadline not below the lease", func(l *LeaderElection) { l.RenewDeadline = l.LeaseDuration }, "shorter than leader-elect-lease-duration"},
 		{"retry too close to the deadline", func(l *LeaderElection) { l.RetryPeriod = 1500 * time.Millisecond }, "renewals to the second"},
-		{"bad lease name", func(l *LeaderElection) { l.Name = "Rota_Extender" }, "leader-elect-name"},
+		{"bad lease name", func(l *LeaderElection) { l.Name = "Rota_Extender" }, "leader-elect-resource-name"},
 		{"pod without namespace", func(l *LeaderElection) { l.PodName = "rota-extender-0" }, "pod-namespace"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

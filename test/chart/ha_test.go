@@ -102,7 +102,7 @@ func TestChartExtenderActiveStandby(t *testing.T) {
 	cfg := extconfig.Default()
 	le := &cfg.LeaderElection
 	le.Enabled = h.arg("leader-elect") == "true"
-	le.Namespace, le.Name = h.arg("leader-elect-namespace"), h.arg("leader-elect-name")
+	le.Namespace, le.Name = h.arg("leader-elect-resource-namespace"), h.arg("leader-elect-resource-name")
 	le.PodName, le.PodNamespace = "rota-extender-0", "rota-system"
 	for flag, d := range map[string]*time.Duration{"leader-elect-lease-duration": &le.LeaseDuration,
 		"leader-elect-renew-deadline": &le.RenewDeadline, "leader-elect-retry-period": &le.RetryPeriod} {
