@@ -230,12 +230,9 @@ func (res *Result) curves(r Run) {
 	}
 	var steps []step
 	for _, p := range r.Pods {
-		if p.Started.IsZero() {
+		end, ran := ranUntil(p, r)
+		if !ran {
 			continue
-		}
-		end := p.Finished
-		if end.IsZero() || end.After(r.End) {
-			end = r.End
 		}
 		steps = append(steps, step{p.Started, float64(p.GPUs), float64(p.MemoryGiB)},
 			step{end, -float64(p.GPUs), -float64(p.MemoryGiB)})
@@ -248,12 +245,9 @@ func (res *Result) curves(r Run) {
 	prevEq := 0.0
 	var served float64
 	for _, p := range r.Pods {
-		if p.Started.IsZero() {
+		end, ran := ranUntil(p, r)
+		if !ran {
 			continue
-		}
-		end := p.Finished
-		if end.IsZero() || end.After(r.End) {
-			end = r.End
 		}
 		served += p.Asked * end.Sub(p.Started).Seconds()
 	}
@@ -280,6 +274,18 @@ func (res *Result) curves(r Run) {
 		res.MeanUse = area / span / capacity
 		res.MeanServed = served / span / capacity
 	}
+}
+
+// ranUntil is when a pod that started stopped running: its end, or the
+// run's end while it still ran. ran is false for a pod that never started.
+func ranUntil(p PodRecord, r Run) (end time.Time, ran bool) {
+	if p.Started.IsZero() {
+		return time.Time{}, false
+	}
+	if p.Finished.IsZero() || p.Finished.After(r.End) {
+		return r.End, true
+	}
+	return p.Finished, true
 }
 
 // busyUntil is when the run's last pod ended, or the run's end while a
@@ -316,12 +322,9 @@ func (res *Result) fairness(r Run) {
 	}
 	var steps []step
 	for _, p := range r.Pods {
-		if p.Started.IsZero() {
+		end, ran := ranUntil(p, r)
+		if !ran {
 			continue
-		}
-		end := p.Finished
-		if end.IsZero() || end.After(r.End) {
-			end = r.End
 		}
 		g := float64(p.GPUs) + float64(p.MemoryGiB)/per
 		used[byJob[p.Job]] += g * end.Sub(p.Started).Seconds()

@@ -44,14 +44,7 @@ func TestEvaluateSmall(t *testing.T) {
 	if err := run(ctx, o); err != nil {
 		t.Fatal(err)
 	}
-	raw, err := os.ReadFile(filepath.Join(out, "results.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep struct{ Results []evaluate.Result }
-	if err := json.Unmarshal(raw, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := readResults(t, out)
 	if len(rep.Results) != 3 {
 		t.Fatalf("%d results; want one per stack", len(rep.Results))
 	}
@@ -169,14 +162,7 @@ func TestEvaluateExistingCluster(t *testing.T) {
 	if err := run(ctx, o); err != nil {
 		t.Fatal(err)
 	}
-	raw, err := os.ReadFile(filepath.Join(out, "results.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep struct{ Results []evaluate.Result }
-	if err := json.Unmarshal(raw, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := readResults(t, out)
 	if len(rep.Results) != 1 || rep.Results[0].Skipped != "" || rep.Results[0].Completed == 0 {
 		t.Fatalf("results: %+v", rep.Results)
 	}
@@ -190,4 +176,17 @@ func TestEvaluateExistingCluster(t *testing.T) {
 			t.Errorf("namespace %s left behind (%s)", ns.Name, ns.Status.Phase)
 		}
 	}
+}
+
+// readResults reads the results.json a run wrote into dir.
+func readResults(t *testing.T, dir string) (rep struct{ Results []evaluate.Result }) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	return rep
 }
