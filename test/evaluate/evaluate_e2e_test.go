@@ -30,9 +30,7 @@ func TestEvaluateSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chdir(root); err != nil { // run() finds .cache/kueue from the repository root
-		t.Fatal(err)
-	}
+	t.Chdir(root) // run() finds .cache/kueue from the repository root; restored after the test
 	out := filepath.Join(root, "bin", "evaluate-small")
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		t.Fatal(err)
@@ -116,7 +114,7 @@ func TestEvaluateExistingCluster(t *testing.T) {
 	defer cancel()
 	c := cluster.StartT(t, cluster.Options{})
 	// The namespace controller deletes what the evaluation made.
-	if err := c.StartControllerManager(ctx, "job", "namespace", "garbage-collector"); err != nil {
+	if err := c.StartControllerManager(ctx, "job", "namespace"); err != nil {
 		t.Fatal(err)
 	}
 	sc := evaluate.Burst(7, evaluate.Small)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"html"
 	"image/color"
@@ -116,6 +117,9 @@ func waitPlot(sc evaluate.Scenario, results []evaluate.Result, runs []evaluate.R
 			p.Add(b)
 			x++
 		}
+	}
+	if len(labels) == 0 {
+		return nil, errors.New("no stack ran")
 	}
 	p.NominalX(labels...)
 	return p, nil

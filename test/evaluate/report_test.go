@@ -36,3 +36,17 @@ func TestReportTablesLineUp(t *testing.T) {
 		}
 	}
 }
+
+// A report in which no stack ran is still written, with its reasons.
+func TestReportWithNothingRun(t *testing.T) {
+	sc := evaluate.Burst(7, evaluate.Small)
+	r := newReport([]evaluate.Scenario{sc}, []evaluate.Run{{Stack: "staging", Scenario: "burst", Skipped: "namespaces exist"}},
+		options{seed: 7, size: evaluate.Small}, time.Minute)
+	dir := t.TempDir()
+	if err := r.write(dir); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(r.markdown(), "not run: namespaces exist") {
+		t.Error("the report does not say why the stack did not run")
+	}
+}
