@@ -14,16 +14,10 @@ import (
 // before it died): the narrowest group that holds every one of them is
 // tried first, so that a takeover does not scatter a gang. size is the
 // gang's whole size, bound members included. Call it with the planning
-// lock held (Lock). reason says why the gang does not fit; err that the
+// lock held (Lock); every gang plan, the queue's and the gang planner's,
+// is stamped and reserved here. reason says why the gang does not fit; err that the
 // reservation failed (another plan took a GPU first: plan again).
 func (e *Planner) PlanGang(g placement.Gang, snap *ledger.Snapshot, candidates, boundOn []string, size int,
-	expires time.Time) (plan placement.GangPlan, reason *placement.Reason, err error) {
-	return e.planGang(g, snap, candidates, boundOn, size, expires)
-}
-
-// planGang is PlanGang; every gang plan, the queue's and the gang
-// planner's, is stamped and reserved here.
-func (e *Planner) planGang(g placement.Gang, snap *ledger.Snapshot, candidates, boundOn []string, size int,
 	expires time.Time) (placement.GangPlan, *placement.Reason, error) {
 	plan, reason := e.nearest(g, snap, candidates, boundOn)
 	if reason != nil {

@@ -138,7 +138,7 @@ func (e *Planner) HoldRoom(pods []*corev1.Pod, model string, expires time.Time) 
 		g.UIDs = append(g.UIDs, string(p.UID))
 		g.Pods = append(g.Pods, p.Namespace+"/"+p.Name)
 	}
-	plan, reason, err := e.planGang(g, snap, namesAt(snap, at), nil, len(pods), expires)
+	plan, reason, err := e.PlanGang(g, snap, namesAt(snap, at), nil, len(pods), expires)
 	if reason != nil {
 		return Hold{}, reason.Message()
 	}

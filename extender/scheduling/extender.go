@@ -142,10 +142,6 @@ func New(o Options) (*Extender, error) {
 // Room is the planner that holds room for the queue and plans gangs.
 func (e *Extender) Room() *room.Planner { return e.room }
 
-// Request is what the pod asks for, with the GPU models it may use (the
-// room planner's Options.Request).
-func (e *Extender) Request(pod *corev1.Pod) (placement.Request, error) { return e.request(pod) }
-
 // Ready reports whether the cache has rebuilt the ledger.
 func (e *Extender) Ready() bool { return e.cache.Ready() }
 

@@ -78,8 +78,10 @@ type Point struct{ T, V float64 }
 type Result struct {
 	Stack, Scenario, Skipped string
 	// Wait is per kind (and "big" for the gangs holding half the cluster
-	// or more): job creation to the start of its last pod.
-	Wait map[string]Waits
+	// or more): job creation to the start of its last pod. WaitSamples
+	// are the waits themselves, in seconds (for distributions).
+	Wait        map[string]Waits
+	WaitSamples map[string][]float64
 	// Completion is job creation to completion, per kind.
 	Completion map[string]Waits
 	// Makespan is the first job's creation to the last completion.
@@ -163,6 +165,7 @@ func Summarize(r Run, compression float64) Result {
 	for k, ws := range waits {
 		res.Wait[k] = percentiles(ws)
 	}
+	res.WaitSamples = waits
 	for k, ds := range done {
 		res.Completion[k] = percentiles(ds)
 	}

@@ -28,6 +28,9 @@ func TestSummarize(t *testing.T) {
 	if w := res.Wait["A"]; w.N != 1 || w.Max != 10 {
 		t.Errorf("gang wait = %+v; want one of 10 s (its last member's start)", w)
 	}
+	if ws := res.WaitSamples["A"]; len(ws) != 1 || ws[0] != 10 {
+		t.Errorf("wait samples of A = %v; want [10]", ws)
+	}
 	if w := res.Wait["big"]; w.N != 1 || w.Max != 10 {
 		t.Errorf("big gang wait = %+v; want the 16-GPU gang (half the cluster) at 10 s", w)
 	}

@@ -199,16 +199,25 @@ func (g *gen) add(j Job) {
 
 // limit is the most a team may hold: its guarantee and the shared pool.
 func (g *gen) limit(team string) int64 {
-	pool := g.c.GPUs()
-	var own int64
 	for _, t := range g.teams {
-		pool -= t.GPUs
 		if t.Name == team {
-			own = t.GPUs
+			return t.GPUs + pool(g.c, g.teams)
 		}
 	}
-	return own + max(pool, 0)
+	return pool(g.c, g.teams)
 }
+
+// pool is the GPUs no team is guaranteed: the shared pool.
+func pool(c Cluster, teams []Team) int64 {
+	p := c.GPUs()
+	for _, t := range teams {
+		p -= t.GPUs
+	}
+	return max(p, 0)
+}
+
+// Pool is the scenario's shared pool: the GPUs no team is guaranteed.
+func (s Scenario) Pool() int64 { return pool(s.Cluster, s.Teams) }
 
 func kindName(k Kind) string {
 	switch k {

@@ -56,7 +56,7 @@ func recordChecks(sc evaluate.Scenario, r evaluate.Run, s shape) []evaluate.Chec
 	quotaCheck := evaluate.Check{Name: "quota: no team holds more whole GPUs, or GPU memory in shares, than its guarantee and the shared pool"}
 	limit := map[string]float64{}
 	for _, t := range sc.Teams {
-		limit[t.Name] = float64(t.GPUs + pool(sc))
+		limit[t.Name] = float64(t.GPUs + sc.Pool())
 	}
 	onNode, gpusOf, memOf := map[string]float64{}, map[string]float64{}, map[string]float64{}
 	const eps = 1e-9

@@ -336,11 +336,11 @@ spec:
       - {name: %s, nominalQuota: "%d", borrowingLimit: "%d"}
 `, name, names.GPU, cpu, mem, names.GPU, gpus, borrow)
 	}
-	if err := create(gvrCQ, "", cq("shared-pool", pool(sc), 0)); err != nil {
+	if err := create(gvrCQ, "", cq("shared-pool", sc.Pool(), 0)); err != nil {
 		return err
 	}
 	for _, t := range sc.Teams {
-		if err := create(gvrCQ, "", cq(t.Name, t.GPUs, pool(sc))); err != nil {
+		if err := create(gvrCQ, "", cq(t.Name, t.GPUs, sc.Pool())); err != nil {
 			return err
 		}
 		lq := fmt.Sprintf("apiVersion: kueue.x-k8s.io/v1beta2\nkind: LocalQueue\nmetadata: {name: %s, namespace: %s}\nspec: {clusterQueue: %s}\n",

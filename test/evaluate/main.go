@@ -214,7 +214,7 @@ func runOne(ctx context.Context, st stack, sc evaluate.Scenario, o options) (r e
 	defer cancel()
 	client := st.client()
 	sleeper := cluster.NewSleeper(client, st.playsNode)
-	rec := newRecorder(names, st.shape(), sc.Jobs, sc.Cluster.GPUMemoryGiB)
+	rec := newRecorder(st.shape(), sc.Jobs, sc.Cluster.GPUMemoryGiB)
 	if err := sleeper.Start(rctx); err != nil {
 		r.Skipped = "container stand-in: " + err.Error()
 		return r

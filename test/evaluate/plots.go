@@ -9,7 +9,6 @@ import (
 	"image/color"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -92,7 +91,7 @@ func allocationPlot(sc evaluate.Scenario, results []evaluate.Result) (*plot.Plot
 }
 
 // waitPlot shows each kind's waits per stack as box plots.
-func waitPlot(sc evaluate.Scenario, results []evaluate.Result, runs []evaluate.Run) (*plot.Plot, error) {
+func waitPlot(sc evaluate.Scenario, results []evaluate.Result) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("%s: queue wait per kind (job creation to its last pod's start)", sc.Name)
 	p.Y.Label.Text = "seconds"
@@ -103,7 +102,7 @@ func waitPlot(sc evaluate.Scenario, results []evaluate.Result, runs []evaluate.R
 			if res.Skipped != "" {
 				continue
 			}
-			ws := jobWaits(runOf(runs, res), k)
+			ws := plotter.Values(res.WaitSamples[string(k)])
 			labels = append(labels, string(k)+" "+res.Stack)
 			if len(ws) == 0 {
 				x++
@@ -150,35 +149,6 @@ func teamPlot(sc evaluate.Scenario, res evaluate.Result) (*plot.Plot, error) {
 	return p, nil
 }
 
-func runOf(runs []evaluate.Run, res evaluate.Result) evaluate.Run {
-	for _, r := range runs {
-		if r.Stack == res.Stack && r.Scenario == res.Scenario {
-			return r
-		}
-	}
-	return evaluate.Run{}
-}
-
-// jobWaits are the waits of a run's jobs of kind k that started.
-func jobWaits(r evaluate.Run, k evaluate.Kind) plotter.Values {
-	last := map[string]int{}
-	starts := map[string][]float64{}
-	for _, p := range r.Pods {
-		if !p.Started.IsZero() {
-			starts[p.Job] = append(starts[p.Job], float64(p.Started.UnixNano()))
-			last[p.Job]++
-		}
-	}
-	var out plotter.Values
-	for _, j := range r.Jobs {
-		if j.Job.Kind != k || last[j.Job.Name] < j.Job.Pods {
-			continue
-		}
-		out = append(out, (slices.Max(starts[j.Job.Name])-float64(j.Created.UnixNano()))/1e9)
-	}
-	return out
-}
-
 // writeHTML writes report.html: the tables of report.md and the plots,
 // self-contained (images inline, no script, no network).
 func (r *report) writeHTML(dir string) error {
@@ -196,7 +166,7 @@ td,th{border:1px solid #ccc;padding:4px 8px;font-size:13px}th{background:#f3f3f3
 				fmt.Fprintf(&b, `<img alt="allocation %s" src="data:image/png;base64,%s">`, sc.Name, img)
 			}
 		}
-		if p, err := waitPlot(sc, results, r.Runs); err == nil {
+		if p, err := waitPlot(sc, results); err == nil {
 			if img, err := png(p, 22*vg.Centimeter, 9*vg.Centimeter); err == nil {
 				fmt.Fprintf(&b, `<img alt="waits %s" src="data:image/png;base64,%s">`, sc.Name, img)
 			}

@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/evaluate"
 )
 
@@ -24,7 +23,6 @@ import (
 // it happens: a pod preempted or evicted is deleted, and the record of
 // when it ran would go with it.
 type recorder struct {
-	names        contract.Names
 	gpuMemoryGiB int64
 	shape        shape
 	jobs         map[string]evaluate.Job
@@ -38,8 +36,8 @@ type podSeen struct {
 	done bool
 }
 
-func newRecorder(names contract.Names, s shape, jobs []evaluate.Job, gpuMemoryGiB int64) *recorder {
-	r := &recorder{names: names, gpuMemoryGiB: max(gpuMemoryGiB, 1), shape: s, jobs: map[string]evaluate.Job{}, pods: map[types.UID]*podSeen{}}
+func newRecorder(s shape, jobs []evaluate.Job, gpuMemoryGiB int64) *recorder {
+	r := &recorder{gpuMemoryGiB: max(gpuMemoryGiB, 1), shape: s, jobs: map[string]evaluate.Job{}, pods: map[types.UID]*podSeen{}}
 	for _, j := range jobs {
 		r.jobs[j.Name] = j
 	}

@@ -42,8 +42,7 @@ func newReport(scs []evaluate.Scenario, runs []evaluate.Run, o options, took tim
 }
 
 // rerender writes the report again from a results.json: the figures
-// computed again from its runs where it keeps them, else as it holds them
-// (and the wait plots, which need the runs, are left out).
+// computed again from its runs where it keeps them, else as it holds them.
 func rerender(path, dir string) error {
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -156,7 +155,7 @@ func (r *report) scenarioMarkdown(sc evaluate.Scenario) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d nodes x %d GPUs (%d GiB each), racks of %d; teams %s with %d GPUs guaranteed each, %d in the shared pool; "+
 		"%d jobs (%s); runtimes compressed %gx.\n\n", sc.Cluster.Nodes, sc.Cluster.GPUsPerNode, sc.Cluster.GPUMemoryGiB,
-		sc.Cluster.RackSize, teamNames(sc), sc.Teams[0].GPUs, pool(sc), len(sc.Jobs), jobMix(sc), sc.Compression)
+		sc.Cluster.RackSize, teamNames(sc), sc.Teams[0].GPUs, sc.Pool(), len(sc.Jobs), jobMix(sc), sc.Compression)
 	results := r.resultsOf(sc.Name)
 	b.WriteString("| stack | completed | failed | never started (could fit) | makespan s | GPUs allocated, mean / peak | work served, mean | fairness (Jain) | disrupted pods (GPU-h lost) |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, res := range results {

@@ -65,15 +65,6 @@ func createTeams(ctx context.Context, c kubernetes.Interface, sc evaluate.Scenar
 	return nil
 }
 
-// pool is the GPUs no team is guaranteed: the shared pool.
-func pool(sc evaluate.Scenario) int64 {
-	p := sc.Cluster.GPUs()
-	for _, t := range sc.Teams {
-		p -= t.GPUs
-	}
-	return max(p, 0)
-}
-
 // ---- stock: kube-scheduler's default profile, whole GPUs, ResourceQuota.
 
 type stockStack struct {
@@ -89,7 +80,7 @@ func (s *stockStack) start(ctx context.Context, sc evaluate.Scenario, dir string
 	for _, t := range sc.Teams {
 		rq := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "gpus", Namespace: s.namespace(t.Name)},
 			Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{
-				corev1.ResourceName("requests." + names.GPU): *resource.NewQuantity(t.GPUs+pool(sc), resource.DecimalSI)}}}
+				corev1.ResourceName("requests." + names.GPU): *resource.NewQuantity(t.GPUs+sc.Pool(), resource.DecimalSI)}}}
 		if _, err := s.c.Client().CoreV1().ResourceQuotas(rq.Namespace).Create(ctx, rq, metav1.CreateOptions{}); err != nil {
 			return err
 		}
@@ -157,9 +148,9 @@ func (s *rotaStack) quotaDoc(sc evaluate.Scenario) string {
 	per := sc.Cluster.GPUMemoryGiB
 	for _, t := range sc.Teams {
 		fmt.Fprintf(&b, "  %s: {gpus: %d, gpuMemoryGiB: %d, borrow: {gpus: %d, gpuMemoryGiB: %d}}\n",
-			t.Name, t.GPUs, t.GPUs*per, pool(sc), pool(sc)*per)
+			t.Name, t.GPUs, t.GPUs*per, sc.Pool(), sc.Pool()*per)
 	}
-	fmt.Fprintf(&b, "sharedPool: {gpus: %d, gpuMemoryGiB: %d}\n", pool(sc), pool(sc)*per)
+	fmt.Fprintf(&b, "sharedPool: {gpus: %d, gpuMemoryGiB: %d}\n", sc.Pool(), sc.Pool()*per)
 	// The harness checks the queue gate with a pod in a namespace of no
 	// team; every job of the evaluation runs in its team's namespace.
 	b.WriteString("unknownTeams: unlimited\n")
