@@ -1,6 +1,7 @@
 package evaluate
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"sort"
@@ -34,6 +35,9 @@ type JobRecord struct {
 	// (zero: it did not).
 	Created, Completed time.Time
 	Failed             bool
+	// FailReason is the reason and message of the job's Failed
+	// condition (empty unless Failed).
+	FailReason string
 }
 
 // Process is one control-plane process's cost over a run.
@@ -87,6 +91,9 @@ type Result struct {
 	// Makespan is the first job's creation to the last completion.
 	Makespan                        float64
 	Completed, Failed, NeverStarted int
+	// Failures counts the failed jobs by the reason of their Failed
+	// condition.
+	Failures map[string]int
 	// NeverStartedFits counts the never-started jobs that could have run.
 	NeverStartedFits int
 	// GPUs is the whole GPUs allocated over time; Memory the GiB of GPU
@@ -145,6 +152,10 @@ func Summarize(r Run, compression float64) Result {
 			}
 		case j.Failed:
 			res.Failed++
+			if res.Failures == nil {
+				res.Failures = map[string]int{}
+			}
+			res.Failures[cmp.Or(j.FailReason, "no reason recorded")]++
 		}
 		started, all := lastStart(pods[j.Job.Name], j.Job.Pods)
 		if !all {

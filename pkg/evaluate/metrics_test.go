@@ -59,6 +59,15 @@ func TestSummarize(t *testing.T) {
 	if res.AdmittedPods != 3 || res.CPUSecondsPerPod["kube-scheduler"] != 1 || res.APIWritesPerPod["rota"] != 2 {
 		t.Errorf("per admitted pod: %d pods, cpu %v, writes %v", res.AdmittedPods, res.CPUSecondsPerPod, res.APIWritesPerPod)
 	}
+	if res.Failed != 0 || res.Failures != nil {
+		t.Errorf("failed %d %v; want none", res.Failed, res.Failures)
+	}
+	r.Jobs = append(r.Jobs, JobRecord{Job: Job{Name: "f1", Kind: Short, Pods: 1}, Created: t0, Failed: true, FailReason: "BackoffLimitExceeded: x"},
+		JobRecord{Job: Job{Name: "f2", Kind: Short, Pods: 1}, Created: t0, Failed: true, FailReason: "BackoffLimitExceeded: x"},
+		JobRecord{Job: Job{Name: "f3", Kind: Short, Pods: 1}, Created: t0, Failed: true})
+	if f := Summarize(r, 60); f.Failed != 3 || f.Failures["BackoffLimitExceeded: x"] != 2 || f.Failures["no reason recorded"] != 1 {
+		t.Errorf("failed %d by reason %v; want 3: 2 BackoffLimitExceeded, 1 with no reason", f.Failed, f.Failures)
+	}
 	if skipped := Summarize(Run{Stack: "kueue", Skipped: "no binary"}, 60); skipped.Skipped != "no binary" || skipped.Completed != 0 {
 		t.Errorf("a skipped run = %+v", skipped)
 	}

@@ -74,6 +74,12 @@ func jobObject(j evaluate.Job, namespace string, s shape, image string, names co
 		ObjectMeta: metav1.ObjectMeta{Name: j.Name, Namespace: namespace, Labels: labels},
 		Spec: batchv1.JobSpec{
 			Parallelism: &n, Completions: &n, BackoffLimit: &zero,
+			// A pod preempted or evicted is not the job's failure: it is
+			// created again (as the users' guide advises for every stack).
+			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
+				Action:          batchv1.PodFailurePolicyActionIgnore,
+				OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
+			}}},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: podLabels, Annotations: podAnn},
 				Spec: corev1.PodSpec{

@@ -167,7 +167,7 @@ func jobRecords(ctx context.Context, client kubernetes.Interface, jobs map[strin
 			}
 			for _, c := range obj.Status.Conditions {
 				if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
-					rec.Failed = true
+					rec.Failed, rec.FailReason = true, c.Reason+": "+c.Message
 				}
 			}
 			out = append(out, rec)

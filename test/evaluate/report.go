@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -182,6 +183,16 @@ func (r *report) scenarioMarkdown(sc evaluate.Scenario) string {
 		}
 		fmt.Fprintf(&b, "- %s (%d pods started): CPU %s; writes %s\n", res.Stack, res.AdmittedPods,
 			perPod(res.CPUSecondsPerPod, "%.3f"), perPod(res.APIWritesPerPod, "%.1f"))
+	}
+	for _, res := range results {
+		if len(res.Failures) == 0 {
+			continue
+		}
+		reasons := slices.Sorted(maps.Keys(res.Failures))
+		fmt.Fprintf(&b, "\nFailed jobs on %s, by the reason of their Failed condition:\n\n", res.Stack)
+		for _, r := range reasons {
+			fmt.Fprintf(&b, "- %d: %s\n", res.Failures[r], oneLine(r))
+		}
 	}
 	b.WriteString("\nChecks:\n\n")
 	for _, res := range results {
