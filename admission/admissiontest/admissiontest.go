@@ -96,10 +96,19 @@ func Namespace(name, team string) *corev1.Namespace { return fixture.Namespace(n
 
 // QueueingOff labels a namespace with queueing off.
 func QueueingOff(ns *corev1.Namespace) *corev1.Namespace {
+	return queueing(ns, contract.QueueingOff)
+}
+
+// QueueingKueue labels a namespace as Kueue's to queue.
+func QueueingKueue(ns *corev1.Namespace) *corev1.Namespace {
+	return queueing(ns, contract.QueueingKueue)
+}
+
+func queueing(ns *corev1.Namespace, mode string) *corev1.Namespace {
 	if ns.Labels == nil {
 		ns.Labels = map[string]string{}
 	}
-	ns.Labels[contract.Default.QueueingLabel] = contract.QueueingOff
+	ns.Labels[contract.Default.QueueingLabel] = mode
 	return ns
 }
 

@@ -40,9 +40,10 @@ func Gated(pod *corev1.Pod, names contract.Names) bool {
 	return false
 }
 
-// QueueingOff reports whether queueing is off for new pods of a namespace:
-// the namespace is labelled with queueing off, or the configuration says
-// queueing: off. source says which, for messages ("" when queueing is on).
+// QueueingOff reports whether Rota's queue is off for new pods of a
+// namespace: the namespace is labelled with queueing off or handed to
+// Kueue, or the configuration says queueing: off. source says which, for
+// messages ("" when queueing is on).
 func (v *View) QueueingOff(namespace string) (off bool, source string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -53,10 +54,22 @@ func (v *View) queueingOff(namespace string) (bool, string) {
 	if v.cfg != nil && !v.cfg.QueueingEnabled() {
 		return true, fmt.Sprintf("Rota's quota configuration (%s) says queueing: off", v.o.ConfigSource)
 	}
-	if v.nsQueueOff[namespace] {
+	switch v.nsQueueing[namespace] {
+	case contract.QueueingKueue:
+		return true, fmt.Sprintf("namespace %s is labelled %s=%s (Kueue queues its workloads)", namespace, v.o.Names.QueueingLabel, contract.QueueingKueue)
+	case contract.QueueingOff:
 		return true, fmt.Sprintf("namespace %s is labelled %s=%s", namespace, v.o.Names.QueueingLabel, contract.QueueingOff)
 	}
 	return false, ""
+}
+
+// KueueQueues reports whether the namespace is labelled
+// <domain>/queueing=kueue: Kueue queues its workloads and its
+// ClusterQueues are the quota there, so Rota's queue and quota stand aside.
+func (v *View) KueueQueues(namespace string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.nsQueueing[namespace] == contract.QueueingKueue
 }
 
 // CapsFor is what the nodes with the given GPU models offer, summed over
@@ -152,6 +165,11 @@ func (v *View) Queue(req Request) Outcome {
 		return v.noConfig()
 	}
 	v.dropPodRes(k)
+	if off, why := v.queueingOff(req.Namespace); off {
+		return Outcome{Reason: QueueingIsOff, Message: fmt.Sprintf(
+			"this pod carries scheduling gate %s, but %s, so Rota's queue does not admit it and it would never start; remove the gate from the pod's spec.schedulingGates",
+			v.o.Names.QueueGate, why)}
+	}
 	bk := bucketKey{ns: req.Namespace, podTeam: req.PodTeam}
 	out, t, known, denied := v.teamChecks(cfg, bk, req)
 	if denied {
@@ -161,11 +179,6 @@ func (v *View) Queue(req Request) Outcome {
 	deny := func(r Reason, msg string) Outcome {
 		out.Reason, out.Message = r, msg
 		return out
-	}
-	if off, why := v.queueingOff(req.Namespace); off {
-		return deny(QueueingIsOff, fmt.Sprintf(
-			"this pod carries scheduling gate %s, but %s, so Rota's queue does not admit it and it would never start; remove the gate from the pod's spec.schedulingGates",
-			v.o.Names.QueueGate, why))
 	}
 
 	size := 1

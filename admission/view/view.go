@@ -41,8 +41,9 @@ type View struct {
 	pods    map[string]podRec
 	buckets map[bucketKey]*bucket
 	nsTeam  map[string]string // namespace -> its team label ("" when unlabelled)
-	// nsQueueOff holds the namespaces labelled with queueing off.
-	nsQueueOff map[string]bool
+	// nsQueueing holds the namespaces whose queueing label is off or
+	// kueue, with the label's value.
+	nsQueueing map[string]string
 	gangs      map[string]*gang
 	podRes     map[string]*podRes
 	queue      []expiry // reservations in order of expiry (the TTL is constant)
@@ -165,7 +166,7 @@ func New(o Options) *View {
 		pods:       map[string]podRec{},
 		buckets:    map[bucketKey]*bucket{},
 		nsTeam:     map[string]string{},
-		nsQueueOff: map[string]bool{},
+		nsQueueing: map[string]string{},
 		gangs:      map[string]*gang{},
 		podRes:     map[string]*podRes{},
 		nodes:      map[string]nodeEntry{},
@@ -420,10 +421,11 @@ func (v *View) UpsertNamespace(ns *corev1.Namespace) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.nsTeam[ns.Name] = ns.Labels[v.o.Names.TeamLabel]
-	if ns.Labels[v.o.Names.QueueingLabel] == contract.QueueingOff {
-		v.nsQueueOff[ns.Name] = true
-	} else {
-		delete(v.nsQueueOff, ns.Name)
+	switch mode := ns.Labels[v.o.Names.QueueingLabel]; mode {
+	case contract.QueueingOff, contract.QueueingKueue:
+		v.nsQueueing[ns.Name] = mode
+	default:
+		delete(v.nsQueueing, ns.Name)
 	}
 }
 
@@ -432,7 +434,7 @@ func (v *View) DeleteNamespace(name string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	delete(v.nsTeam, name)
-	delete(v.nsQueueOff, name)
+	delete(v.nsQueueing, name)
 }
 
 // NamespaceKnown reports whether the view has seen the namespace.
@@ -515,7 +517,12 @@ func (v *View) recomputeCaps() {
 }
 
 // teamOf is the team a bucket is charged to under cfg.
+// teamOf is the team a bucket's pods are charged to: none in a namespace
+// Kueue queues (its ClusterQueues are the quota there).
 func (v *View) teamOf(cfg *quota.Config, k bucketKey) string {
+	if v.nsQueueing[k.ns] == contract.QueueingKueue {
+		return ""
+	}
 	if cfg != nil && cfg.AllowPodTeamOverride && k.podTeam != "" {
 		return k.podTeam
 	}

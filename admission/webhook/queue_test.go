@@ -23,8 +23,8 @@ const controller = "system:serviceaccount:rota-system:rota-extender"
 
 // queueHandlers returns the validating and mutating handlers over one view:
 // team a (4 GPUs, 16 GiB, 2 borrowable from the pool; maxQueuedPods 3) on
-// namespace ns, the same team on namespace off labelled with queueing off,
-// and one node of 8 "H100" and one of 2 "T4" GPUs.
+// namespace ns, the same team on namespace off labelled with queueing off
+// and on namespace kq labelled as Kueue's, and one node of 8 "H100" and one of 2 "T4" GPUs.
 func queueHandlers(t testing.TB) (validate, mutate *Handler, v *view.View) {
 	t.Helper()
 	v = view.New(view.Options{Names: contract.Default})
@@ -32,6 +32,7 @@ func queueHandlers(t testing.TB) (validate, mutate *Handler, v *view.View) {
 		SharedPool: quota.Limits{GPUs: 2}})
 	v.UpsertNamespace(at.Namespace("ns", "a"))
 	v.UpsertNamespace(at.QueueingOff(at.Namespace("off", "a")))
+	v.UpsertNamespace(at.QueueingKueue(at.Namespace("kq", "a")))
 	if err := v.UpsertNode(at.Node("n1", 8, 81920)); err != nil {
 		t.Fatal(err)
 	}
@@ -104,6 +105,7 @@ func TestMutateGatesGPUPods(t *testing.T) {
 		{name: "CPU-only pod", give: at.Pod("ns", "web").Resource("cpu", "2", true, true).Obj()},
 		{name: "already gated", give: at.Pod("ns", "p").GPUs(1).Gated().Obj()},
 		{name: "namespace with queueing off", give: at.Pod("off", "p").GPUs(1).Obj()},
+		{name: "namespace Kueue queues", give: at.Pod("kq", "p").GPUs(1).Obj()},
 		{name: "bound at creation", give: at.Pod("ns", "p").GPUs(1).Node("n1").Obj()},
 		{name: "update", give: at.Pod("ns", "p").GPUs(1).Obj(), op: admissionv1.Update},
 	}
@@ -196,6 +198,13 @@ func TestValidateQueuedPods(t *testing.T) {
 		{name: "ungated over quota is refused now", give: at.Pod("off", "p").GPUs(7).Obj(),
 			wantMessage: "team a: quota 4 GPUs, 0 in use or queued (0 running, 0 pending); this pod needs 7"},
 		{name: "ungated within quota", give: at.Pod("off", "p").GPUs(4).Obj(), wantAllowed: true},
+		// Kueue's namespace: Kueue's ClusterQueue is the quota; Rota checks the request.
+		{name: "Kueue's namespace: over Rota's quota, allowed", give: at.Pod("kq", "p").GPUs(7).Obj(), wantAllowed: true},
+		{name: "Kueue's namespace: a gang over Rota's quota, allowed", give: at.Pod("kq", "g-0").GPUs(4).Gang("g", "4").Obj(), wantAllowed: true},
+		{name: "Kueue's namespace: malformed request refused", give: at.Pod("kq", "p").GPUs(1).Memory("4").Obj(), wantMessage: "not both"},
+		{name: "Kueue's namespace: larger than any node, refused", give: at.Pod("kq", "p").GPUs(9).Obj(), wantMessage: "the largest node has 8"},
+		{name: "Kueue's namespace: Rota's gate refused", give: at.Pod("kq", "p").GPUs(1).Gated().Obj(),
+			wantMessage: "namespace kq is labelled example.com/queueing=kueue (Kueue queues its workloads)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -310,4 +319,32 @@ func FuzzMutate(f *testing.F) {
 			t.Fatalf("gates after the patch %q, want %q", gateNames(got), want)
 		}
 	})
+}
+
+// A Rota gang in Kueue's namespace that also asks for Kueue's
+// topology-aware scheduling is admitted with a warning; without the
+// annotation, or when it is no gang, without one.
+func TestKueueTopologyWarning(t *testing.T) {
+	val, _, _ := queueHandlers(t)
+	tas := "kueue.x-k8s.io/podset-required-topology"
+	for _, tc := range []struct {
+		name string
+		give *corev1.Pod
+		warn bool
+	}{
+		{"gang with Kueue's topology annotation", at.Pod("kq", "g-0").GPUs(4).Gang("g", "2").Annotation(tas, "example.com/leaf").Obj(), true},
+		{"gang behind Kueue's topology gate", at.Pod("kq", "g-0").GPUs(4).Gang("g", "2").SchedulingGate("kueue.x-k8s.io/topology").Obj(), true},
+		{"gang alone", at.Pod("kq", "g-0").GPUs(4).Gang("g", "2").Obj(), false},
+		{"Kueue's topology, no gang", at.Pod("kq", "p").GPUs(4).Annotation(tas, "example.com/leaf").Obj(), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := answer(t, val, at.Review(admissionv1.Create, tc.give, nil))
+			if !resp.Allowed {
+				t.Fatalf("refused: %+v", resp.Result)
+			}
+			if got := len(resp.Warnings) > 0; got != tc.warn || (got && !strings.Contains(resp.Warnings[0], "both narrow its nodes")) {
+				t.Fatalf("warnings %q, want a warning: %v", resp.Warnings, tc.warn)
+			}
+		})
+	}
 }

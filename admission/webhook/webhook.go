@@ -44,6 +44,8 @@ const (
 	reasonAlreadyGated  view.Reason = "already_gated"
 	reasonBoundAtCreate view.Reason = "bound_at_creation"
 	reasonQueueingOff   view.Reason = "queueing_off"
+	// reasonKueue: the namespace is Kueue's to queue (<domain>/queueing=kueue).
+	reasonKueue view.Reason = "kueue_queues"
 	reasonGateRemoved   view.Reason = "queue_gate_removed"
 )
 
@@ -111,6 +113,8 @@ type result struct {
 	internal bool
 	// patch is a JSON patch for the mutating webhook to return.
 	patch []byte
+	// warnings go back to the client (kubectl prints them).
+	warnings []string
 }
 
 func allow(r view.Reason) result { return result{allowed: true, reason: r} }
@@ -150,7 +154,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		res = h.decide(r.Context(), req)
 	}
 
-	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: res.allowed}
+	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: res.allowed, Warnings: res.warnings}
 	if res.patch != nil {
 		pt := admissionv1.PatchTypeJSONPatch
 		resp.Patch, resp.PatchType = res.patch, &pt
@@ -296,6 +300,15 @@ func (h *Handler) create(ctx context.Context, req *admissionv1.AdmissionRequest)
 	}
 	if err := h.learnNamespace(ctx, pod.Namespace); err != nil {
 		return result{reason: reasonNamespace, internal: true, message: err.Error()}
+	}
+	if !gated && v.KueueQueues(pod.Namespace) {
+		// Kueue queues this namespace and its ClusterQueues are the quota:
+		// Rota checks the request (above) and places the pod, nothing more.
+		res := allow(reasonKueue)
+		if gang != nil {
+			res.warnings = kueueTopologyWarning(pod, gang.Name)
+		}
+		return res
 	}
 	// Quota and gangs.
 	// The API server assigns the pod's UID before it calls validating
@@ -478,4 +491,39 @@ func gatePatch(gates []corev1.PodSchedulingGate, gate string) ([]byte, error) {
 		Path  string                     `json:"path"`
 		Value []corev1.PodSchedulingGate `json:"value"`
 	}{{Op: "add", Path: "/spec/schedulingGates", Value: list}})
+}
+
+// Kueue's topology-aware scheduling: the annotations a Job's pod template
+// carries to ask for it, and the gate Kueue puts on its pods until it has
+// chosen their nodes.
+var kueueTopologyAnnotations = []string{
+	"kueue.x-k8s.io/podset-required-topology",
+	"kueue.x-k8s.io/podset-preferred-topology",
+	"kueue.x-k8s.io/podset-unconstrained-topology",
+}
+
+const kueueTopologyGate = "kueue.x-k8s.io/topology"
+
+// kueueTopologyWarning warns when a Rota gang also asks for Kueue's
+// topology-aware scheduling: both would narrow its nodes. Kueue's choice
+// wins (it pins each pod's nodes before kube-scheduler sees it), so Rota
+// only places GPUs on the nodes Kueue chose and its own tier plan does not
+// apply.
+func kueueTopologyWarning(pod *corev1.Pod, gang string) []string {
+	why := ""
+	for _, a := range kueueTopologyAnnotations {
+		if _, ok := pod.Annotations[a]; ok {
+			why = "annotation " + a
+			break
+		}
+	}
+	if why == "" && slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == kueueTopologyGate }) {
+		why = "scheduling gate " + kueueTopologyGate
+	}
+	if why == "" {
+		return nil
+	}
+	return []string{fmt.Sprintf("gang %s asks for Kueue's topology-aware scheduling (%s) and is a Rota gang: both narrow its nodes. "+
+		"Kueue's choice wins and Rota only places GPUs on the nodes Kueue picks, without its own tier plan; "+
+		"keep one of the two (see Rota's guide to running beside Kueue)", gang, why)}
 }

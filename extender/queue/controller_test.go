@@ -227,3 +227,21 @@ func TestRunDrainsABacklogWithoutWaiting(t *testing.T) {
 		t.Errorf("held (-want +got):\n%s", diff)
 	}
 }
+
+// Pods Kueue admitted in a namespace Kueue queues are charged to no account
+// of Rota's, even when the namespace carries a team label: there Kueue's
+// ClusterQueue is the quota. A pod Rota admitted before the namespace was
+// handed to Kueue (it carries Rota's admission record) still counts.
+func TestPassKueueNamespaceNotCharged(t *testing.T) {
+	cfg := &quota.Config{Teams: map[string]quota.Team{"vision": {GPUs: 4}}}
+	kq := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kq",
+		Labels: map[string]string{names.TeamLabel: "vision", names.QueueingLabel: contract.QueueingKueue}}}
+	byKueue := gpuPod("by-kueue", 3, time.Hour, false)
+	byKueue.Namespace, byKueue.Spec.NodeName = "kq", "n1"
+	r := &fakeRoom{free: 8}
+	c, client := start(t, cfg, r, kq, byKueue, gpuPod("queued", 2, time.Hour, true))
+	c.Pass(t.Context())
+	if podreq.Queued(get(t, client, "queued"), names) {
+		t.Fatalf("queued stayed gated: the pod Kueue admitted in namespace kq was charged to team vision")
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/rota-sched/rota/extender/room"
+	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/podreq"
 	pkgqueue "github.com/rota-sched/rota/pkg/queue"
 	"github.com/rota-sched/rota/pkg/quota"
@@ -70,6 +71,12 @@ func (c *Controller) collect(logger klog.Logger, cfg quota.Config, now time.Time
 		st.seen[pod.UID] = true
 		if p.Err != nil {
 			continue // rota-admission refuses these; the extender explains them at filter
+		}
+		if p.Admission == nil && !podreq.Queued(pod, c.o.Names) && ns[pod.Namespace][c.o.Names.QueueingLabel] == contract.QueueingKueue {
+			// Kueue admitted it (the namespace is Kueue's to queue): its
+			// ClusterQueue is charged, no account of Rota's. Rota still
+			// places it; the ledger counts its GPUs.
+			continue
 		}
 		req := p.Request
 		team := podreq.Team(pod, ns[pod.Namespace], c.o.Names, cfg.AllowPodTeamOverride)

@@ -62,3 +62,35 @@ func TestQueue(t *testing.T) {
 		t.Errorf("WhyPod(old) summary %q, queued %+v; want the queue position", w.Summary, w.Queued)
 	}
 }
+
+// A pod held by Kueue's gates, or by a gate of someone else's, is
+// explained as held there, not as waiting for GPUs.
+func TestWhyGatedElsewhere(t *testing.T) {
+	o := DefaultOptions()
+	n := o.Names
+	pod := func(name string, gates ...string) corev1.Pod {
+		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kq", Name: name, UID: types.UID("u-" + name)},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+				Limits: corev1.ResourceList{corev1.ResourceName(n.GPU): resource.MustParse("1")}}}}},
+			Status: corev1.PodStatus{Phase: corev1.PodPending}}
+		for _, g := range gates {
+			p.Spec.SchedulingGates = append(p.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: g})
+		}
+		return p
+	}
+	c := Build(Input{Pods: []corev1.Pod{pod("kueue", "kueue.x-k8s.io/admission"), pod("tas", "kueue.x-k8s.io/topology"),
+		pod("other", "example.org/wait")}}, o)
+	for name, want := range map[string]string{
+		"kueue": "held by Kueue (scheduling gate kueue.x-k8s.io/admission)",
+		"tas":   "admitted by Kueue, which is choosing its nodes",
+		"other": "held by scheduling gate(s) example.org/wait, which are not Rota's",
+	} {
+		w, err := c.WhyPod("kq", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(w.Summary, want) {
+			t.Errorf("WhyPod(%s) summary %q, want %q", name, w.Summary, want)
+		}
+	}
+}

@@ -250,6 +250,8 @@ func (c *Cluster) why(p *corev1.Pod, listMembers bool) Why {
 		if qp.Message == "" {
 			w.Summary = "queued (team " + w.Team + "); the queue controller has not written its position yet"
 		}
+	case p.Spec.NodeName == "" && len(p.Spec.SchedulingGates) > 0:
+		w.Summary = gatedElsewhere(p)
 	case w.Gang != nil && (p.Spec.NodeName == "" || len(unplaced) > 0):
 		c.whyGang(&w, r, unplaced)
 	case p.Spec.NodeName != "":
@@ -375,4 +377,32 @@ func digitPrefix(s string) string {
 		i++
 	}
 	return s[:i]
+}
+
+// Kueue's scheduling gates: admission (a plain pod Kueue queues) and
+// topology (a pod whose nodes Kueue's topology-aware scheduling has not
+// chosen yet).
+const (
+	kueueAdmissionGate = "kueue.x-k8s.io/admission"
+	kueueTopologyGate  = "kueue.x-k8s.io/topology"
+)
+
+// gatedElsewhere explains a pod held by scheduling gates that are not
+// Rota's: kube-scheduler does not look at it until their owners remove
+// them, so Rota has not either.
+func gatedElsewhere(p *corev1.Pod) string {
+	gates := make([]string, len(p.Spec.SchedulingGates))
+	for i, g := range p.Spec.SchedulingGates {
+		gates[i] = g.Name
+	}
+	switch {
+	case slices.Contains(gates, kueueAdmissionGate):
+		return fmt.Sprintf("held by Kueue (scheduling gate %s): Kueue admits it when its LocalQueue's ClusterQueue has quota for it "+
+			"(kubectl get workloads -n %s shows its Workload and why it waits); once Kueue lets it go, Rota places its GPUs", kueueAdmissionGate, p.Namespace)
+	case slices.Contains(gates, kueueTopologyGate):
+		return fmt.Sprintf("admitted by Kueue, which is choosing its nodes (topology-aware scheduling, scheduling gate %s); "+
+			"Rota places its GPUs on the nodes Kueue picks", kueueTopologyGate)
+	}
+	return fmt.Sprintf("held by scheduling gate(s) %s, which are not Rota's: kube-scheduler does not consider the pod until their owner removes them",
+		strings.Join(gates, ", "))
 }

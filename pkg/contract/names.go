@@ -103,7 +103,9 @@ type Names struct {
 	// QueueGate; a restarted controller rebuilds its holds from it.
 	AdmissionAnnotation string
 	// QueueingLabel on a Namespace: "off" turns queueing off for the
-	// namespace (over-quota pods are then refused at creation as before).
+	// namespace (over-quota pods are then refused at creation as before);
+	// "kueue" hands the namespace's queueing and quota to Kueue (Rota's
+	// queue and quota stand aside there; Rota still places the pods).
 	QueueingLabel string
 	// GPUModelsAnnotation on a Pod lists the GPU models it may run on,
 	// comma-separated, as the device plugin names them ("NVIDIA H100 80GB
@@ -142,6 +144,10 @@ const ReasonForgedRecord = "ForgedRecord"
 
 // QueueingOff is the value of QueueingLabel that turns queueing off.
 const QueueingOff = "off"
+
+// QueueingKueue is the value of QueueingLabel that hands a namespace's
+// queueing and quota to Kueue.
+const QueueingKueue = "kueue"
 
 // Values of the remediation label and quarantine annotation.
 const (
