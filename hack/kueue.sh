@@ -2,7 +2,7 @@
 # Builds Kueue's controller manager at the version pinned in
 # test/tools/versions.env from the Go module proxy into .cache/kueue/bin
 # (ignored by git), as hack/k8s-tools.sh builds the control plane. The module
-# stays in the Go module cache: test/evaluate applies Kueue's CRDs and webhook
+# stays in the Go module cache: test/kueue applies Kueue's CRDs and webhook
 # manifests from it, at the binary's version. A binary that exists and reports
 # the pinned version is not rebuilt. The first build takes about 3 minutes on
 # 2 cores.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/evaluate"
+	"github.com/rota-sched/rota/test/kueue"
 )
 
 // existingStack is a cluster the evaluation did not start: a platform
@@ -88,7 +89,7 @@ func (s *existingStack) start(ctx context.Context, sc evaluate.Scenario, _ strin
 		lq := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
 			"metadata": map[string]any{"name": localQueue, "namespace": s.namespace(t.Name)},
 			"spec":     map[string]any{"clusterQueue": s.kueueCQ}}}
-		if _, err := dyn.Resource(gvrLQ).Namespace(s.namespace(t.Name)).Create(ctx, lq, metav1.CreateOptions{}); err != nil {
+		if _, err := dyn.Resource(kueue.LocalQueues).Namespace(s.namespace(t.Name)).Create(ctx, lq, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("LocalQueue in %s: %w", s.namespace(t.Name), err)
 		}
 	}

@@ -1,4 +1,4 @@
-package main
+package kueue
 
 import (
 	"os"
@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// KueueVersion is the one hack/kueue.sh builds (test/tools/versions.env).
+// Version is the one hack/kueue.sh builds (test/tools/versions.env).
 func TestKueueVersionPinned(t *testing.T) {
 	env, err := os.ReadFile("../tools/versions.env")
 	if err != nil {
@@ -14,8 +14,8 @@ func TestKueueVersionPinned(t *testing.T) {
 	}
 	for _, line := range strings.Split(string(env), "\n") {
 		if v, ok := strings.CutPrefix(line, "KUEUE_VERSION="); ok {
-			if v != KueueVersion {
-				t.Errorf("versions.env pins Kueue %s; test/evaluate says %s", v, KueueVersion)
+			if v != Version {
+				t.Errorf("versions.env pins Kueue %s; test/kueue says %s", v, Version)
 			}
 			return
 		}

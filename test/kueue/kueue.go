@@ -1,0 +1,405 @@
+// Package kueue runs the real Kueue controller manager beside a local
+// control plane (test/cluster): the binary hack/kueue.sh builds from the Go
+// module proxy at Version, its CRDs and webhook manifests from the module
+// cache at the same version, its webhooks served to the API server by URL
+// with a certificate made here. The evaluation (test/evaluate) runs it as a
+// stack of its own; the scenario tests (test/e2e) run it beside Rota.
+package kueue
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+
+	"github.com/rota-sched/rota/test/cluster"
+)
+
+// Version is the Kueue release run here, built by hack/kueue.sh (make
+// kueue); test/tools/versions.env's KUEUE_VERSION must agree.
+const Version = "v0.17.0"
+
+// ErrNotBuilt: the manager binary or Kueue's source is missing.
+var ErrNotBuilt = errors.New("the Kueue manager is not built")
+
+// Module is where the Go module cache holds Kueue's source: its CRDs and
+// webhook manifests come from there, at the version the binary was built
+// from.
+func Module() (string, error) {
+	out, err := exec.Command("go", "env", "GOMODCACHE").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMODCACHE: %w", err)
+	}
+	dir := filepath.Join(strings.TrimSpace(string(out)), "sigs.k8s.io", "kueue@"+Version)
+	if _, err := os.Stat(filepath.Join(dir, "config", "components", "crd", "bases")); err != nil {
+		return "", fmt.Errorf("%w: Kueue %s's source is not in the module cache (%w): run make kueue", ErrNotBuilt, Version, err)
+	}
+	return dir, nil
+}
+
+// Binary is where hack/kueue.sh puts the manager, under the repository root.
+func Binary(root string) string { return filepath.Join(root, ".cache", "kueue", "bin", "kueue") }
+
+// Namespace is where Kueue runs, as its manifests install it.
+const Namespace = "kueue-system"
+
+// User is the identity the manager authenticates as (its API writes are
+// counted under it).
+const User = "system:serviceaccount:kueue-system:kueue-controller-manager"
+
+// metricsCertDir is the folder Kueue reads its metrics serving certificate
+// from when it does not manage certificates itself; the release hard-codes
+// it.
+const metricsCertDir = "/etc/kueue/metrics/certs"
+
+// The Kueue objects the callers create.
+var (
+	ResourceFlavors = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "resourceflavors"}
+	ClusterQueues   = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "clusterqueues"}
+	LocalQueues     = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "localqueues"}
+	Workloads       = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "workloads"}
+)
+
+// Options configure Start.
+type Options struct {
+	// Root is the repository root (the binary is Binary(Root)).
+	Root string
+	// Dir holds the configuration, certificates and the manager's log.
+	Dir string
+	// Frameworks are the integrations Kueue manages (default batch/job);
+	// "pod" adds plain pods in namespaces labelled
+	// ManagedNamespaceLabel=true (Jobs are managed in every namespace
+	// when they name a LocalQueue).
+	Frameworks []string
+	// Config is appended to the generated configuration (YAML keys of
+	// config.kueue.x-k8s.io/v1beta2 Configuration that it does not set).
+	Config string
+}
+
+// Manager is a running Kueue controller manager.
+type Manager struct {
+	c           *cluster.Cluster
+	proc        *cluster.Process
+	dyn         dynamic.Interface
+	madeCertDir bool
+}
+
+// ManagedNamespaceLabel marks the namespaces whose plain pods Kueue
+// manages (with the "pod" framework).
+const ManagedNamespaceLabel = "kueue-managed"
+
+// Start installs Kueue's CRDs and webhooks on c and starts the manager;
+// it returns once the manager is ready. Stop it with Stop.
+func Start(ctx context.Context, c *cluster.Cluster, o Options) (*Manager, error) {
+	bin := Binary(o.Root)
+	if _, err := os.Stat(bin); err != nil {
+		return nil, fmt.Errorf("%w (%s: run make kueue)", ErrNotBuilt, bin)
+	}
+	mod, err := Module()
+	if err != nil {
+		return nil, err
+	}
+	if len(o.Frameworks) == 0 {
+		o.Frameworks = []string{"batch/job"}
+	}
+	// The CRDs, from the module at the binary's version (server-side: some
+	// are too large for client-side apply's annotation).
+	k8sBin, err := cluster.BinDir()
+	if err != nil {
+		return nil, err
+	}
+	kubectl := filepath.Join(k8sBin, "kubectl")
+	if out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", c.Kubeconfig, "apply", "--server-side",
+		"-f", filepath.Join(mod, "config", "components", "crd", "bases")).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("applying Kueue's CRDs: %w: %s", err, out)
+	}
+	if out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", c.Kubeconfig, "wait", "--for=condition=established",
+		"--timeout=60s", "crd", "--all").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("waiting for Kueue's CRDs: %w: %s", err, out)
+	}
+	if _, err := c.Client().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}},
+		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	m := &Manager{c: c}
+	if m.dyn, err = dynamic.NewForConfig(c.RESTConfig()); err != nil {
+		return nil, err
+	}
+	// Certificates: the webhooks' (served on 127.0.0.1) and the metrics
+	// listener's, which the release reads from a fixed folder.
+	serving, err := cluster.NewServingCert("127.0.0.1", "localhost")
+	if err != nil {
+		return nil, err
+	}
+	certDir := filepath.Join(o.Dir, "kueue-certs")
+	if _, _, _, err := serving.Write(certDir); err != nil {
+		return nil, err
+	}
+	if err := m.metricsCert(serving); err != nil {
+		return nil, err
+	}
+	ports, err := cluster.FreePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	cfgPath := filepath.Join(o.Dir, "kueue-config.yaml")
+	if err := os.WriteFile(cfgPath, []byte(config(ports[0], ports[1], certDir, o.Frameworks)+o.Config), 0o600); err != nil {
+		return nil, err
+	}
+	kubeconfig, err := c.UserKubeconfig(User, "system:masters")
+	if err != nil {
+		return nil, err
+	}
+	m.proc = cluster.NewProcess("kueue", bin, filepath.Join(o.Dir, "kueue.log"),
+		[]string{"--config=" + cfgPath, "--feature-gates=VisibilityOnDemand=false", "--zap-log-level=2"})
+	m.proc.Env = []string{"KUBECONFIG=" + kubeconfig, "POD_NAMESPACE=" + Namespace}
+	if err := m.proc.Start(); err != nil {
+		return nil, err
+	}
+	if err := waitOK(ctx, m.proc, fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1])); err != nil {
+		return m, fmt.Errorf("kueue: %w", err)
+	}
+	if err := m.registerWebhooks(ctx, mod, ports[0], serving.CAPEM, o.Frameworks); err != nil {
+		return m, err
+	}
+	return m, nil
+}
+
+// metricsCert writes the metrics certificate where the release reads it,
+// unless one is there; Stop removes what it wrote.
+func (m *Manager) metricsCert(serving cluster.ServingCert) error {
+	if _, err := os.Stat(filepath.Join(metricsCertDir, cluster.CertFile)); err == nil {
+		return nil
+	}
+	if _, _, _, err := serving.Write(metricsCertDir); err != nil {
+		return fmt.Errorf("kueue %s reads its metrics certificate from %s, which cannot be written here: %w", Version, metricsCertDir, err)
+	}
+	m.madeCertDir = true
+	return nil
+}
+
+// config is the manager's configuration, as Kueue's documentation
+// recommends for batch work of several teams: waitForPodsReady for
+// all-or-nothing starts and fair sharing.
+func config(webhookPort, healthPort int, certDir string, frameworks []string) string {
+	return fmt.Sprintf(`apiVersion: config.kueue.x-k8s.io/v1beta2
+kind: Configuration
+namespace: %s
+health:
+  healthProbeBindAddress: 127.0.0.1:%d
+metrics:
+  bindAddress: "0"
+webhook:
+  host: 127.0.0.1
+  port: %d
+  certDir: %s
+leaderElection:
+  leaderElect: false
+internalCertManagement:
+  enable: false
+managedJobsNamespaceSelector:
+  matchLabels: {%s: "true"}
+waitForPodsReady:
+  timeout: 5m
+  blockAdmission: true
+  requeuingStrategy:
+    timestamp: Eviction
+integrations:
+  frameworks: [%s]
+fairSharing:
+  preemptionStrategies: [LessThanOrEqualToFinalShare, LessThanInitialShare]
+`, Namespace, healthPort, webhookPort, certDir, ManagedNamespaceLabel, strings.Join(quoted(frameworks), ", "))
+}
+
+func quoted(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = fmt.Sprintf("%q", s)
+	}
+	return out
+}
+
+// waitOK polls url until it answers 200 or p exits.
+func waitOK(ctx context.Context, p *cluster.Process, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		resp, err := http.Get(url) //nolint:gosec,noctx // a loopback probe of the harness's own process
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-p.Exited():
+			return fmt.Errorf("exited: %w", p.ExitError())
+		case <-ctx.Done():
+			return fmt.Errorf("not ready at %s: %w", url, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// webhookPaths are the webhook paths of each framework in the release's
+// manifests.
+var webhookPaths = map[string]string{"batch/job": "-batch-v1-job", "pod": "--v1-pod"}
+
+// registerWebhooks registers the webhooks of Kueue's own objects and of the
+// frameworks' objects from the release's manifests, pointing them at the
+// manager by URL with its CA. The others are left out: their integrations
+// are off and nothing serves them.
+func (m *Manager) registerWebhooks(ctx context.Context, mod string, port int, ca []byte, frameworks []string) error {
+	raw, err := os.ReadFile(filepath.Join(mod, "config", "components", "webhook", "manifests.yaml"))
+	if err != nil {
+		return err
+	}
+	keep := func(path string) bool {
+		return strings.Contains(path, "-kueue-x-k8s-io-") || slices.ContainsFunc(frameworks, func(f string) bool {
+			suffix, ok := webhookPaths[f]
+			return ok && strings.HasSuffix(path, suffix)
+		})
+	}
+	url := func(path string) *string { u := fmt.Sprintf("https://127.0.0.1:%d%s", port, path); return &u }
+	// The pod webhook applies to the namespaces Kueue manages plain pods in.
+	podNamespaces := &metav1.LabelSelector{MatchLabels: map[string]string{ManagedNamespaceLabel: "true"}}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
+	client := m.c.Client().AdmissionregistrationV1()
+	for {
+		var doc map[string]any
+		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return fmt.Errorf("kueue's webhook manifests: %w", err)
+		}
+		js, err := yaml.Marshal(doc)
+		if err != nil {
+			return err
+		}
+		switch doc["kind"] {
+		case "MutatingWebhookConfiguration":
+			var w admissionv1.MutatingWebhookConfiguration
+			if err := yaml.Unmarshal(js, &w); err != nil {
+				return err
+			}
+			var hooks []admissionv1.MutatingWebhook
+			for _, h := range w.Webhooks {
+				if h.ClientConfig.Service != nil && keep(*h.ClientConfig.Service.Path) {
+					if strings.HasSuffix(*h.ClientConfig.Service.Path, webhookPaths["pod"]) {
+						h.NamespaceSelector = podNamespaces
+					}
+					h.ClientConfig = admissionv1.WebhookClientConfig{URL: url(*h.ClientConfig.Service.Path), CABundle: ca}
+					hooks = append(hooks, h)
+				}
+			}
+			w.Name, w.Webhooks = "kueue-mutating", hooks
+			if _, err := client.MutatingWebhookConfigurations().Create(ctx, &w, metav1.CreateOptions{}); err != nil {
+				return err
+			}
+		case "ValidatingWebhookConfiguration":
+			var w admissionv1.ValidatingWebhookConfiguration
+			if err := yaml.Unmarshal(js, &w); err != nil {
+				return err
+			}
+			var hooks []admissionv1.ValidatingWebhook
+			for _, h := range w.Webhooks {
+				if h.ClientConfig.Service != nil && keep(*h.ClientConfig.Service.Path) {
+					if strings.HasSuffix(*h.ClientConfig.Service.Path, webhookPaths["pod"]) {
+						h.NamespaceSelector = podNamespaces
+					}
+					h.ClientConfig = admissionv1.WebhookClientConfig{URL: url(*h.ClientConfig.Service.Path), CABundle: ca}
+					hooks = append(hooks, h)
+				}
+			}
+			w.Name, w.Webhooks = "kueue-validating", hooks
+			if _, err := client.ValidatingWebhookConfigurations().Create(ctx, &w, metav1.CreateOptions{}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Create creates a Kueue object from YAML (cluster-scoped when namespace
+// is ""), retrying for a few seconds: the webhooks may need a moment after
+// the manager says ready.
+func (m *Manager) Create(ctx context.Context, gvr schema.GroupVersionResource, namespace, doc string) error {
+	var obj unstructured.Unstructured
+	if err := yaml.Unmarshal([]byte(doc), &obj.Object); err != nil {
+		return fmt.Errorf("%s: %w", gvr.Resource, err)
+	}
+	var err error
+	for range 20 {
+		if namespace == "" {
+			_, err = m.dyn.Resource(gvr).Create(ctx, &obj, metav1.CreateOptions{})
+		} else {
+			_, err = m.dyn.Resource(gvr).Namespace(namespace).Create(ctx, &obj, metav1.CreateOptions{})
+		}
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("creating %s %s: %w", gvr.Resource, obj.GetName(), err)
+}
+
+// Dynamic is a dynamic client of the cluster, for reading Kueue's objects.
+func (m *Manager) Dynamic() dynamic.Interface { return m.dyn }
+
+// PID is the manager's process ID, 0 when it is not running.
+func (m *Manager) PID() int {
+	if m == nil || m.proc == nil || !m.proc.Running() {
+		return 0
+	}
+	return m.proc.PID()
+}
+
+// Stop stops the manager, removes its webhook configurations (nothing
+// would answer them: with their failure policy the API server would refuse
+// every Job) and the metrics certificate Start wrote. Kueue's CRDs and
+// objects stay.
+func (m *Manager) Stop() error {
+	if m == nil {
+		return nil
+	}
+	var errs []error
+	if m.proc != nil {
+		errs = append(errs, m.proc.Stop(10*time.Second))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	reg := m.c.Client().AdmissionregistrationV1()
+	if err := reg.MutatingWebhookConfigurations().Delete(ctx, "kueue-mutating", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, err)
+	}
+	if err := reg.ValidatingWebhookConfigurations().Delete(ctx, "kueue-validating", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, err)
+	}
+	if m.madeCertDir {
+		errs = append(errs, os.RemoveAll(filepath.Dir(filepath.Dir(metricsCertDir))))
+	}
+	return errors.Join(errs...)
+}
