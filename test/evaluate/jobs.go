@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"strconv"
 
@@ -31,6 +32,9 @@ type shape struct {
 	// labels and suspend are what the stack's queue wants on a Job.
 	labels  map[string]string
 	suspend bool
+	// gangAnnotations go on a gang's pod template (Kueue's topology
+	// request).
+	gangAnnotations map[string]string
 }
 
 // held is what one pod of j holds on a stack of this shape.
@@ -63,6 +67,9 @@ func jobObject(j evaluate.Job, namespace string, s shape, image string, names co
 	if j.Gang() && s.gangLabels {
 		podLabels[names.GangLabel] = j.Name
 		podAnn = map[string]string{names.GangSizeAnnotation: strconv.Itoa(j.Pods)}
+	}
+	if j.Gang() && len(s.gangAnnotations) > 0 {
+		podAnn = maps.Clone(s.gangAnnotations)
 	}
 	for k, v := range s.labels {
 		labels[k] = v

@@ -13,9 +13,12 @@ import (
 // recommends for batch work of several teams, beside the default
 // kube-scheduler: a ClusterQueue per team with the team's guarantee as its
 // nominal quota, all in one cohort with a ClusterQueue holding the shared
-// pool, fair sharing on, waitForPodsReady for all-or-nothing starts, and
-// the Job webhooks served to the API server by URL with a certificate made
-// here. Whole GPUs only, as with NVIDIA's device plugin.
+// pool, fair sharing on, waitForPodsReady for all-or-nothing starts,
+// topology-aware scheduling on the same rack labels Rota's tiers use (a
+// Topology of racks and hosts, the flavor on it; a gang prefers one rack,
+// as Rota's gangs take the smallest tier that holds them), and the Job
+// webhooks served to the API server by URL with a certificate made here.
+// Whole GPUs only, as with NVIDIA's device plugin.
 type kueueStack struct {
 	root string
 	stockStack
@@ -45,7 +48,23 @@ const localQueue = "team"
 // namespace.
 func (s *kueueStack) queues(ctx context.Context, sc evaluate.Scenario) error {
 	m := s.manager
-	if err := m.Create(ctx, kueue.ResourceFlavors, "", "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ResourceFlavor\nmetadata: {name: default}\n"); err != nil {
+	if err := m.Create(ctx, kueue.Topologies, "", fmt.Sprintf(`apiVersion: kueue.x-k8s.io/v1beta2
+kind: Topology
+metadata: {name: racks}
+spec:
+  levels:
+  - {nodeLabel: %s}
+  - {nodeLabel: kubernetes.io/hostname}
+`, rackLabel)); err != nil {
+		return err
+	}
+	if err := m.Create(ctx, kueue.ResourceFlavors, "", fmt.Sprintf(`apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: default}
+spec:
+  nodeLabels: {%s: gpu}
+  topologyName: racks
+`, poolLabel)); err != nil {
 		return err
 	}
 	cq := func(name string, gpus, borrow int64) string {
@@ -87,7 +106,8 @@ spec:
 }
 
 func (s *kueueStack) shape() shape {
-	return shape{labels: map[string]string{"kueue.x-k8s.io/queue-name": localQueue}}
+	return shape{labels: map[string]string{"kueue.x-k8s.io/queue-name": localQueue},
+		gangAnnotations: map[string]string{"kueue.x-k8s.io/podset-preferred-topology": rackLabel}}
 }
 
 func (s *kueueStack) pids() map[string]int {

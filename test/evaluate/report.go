@@ -147,7 +147,8 @@ func (r *report) markdownHeader() string {
 	b.WriteString("Checks: every run is checked from its own record, the same way for every stack (no node over its GPUs, " +
 		"no team over its guarantee and the shared pool); Rota's runs also by its invariant checker and for whole gangs. " +
 		"Whole gangs are not checked for stock (kube-scheduler places a Job's pods one by one) nor for Kueue (it admits a " +
-		"Job's quota whole and waitForPodsReady evicts a Job whose pods do not all start; where they go is kube-scheduler's).\n\n")
+		"Job's quota whole, its topology-aware scheduling picks every pod's node, and waitForPodsReady evicts a Job whose pods " +
+		"do not all start; the record does not show a gang's pods as one unit to check).\n\n")
 	return b.String()
 }
 

@@ -47,8 +47,11 @@ func rackOf(sc evaluate.Scenario, i int) string {
 	return fmt.Sprintf("rack-%d", i/max(sc.Cluster.RackSize, 1))
 }
 
-// rackLabel is the leaf tier label every stack's nodes carry.
+// rackLabel is the leaf tier label every stack's nodes carry; poolLabel
+// marks them all as the GPU nodes (Kueue's flavor selects them by it).
 var rackLabel = names.Domain + "/leaf"
+
+const poolLabel = "rota.eval/pool"
 
 // createTeams makes a namespace per team and the high PriorityClass.
 func createTeams(ctx context.Context, c kubernetes.Interface, sc evaluate.Scenario, ns func(string) string, labels func(team string) map[string]string) error {
@@ -104,7 +107,7 @@ func (s *stockStack) startCluster(ctx context.Context, sc evaluate.Scenario, dir
 		capacity := map[string]string{"cpu": strconv.FormatInt(sc.Cluster.CPUMilli/1000, 10),
 			"memory": fmt.Sprintf("%dMi", sc.Cluster.HostMiB), "pods": "110",
 			names.GPU: strconv.Itoa(sc.Cluster.GPUsPerNode)}
-		if _, err := c.CreateNode(ctx, nodeName(i), map[string]string{rackLabel: rackOf(sc, i)}, capacity); err != nil {
+		if _, err := c.CreateNode(ctx, nodeName(i), map[string]string{rackLabel: rackOf(sc, i), poolLabel: "gpu"}, capacity); err != nil {
 			return err
 		}
 	}

@@ -76,6 +76,7 @@ var (
 	ClusterQueues   = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "clusterqueues"}
 	LocalQueues     = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "localqueues"}
 	Workloads       = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "workloads"}
+	Topologies      = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "topologies"}
 )
 
 // Options configure Start.
@@ -86,8 +87,8 @@ type Options struct {
 	Dir string
 	// Frameworks are the integrations Kueue manages (default batch/job);
 	// "pod" adds plain pods in namespaces labelled
-	// ManagedNamespaceLabel=true (Jobs are managed in every namespace
-	// when they name a LocalQueue).
+	// ManagedNamespaceLabel=true (its webhook is called for those only).
+	// Any workload that names a LocalQueue is managed.
 	Frameworks []string
 	// Config is appended to the generated configuration (YAML keys of
 	// config.kueue.x-k8s.io/v1beta2 Configuration that it does not set).
@@ -216,7 +217,8 @@ leaderElection:
 internalCertManagement:
   enable: false
 managedJobsNamespaceSelector:
-  matchLabels: {%s: "true"}
+  matchExpressions:
+  - {key: kubernetes.io/metadata.name, operator: NotIn, values: [kube-system, %s]}
 waitForPodsReady:
   timeout: 5m
   blockAdmission: true
@@ -226,7 +228,7 @@ integrations:
   frameworks: [%s]
 fairSharing:
   preemptionStrategies: [LessThanOrEqualToFinalShare, LessThanInitialShare]
-`, Namespace, healthPort, webhookPort, certDir, ManagedNamespaceLabel, strings.Join(quoted(frameworks), ", "))
+`, Namespace, healthPort, webhookPort, certDir, Namespace, strings.Join(quoted(frameworks), ", "))
 }
 
 func quoted(ss []string) []string {
