@@ -97,8 +97,9 @@ manifests: helm ## render deploy/rota.yaml (plain manifests) from charts/rota
 	   .cache/k8s/bin/helm template rota charts/rota --namespace rota-system --kube-version 1.37.2 \
 	     --set admission.certManager.enabled=true --set recordsKey.generate=false; } > deploy/rota.yaml
 
-demo: build k8s-tools ## the main job: a local control plane with Rota and simulated GPU nodes, replaying a trace
+demo: build k8s-tools ## the main job: Rota on a local control plane with simulated GPU nodes (queue, reservation, backfill, shares), then the evaluation's short mixed scenario
 	$(GO) run ./test/demo $(if $(KEEP),-keep)
+	$(if $(KEEP),,$(GO) run ./test/evaluate -size small -scenarios mixed -stacks rota -out out/demo/evaluation)
 
 clean:
 	rm -rf $(BIN)

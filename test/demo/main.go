@@ -1,12 +1,16 @@
 // Command demo is `make demo`: it starts the local control plane (etcd,
-// kube-apiserver, kube-scheduler) with Rota (rota-extender, rota-admission,
-// rota-device-plugin on some nodes) and a mixed fleet of simulated GPU
-// nodes, replays a time-compressed slice of the Alibaba openb trace
-// (testdata/demo), adds an 8-pod training gang and a team that asks for
-// more than its quota, prints progress as it goes, and ends with a report:
-// pods placed, GPU memory allocated per model, fragmentation, waits, why
-// every pending pod is pending, the webhook's denials, and the invariant
-// checker's verdict.
+// kube-apiserver, kube-scheduler) with Rota as the chart installs it, queue
+// on (rota-extender, rota-admission with its queueing webhook,
+// rota-device-plugin on some nodes), and a mixed fleet of simulated GPU
+// nodes. It replays a time-compressed slice of the Alibaba openb trace
+// (testdata/demo) of memory shares and whole GPUs; beside it the training
+// team's 64-GPU gang waits for its leaf with a reservation while short
+// work declaring its runtime backfills the held GPUs, and team interns
+// asks for more than its quota and is queued with positions. It prints
+// each step as it happens and ends with a report: pods placed, GPU memory
+// allocated per model, fragmentation, waits, why every pending pod is
+// pending, the webhook's denials, and the invariant checker's verdict.
+// (`make demo` then runs the evaluation's short mixed scenario on Rota.)
 //
 //	go run ./test/demo [-keep] [-replay 75s]
 //
@@ -29,12 +33,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
 	"github.com/rota-sched/rota/admission/config"
 	"github.com/rota-sched/rota/pkg/quota"
+	"github.com/rota-sched/rota/test/cluster"
 	"github.com/rota-sched/rota/test/e2e/harness"
 )
 
@@ -43,13 +48,17 @@ const (
 	traceNS    = "openb"
 	trainNS    = "training"
 	internNS   = "interns"
+	// poolLabel marks the training team's dedicated nodes, which also
+	// carry the taint dedicatedTaint=training:NoSchedule.
+	poolLabel      = "rota.demo/pool"
+	dedicatedTaint = "rota.demo/dedicated"
 )
 
 // demoQuota: the trace's namespace belongs to no team (unlimited); the
-// training team may hold 16 GPUs; interns 2 GPUs and 16 GiB of shares.
+// training team may hold 128 GPUs; interns 2 GPUs and 16 GiB of shares.
 const demoQuota = `teams:
   training:
-    gpus: 16
+    gpus: 128
   interns:
     gpus: 2
     gpuMemoryGiB: 16
@@ -58,14 +67,17 @@ unknownTeams: unlimited
 `
 
 // The fleet: two leaves; H100 and H200 nodes of 8 GPUs in two NVLink
-// islands of 4, and T4 nodes of 4 GPUs without NVLink. One node of each
-// model runs a real rota-device-plugin; the rest publish directly.
+// islands of 4, and T4 nodes of 4 GPUs without NVLink. Leaf a's eight H100
+// nodes are the training team's (labelled and tainted); the trace runs on
+// the rest. One node of each model runs a real rota-device-plugin; the rest
+// publish directly.
 var fleet = []model{
-	{Name: "H100", MemGiB: 80, Nodes: 2, Leaves: []string{"leaf-a", "leaf-b"}, CPU: "128", Mem: "2Ti",
-		Spec: harness.GPUNodeSpec{Model: "NVIDIA H100 80GB HBM3", Count: 8, MemoryMiB: 80 * 1024, IslandSize: 4, NUMA: 2}},
-	{Name: "H200", MemGiB: 141, Nodes: 2, Leaves: []string{"leaf-a", "leaf-b"}, CPU: "128", Mem: "2Ti",
+	{Name: "H100", MemGiB: 80, Nodes: 10, Dedicated: 8, CPU: "128", Mem: "2Ti",
+		Leaves: []string{"leaf-a", "leaf-a", "leaf-a", "leaf-a", "leaf-a", "leaf-a", "leaf-a", "leaf-a", "leaf-b", "leaf-b"},
+		Spec:   harness.GPUNodeSpec{Model: "NVIDIA H100 80GB HBM3", Count: 8, MemoryMiB: 80 * 1024, IslandSize: 4, NUMA: 2}},
+	{Name: "H200", MemGiB: 141, Nodes: 2, Leaves: []string{"leaf-b", "leaf-b"}, CPU: "128", Mem: "2Ti",
 		Spec: harness.GPUNodeSpec{Model: "NVIDIA H200 141GB HBM3e", Count: 8, MemoryMiB: 141 * 1024, IslandSize: 4, NUMA: 2}},
-	{Name: "T4", MemGiB: 15, Nodes: 4, Leaves: []string{"leaf-a", "leaf-a", "leaf-b", "leaf-b"}, CPU: "48", Mem: "384Gi",
+	{Name: "T4", MemGiB: 15, Nodes: 4, Leaves: []string{"leaf-b", "leaf-b", "leaf-b", "leaf-b"}, CPU: "48", Mem: "384Gi",
 		Spec: harness.GPUNodeSpec{Model: "Tesla T4", Count: 4, MemoryMiB: 15 * 1024}},
 }
 
@@ -88,6 +100,7 @@ type demo struct {
 	rows    []*traceRow
 	tracker *tracker
 	quota   quota.Config
+	steps   *steps
 
 	mu      sync.Mutex
 	denials []string
@@ -116,8 +129,8 @@ func run(keep bool, tracePath string, replay, minLife time.Duration) (err error)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	d.logf("starting etcd, kube-apiserver, rota-extender, rota-admission, kube-scheduler")
-	d.env, err = harness.Start(ctx, harness.Options{Quota: demoQuota, RemoveDir: !keep, Logf: d.logf})
+	d.logf("starting etcd, kube-apiserver, rota-extender, rota-admission (queue on), kube-scheduler")
+	d.env, err = harness.Start(ctx, harness.Options{Quota: demoQuota, Queueing: true, RemoveDir: !keep, Logf: d.logf})
 	if err != nil {
 		return err
 	}
@@ -143,10 +156,19 @@ func run(keep bool, tracePath string, replay, minLife time.Duration) (err error)
 	if d.tracker, err = startTracker(ctx, d.env); err != nil {
 		return err
 	}
+	// The training and interns pods sleep for their runtime; on the
+	// simulated nodes the Sleeper ends them when it is over.
+	sleeper := cluster.NewSleeper(d.env.Client, func(node string) bool { return d.env.GPUNode(node) != nil })
+	if err := sleeper.Start(ctx); err != nil {
+		return err
+	}
+	d.steps = newSteps(d)
+	go d.steps.watch(ctx)
 	if err := d.replay(ctx, replay); err != nil {
 		return err
 	}
 	d.settle(ctx)
+	d.steps.stop()
 	return d.report(ctx)
 }
 
@@ -159,6 +181,9 @@ func (d *demo) createFleet(ctx context.Context) error {
 			s := m.Spec
 			s.Name = fmt.Sprintf("%s-%d", strings.ToLower(m.Name), i)
 			s.Labels = map[string]string{modelLabel: m.Name, d.env.Names.Domain + "/leaf": m.Leaves[i]}
+			if i < m.Dedicated {
+				s.Labels[poolLabel] = trainNS
+			}
 			s.CPU, s.Memory = m.CPU, m.Mem
 			s.Plugin = i == 0
 			specs = append(specs, s)
@@ -168,18 +193,42 @@ func (d *demo) createFleet(ctx context.Context) error {
 	if _, err := d.env.AddGPUNodes(ctx, specs...); err != nil {
 		return err
 	}
-	d.logf("fleet ready: %s; leaves leaf-a and leaf-b; h100-0, h200-0 and t4-0 run rota-device-plugin, the others publish their topology directly",
-		strings.Join(desc, ", "))
+	for _, s := range specs {
+		if s.Labels[poolLabel] == "" {
+			continue
+		}
+		if err := d.taint(ctx, s.Name); err != nil {
+			return err
+		}
+	}
+	d.logf("fleet ready: %s; leaves leaf-a and leaf-b; leaf-a's 8 H100 nodes are the training team's (label %s=training, taint %s=training:NoSchedule); "+
+		"h100-0, h200-0 and t4-0 run rota-device-plugin, the others publish their topology directly",
+		strings.Join(desc, ", "), poolLabel, dedicatedTaint)
 	return nil
 }
 
+// taint gives a node the training pool's NoSchedule taint.
+func (d *demo) taint(ctx context.Context, name string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := d.env.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: dedicatedTaint, Value: trainNS, Effect: corev1.TaintEffectNoSchedule})
+		_, err = d.env.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+// event is something the replay does at a time from its start.
+type event struct {
+	at time.Duration
+	do func()
+}
+
 // replay creates and deletes the trace's pods at their compressed times,
-// and adds the training gang and the interns' pods on the way.
+// and adds the training team's and the interns' pods on the way.
 func (d *demo) replay(ctx context.Context, replay time.Duration) error {
-	type event struct {
-		at time.Duration
-		do func()
-	}
 	var evs []event
 	for _, r := range d.rows {
 		evs = append(evs, event{at: r.CreateAt, do: func() { d.createRow(ctx, r) }})
@@ -187,8 +236,8 @@ func (d *demo) replay(ctx context.Context, replay time.Duration) error {
 			evs = append(evs, event{at: r.DeleteAt, do: func() { d.deleteRow(ctx, r) }})
 		}
 	}
-	evs = append(evs, event{at: replay / 3, do: func() { d.submitGang(ctx) }},
-		event{at: replay / 2, do: func() { d.submitInterns(ctx) }})
+	evs = append(evs, d.trainingEvents(ctx)...)
+	evs = append(evs, event{at: replay / 2, do: func() { d.submitInterns(ctx) }})
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at < evs[j].at })
 
 	counts := map[string]int{}
@@ -250,41 +299,6 @@ func (d *demo) deny(pod string, err error) {
 	d.logf("denied %s: %s", pod, msg)
 }
 
-// submitGang creates an 8-pod training gang of 2 whole GPUs each.
-func (d *demo) submitGang(ctx context.Context) {
-	d.logf("submitting gang training/llm-train: 8 pods x 2 GPUs, all or nothing")
-	for i := range 8 {
-		name := fmt.Sprintf("llm-train-%d", i)
-		d.tracker.created(trainNS, name)
-		p := harness.Pod(trainNS, name).Gang("llm-train", 8).GPUs(2).CPU("8").Obj()
-		if _, err := d.env.CreatePod(ctx, p); err != nil {
-			d.deny(trainNS+"/"+name, err)
-		}
-	}
-}
-
-// submitInterns: team interns (quota 2 GPUs) asks for 4, and one intern
-// writes a memory share in bytes.
-func (d *demo) submitInterns(ctx context.Context) {
-	d.logf("team interns (quota 2 GPUs, 16 GiB) submits 4 one-GPU pods and a share written as 20Gi")
-	for i := range 4 {
-		name := fmt.Sprintf("notebook-%d", i)
-		d.tracker.created(internNS, name)
-		if _, err := d.env.CreatePod(ctx, harness.Pod(internNS, name).GPUs(1).Obj()); err != nil {
-			d.deny(internNS+"/"+name, err)
-		}
-	}
-	p := harness.Pod(internNS, "bytes-share").Obj()
-	q := resource.MustParse("20Gi")
-	p.Spec.Containers[0].Resources = corev1.ResourceRequirements{
-		Limits:   corev1.ResourceList{corev1.ResourceName(d.env.Names.GPUMemory): q},
-		Requests: corev1.ResourceList{corev1.ResourceName(d.env.Names.GPUMemory): q},
-	}
-	if _, err := d.env.CreatePod(ctx, p); err != nil {
-		d.deny(internNS+"/bytes-share", err)
-	}
-}
-
 // progress prints one line: pods by state and GPU use per model.
 func (d *demo) progress(ctx context.Context) {
 	u, err := d.usage(ctx)
@@ -308,15 +322,18 @@ func (d *demo) denialsCopy() []string {
 	return append([]string(nil), d.denials...)
 }
 
-// settle waits until the bound count stops changing for 5s (at most 30s).
+// settle waits until the training and interns work has all started and
+// the bound count has stopped changing for 5s (at most 90s).
 func (d *demo) settle(ctx context.Context) {
-	d.logf("replay done; waiting for the scheduler to settle")
+	d.logf("replay done; waiting for the training and interns work to start and the scheduler to settle")
 	last, since := -1, time.Now()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		u, err := d.usage(ctx)
 		if err == nil {
-			if u.running+u.bound != last {
+			if !d.steps.settled(ctx) {
+				since = time.Now()
+			} else if u.running+u.bound != last {
 				last, since = u.running+u.bound, time.Now()
 			} else if time.Since(since) > 5*time.Second {
 				return

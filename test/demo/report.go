@@ -145,18 +145,18 @@ func (d *demo) report(ctx context.Context) error {
 	created, finished := d.tracker.counts()
 	waits, placed := d.tracker.waits()
 	denied := len(d.denialsCopy())
-	fmt.Printf("Pods: %d submitted (openb trace: %d GPU shares, %d whole-GPU, %d CPU-only; gang: 8; interns: 5), %d denied at admission;\n"+
-		"      %d placed (%.0f%% of admitted), %d finished by the replay; now %d running, %d pending.\n",
-		created, kinds["share"], kinds["whole"], kinds["cpu"], denied, placed, pct(int64(placed), int64(created-denied)), finished,
-		u.running+u.bound, u.pending)
-	gang, _ := d.env.Pods(ctx, trainNS)
-	gangNodes := map[string]int{}
-	for _, p := range gang {
-		if p.Spec.NodeName != "" {
-			gangNodes[p.Spec.NodeName]++
-		}
+	training := 0
+	for _, w := range trainingWork {
+		training += w.count
 	}
-	fmt.Printf("Gang training/llm-train (8 x 2 GPUs): %d of %d members bound, on %s.\n", countBound(gang), len(gang), fmtCounts(gangNodes))
+	fmt.Printf("Pods: %d submitted (openb trace: %d GPU shares, %d whole-GPU, %d CPU-only; training: %d; interns: %d), %d denied at admission;\n"+
+		"      %d placed (%.0f%% of admitted), %d finished by the replay; now %d running, %d pending.\n",
+		created, kinds["share"], kinds["whole"], kinds["cpu"], training, notebooks+1, denied, placed, pct(int64(placed), int64(created-denied)), finished,
+		u.running+u.bound, u.pending)
+	fmt.Println("Queue (team quota, reservation, backfill):")
+	for _, l := range d.steps.summary() {
+		fmt.Printf("  %s\n", l)
+	}
 
 	// GPU memory and fragmentation.
 	fmt.Println("GPU memory allocated now, per model (a whole GPU counts as all of its memory):")
@@ -184,7 +184,8 @@ func (d *demo) report(ctx context.Context) error {
 	}
 
 	// Pending pods and why.
-	fmt.Printf("Pending pods and why (newest FailedScheduling message of each; %d pods):\n", len(u.pendingPods))
+	fmt.Printf("Pending pods and why (a queued pod's %s condition, otherwise its newest FailedScheduling message; %d pods):\n",
+		d.env.Names.QueuedCondition, len(u.pendingPods))
 	reasons := map[string][]string{}
 	events := map[string]map[string][]corev1.Event{}
 	for _, p := range u.pendingPods {
@@ -196,6 +197,9 @@ func (d *demo) report(ctx context.Context) error {
 		msg := "(no FailedScheduling event yet)"
 		if evs := events[p.Namespace][p.Name]; len(evs) > 0 {
 			msg = evs[len(evs)-1].Message
+		}
+		if q, queued := d.steps.queuedMsg(&p); queued {
+			msg = "queued: " + q
 		}
 		reasons[msg] = append(reasons[msg], p.Namespace+"/"+p.Name)
 	}
@@ -226,16 +230,6 @@ func (d *demo) report(ctx context.Context) error {
 	}
 	fmt.Printf("Invariant checker: %d VIOLATIONS:\n%s\n", len(vs), invariant.Summary(vs))
 	return fmt.Errorf("%d invariant violations", len(vs))
-}
-
-func countBound(pods []corev1.Pod) int {
-	n := 0
-	for _, p := range pods {
-		if p.Spec.NodeName != "" {
-			n++
-		}
-	}
-	return n
 }
 
 func fmtCounts(m map[string]int) string {

@@ -88,12 +88,15 @@ func readTrace(path string) ([]*traceRow, error) {
 
 // model is one GPU model of the demo fleet.
 type model struct {
-	Name     string // short name, also the rota.demo/gpu-model label value
-	Spec     harness.GPUNodeSpec
-	MemGiB   int64
-	Nodes    int
-	Leaves   []string // leaf of each node
-	CPU, Mem string
+	Name   string // short name, also the rota.demo/gpu-model label value
+	Spec   harness.GPUNodeSpec
+	MemGiB int64
+	Nodes  int
+	// Dedicated is how many of the model's first nodes are the training
+	// team's pool.
+	Dedicated int
+	Leaves    []string // leaf of each node
+	CPU, Mem  string
 }
 
 // plan maps rows to pods and compresses the trace's times into replay.

@@ -22,6 +22,7 @@ import (
 
 	"github.com/rota-sched/rota/deviceplugin/kubeletstub"
 	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/podreq"
 )
 
 // ContainerAllocation is one Allocate call the kubelet stand-in made.
@@ -54,7 +55,9 @@ type PodAllocation struct {
 // orders them), and only then is reported Running; a failed Allocate fails
 // the pod (phase Failed, reason UnexpectedAdmissionError), as the kubelet's
 // admission does. Pods on nodes without a plugin become Running at once. A
-// pod being deleted is deleted for good and its devices are released.
+// pod that has ended (Succeeded or Failed) has its devices released, as the
+// kubelet's device manager does once it is no longer active; a pod being
+// deleted is deleted for good and its devices are released.
 //
 // A Kubelet is safe for concurrent use.
 type Kubelet struct {
@@ -170,7 +173,7 @@ func (k *Kubelet) start(ctx context.Context) error {
 		if !ok || k.node(pod.Spec.NodeName) == nil {
 			return
 		}
-		if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodPending || pod.Status.Phase == "" {
+		if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodPending || pod.Status.Phase == "" || podreq.Terminal(pod) {
 			k.queue.Add(types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name})
 		}
 	}
@@ -253,6 +256,13 @@ func (k *Kubelet) sync(ctx context.Context, key types.NamespacedName) error {
 			return nil
 		}
 		return err
+	}
+	if podreq.Terminal(pod) {
+		// The kubelet's device manager frees the devices of a pod whose
+		// containers have ended (it is no longer an active pod), before the
+		// pod is deleted: the next pod bound there gets them.
+		k.release(pod.UID)
+		return nil
 	}
 	if pod.Status.Phase != corev1.PodPending && pod.Status.Phase != "" {
 		return nil
