@@ -1,6 +1,7 @@
 package report
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -78,7 +79,8 @@ func TestWhyGatedElsewhere(t *testing.T) {
 		}
 		return p
 	}
-	c := Build(Input{Pods: []corev1.Pod{pod("kueue", "kueue.x-k8s.io/admission"), pod("tas", "kueue.x-k8s.io/topology"),
+	kq := corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kq", Labels: map[string]string{n.TeamLabel: "vision", n.QueueingLabel: "kueue"}}}
+	c := Build(Input{Namespaces: []corev1.Namespace{kq}, Pods: []corev1.Pod{pod("kueue", "kueue.x-k8s.io/admission"), pod("tas", "kueue.x-k8s.io/topology"),
 		pod("other", "example.org/wait")}}, o)
 	for name, want := range map[string]string{
 		"kueue": "held by Kueue (scheduling gate kueue.x-k8s.io/admission)",
@@ -91,6 +93,12 @@ func TestWhyGatedElsewhere(t *testing.T) {
 		}
 		if !strings.Contains(w.Summary, want) {
 			t.Errorf("WhyPod(%s) summary %q, want %q", name, w.Summary, want)
+		}
+		if !strings.Contains(w.Quota.Note, "Kueue's ClusterQueue is its quota") {
+			t.Errorf("WhyPod(%s) quota note %q, want Kueue's ClusterQueue named as the quota", name, w.Quota.Note)
+		}
+		if slices.ContainsFunc(w.Notes, func(s string) bool { return strings.Contains(s, "no FailedScheduling event") }) {
+			t.Errorf("WhyPod(%s) notes %q: a gated pod is not tried by the scheduler", name, w.Notes)
 		}
 	}
 }

@@ -173,6 +173,11 @@ func (c *Cluster) why(p *corev1.Pod, listMembers bool) Why {
 	} else {
 		w.Admitted = adm
 	}
+	if c.nsLabels[p.Namespace][c.o.Names.QueueingLabel] == contract.QueueingKueue && w.Admitted == nil {
+		// Kueue queues the namespace: its ClusterQueue is the quota.
+		w.Quota = TeamQuota{Team: w.Team, State: StateNotCharged, Note: fmt.Sprintf(
+			"namespace %s is labelled %s=%s: Kueue's ClusterQueue is its quota, not Rota's", p.Namespace, c.o.Names.QueueingLabel, contract.QueueingKueue)}
+	}
 	wants := podreq.Wants(p, c.o.Names)
 	r, reqErr := podreq.FromPod(p, podreq.Options{Names: c.o.Names, MemoryUnitMiB: c.o.MemoryUnitMiB})
 	switch {
@@ -272,7 +277,7 @@ func (c *Cluster) why(p *corev1.Pod, listMembers bool) Why {
 			w.Summary = "waiting for GPUs: " + firstOr(fa.Hints, "no node fits")
 		}
 	}
-	if p.Spec.NodeName == "" && !podreq.Terminal(p) && wants && len(w.Decisions) == 0 {
+	if p.Spec.NodeName == "" && !podreq.Terminal(p) && wants && len(w.Decisions) == 0 && len(p.Spec.SchedulingGates) == 0 {
 		w.Notes = append(w.Notes, "no FailedScheduling event: the scheduler has not tried this pod yet, or its events expired (the API server keeps them for 1h by default)")
 	}
 	if p.Spec.SchedulerName != "" && p.Spec.SchedulerName != corev1.DefaultSchedulerName && p.Spec.NodeName == "" {

@@ -150,8 +150,10 @@ spec:
 		t.Fatalf("kubectl rota why notebook: %v\n%s", err, out)
 	}
 	t.Logf("kubectl rota why notebook:\n%s", out)
-	if !strings.Contains(string(out), "held by Kueue (scheduling gate kueue.x-k8s.io/admission)") {
-		t.Errorf("kubectl rota why notebook does not say Kueue holds it:\n%s", out)
+	for _, want := range []string{"held by Kueue (scheduling gate kueue.x-k8s.io/admission)", "Kueue's ClusterQueue is its quota"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("kubectl rota why notebook does not say %q:\n%s", want, out)
+		}
 	}
 
 	// Two Jobs of 2 shares of 20 GiB each: 80 GiB against Kueue's 40.
