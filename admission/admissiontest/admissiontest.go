@@ -75,6 +75,11 @@ func (p *PodBuilder) Phase(ph corev1.PodPhase) *PodBuilder { return p.with(p.b.P
 // UID sets the UID ("" clears it).
 func (p *PodBuilder) UID(uid string) *PodBuilder { return p.with(p.b.UID(uid)) }
 
+// ControlledBy sets the pod's controller (fixture.PodBuilder.ControlledBy).
+func (p *PodBuilder) ControlledBy(apiVersion, kind, name, uid string) *PodBuilder {
+	return p.with(p.b.ControlledBy(apiVersion, kind, name, uid))
+}
+
 // Gated adds Rota's queue gate, as the mutating webhook does.
 func (p *PodBuilder) Gated() *PodBuilder { return p.with(p.b.Gated()) }
 

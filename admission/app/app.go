@@ -7,10 +7,13 @@ import (
 	"net"
 	"net/http"
 	"sync/atomic"
+	"time"
 
+	gocache "github.com/patrickmn/go-cache"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -104,7 +107,7 @@ func NewForClient(ctx context.Context, cfg config.Config, client kubernetes.Inte
 		InFlightTTL: cfg.InFlightTTL, ConfigSource: source})
 	active := new(atomic.Bool)
 	wo := webhook.Options{Names: names, View: v, Active: active.Load,
-		Namespaces: namespaceGetter{client}, Metrics: webhook.NewMetrics(reg),
+		Namespaces: namespaceGetter{client}, Jobs: newJobGetter(client), Metrics: webhook.NewMetrics(reg),
 		QueueControllers: cfg.QueueControllerUsers()}
 	reg.MustRegister(view.NewCollector(v), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "rota_admission_active",
@@ -268,6 +271,34 @@ func stripManagedFields(obj any) (any, error) {
 		o.SetManagedFields(nil)
 	}
 	return obj, nil
+}
+
+// jobGetter reads the Jobs that control new pods, for the gangs their
+// shape makes. A Job's pods are created together, so one read serves them
+// all: Jobs are kept for jobCacheTTL, by namespace, name and UID.
+type jobGetter struct {
+	client kubernetes.Interface
+	cache  *gocache.Cache
+}
+
+const jobCacheTTL = 30 * time.Second
+
+func newJobGetter(client kubernetes.Interface) *jobGetter {
+	return &jobGetter{client: client, cache: gocache.New(jobCacheTTL, time.Minute)}
+}
+
+func (g *jobGetter) Job(ctx context.Context, namespace, name, uid string) (*batchv1.Job, error) {
+	key := namespace + "/" + name + "/" + uid
+	if j, ok := g.cache.Get(key); ok {
+		return j.(*batchv1.Job), nil
+	}
+	j, err := g.client.BatchV1().Jobs(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	j.ManagedFields = nil
+	g.cache.SetDefault(namespace+"/"+name+"/"+string(j.UID), j)
+	return j, nil
 }
 
 // namespaceGetter reads namespaces for the webhook.

@@ -11,7 +11,11 @@ import (
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	at "github.com/rota-sched/rota/admission/admissiontest"
 	"github.com/rota-sched/rota/admission/view"
@@ -347,4 +351,116 @@ func TestKueueTopologyWarning(t *testing.T) {
 			}
 		})
 	}
+}
+
+// jobs is a JobGetter over fixed Jobs.
+type jobs map[string]*batchv1.Job
+
+func (j jobs) Job(_ context.Context, namespace, name, _ string) (*batchv1.Job, error) {
+	if job, ok := j[namespace+"/"+name]; ok {
+		return job, nil
+	}
+	return nil, apierrors.NewNotFound(batchv1.Resource("jobs"), name)
+}
+
+// The pods of an Indexed Job with completions equal to parallelism are
+// named a gang of that size by the mutating webhook, gated or not; other
+// Jobs' pods, pods naming their own gang, and pods of a Job of the same
+// name but another UID are left as they are.
+func TestMutateGangFromJob(t *testing.T) {
+	n := contract.Default
+	indexed, nonIndexed := batchv1.IndexedCompletion, batchv1.NonIndexedCompletion
+	four, eight := int32(4), int32(8)
+	job := func(name string, mode *batchv1.CompletionMode, completions *int32) *batchv1.Job {
+		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name)},
+			Spec: batchv1.JobSpec{CompletionMode: mode, Completions: completions, Parallelism: &four}}
+	}
+	js := jobs{"ns/train": job("train", &indexed, &four), "ns/batch": job("batch", &nonIndexed, &four),
+		"ns/sweep": job("sweep", &indexed, &eight), "kq/train": job("train", &indexed, &four)}
+	js["kq/train"].Namespace = "kq"
+	owned := func(ns, job, uid string) *at.PodBuilder {
+		return at.Pod(ns, job+"-0").GPUs(8).ControlledBy("batch/v1", "Job", job, uid)
+	}
+	tests := []struct {
+		name     string
+		give     *corev1.Pod
+		wantGang string // "" : no gang added
+		wantGate bool
+	}{
+		{"Indexed, completions = parallelism", owned("ns", "train", "uid-train").Obj(), "train", true},
+		{"in Kueue's namespace: the gang, no gate", owned("kq", "train", "uid-train").Obj(), "train", false},
+		{"NonIndexed", owned("ns", "batch", "uid-batch").Obj(), "", true},
+		{"more completions than parallelism", owned("ns", "sweep", "uid-sweep").Obj(), "", true},
+		{"another Job of that name", owned("ns", "train", "uid-old").Obj(), "", true},
+		{"no such Job", owned("ns", "gone", "uid-gone").Obj(), "", true},
+		{"names its own gang", owned("ns", "train", "uid-train").Gang("mine", "4").Obj(), "", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, v := queueHandlers(t)
+			m := NewMutating(Options{Names: n, View: v, Jobs: js})
+			resp := answer(t, m, at.Review(admissionv1.Create, tc.give, nil))
+			if !resp.Allowed {
+				t.Fatalf("refused: %+v", resp.Result)
+			}
+			got := applyPatch(t, resp, tc.give)
+			gang := got.Labels[n.GangLabel]
+			if tc.wantGang != "" && (gang != tc.wantGang || got.Annotations[n.GangSizeAnnotation] != "4") {
+				t.Errorf("gang %q size %q, want %q of 4", gang, got.Annotations[n.GangSizeAnnotation], tc.wantGang)
+			}
+			if tc.wantGang == "" && gang != tc.give.Labels[n.GangLabel] {
+				t.Errorf("gang label set to %q, want it left as %q", gang, tc.give.Labels[n.GangLabel])
+			}
+			if g := slices.Contains(gateNames(got), n.QueueGate); g != tc.wantGate {
+				t.Errorf("gated %v, want %v", g, tc.wantGate)
+			}
+		})
+	}
+}
+
+// applyPatch applies the webhook's JSON patch (add operations on
+// labels, annotations and the gates) to a copy of pod.
+func applyPatch(t *testing.T, resp *admissionv1.AdmissionResponse, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	out := pod.DeepCopy()
+	if resp.Patch == nil {
+		return out
+	}
+	var ops []struct {
+		Op    string          `json:"op"`
+		Path  string          `json:"path"`
+		Value json.RawMessage `json:"value"`
+	}
+	if err := json.Unmarshal(resp.Patch, &ops); err != nil {
+		t.Fatalf("patch %s: %v", resp.Patch, err)
+	}
+	unescape := strings.NewReplacer("~1", "/", "~0", "~")
+	for _, op := range ops {
+		if op.Op != "add" {
+			t.Fatalf("patch op %q, want add", op.Op)
+		}
+		var err error
+		switch {
+		case op.Path == "/spec/schedulingGates":
+			err = json.Unmarshal(op.Value, &out.Spec.SchedulingGates)
+		case op.Path == "/metadata/labels":
+			err = json.Unmarshal(op.Value, &out.Labels)
+		case op.Path == "/metadata/annotations":
+			err = json.Unmarshal(op.Value, &out.Annotations)
+		case strings.HasPrefix(op.Path, "/metadata/labels/"):
+			var v string
+			err = json.Unmarshal(op.Value, &v)
+			out.Labels[unescape.Replace(strings.TrimPrefix(op.Path, "/metadata/labels/"))] = v
+		case strings.HasPrefix(op.Path, "/metadata/annotations/"):
+			var v string
+			err = json.Unmarshal(op.Value, &v)
+			out.Annotations[unescape.Replace(strings.TrimPrefix(op.Path, "/metadata/annotations/"))] = v
+		default:
+			t.Fatalf("patch path %q", op.Path)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
 }

@@ -8,10 +8,12 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,9 +46,10 @@ const (
 	reasonAlreadyGated  view.Reason = "already_gated"
 	reasonBoundAtCreate view.Reason = "bound_at_creation"
 	reasonQueueingOff   view.Reason = "queueing_off"
+	reasonJobUnreadable view.Reason = "job_unreadable"
 	// reasonKueue: the namespace is Kueue's to queue (<domain>/queueing=kueue).
-	reasonKueue view.Reason = "kueue_queues"
-	reasonGateRemoved   view.Reason = "queue_gate_removed"
+	reasonKueue       view.Reason = "kueue_queues"
+	reasonGateRemoved view.Reason = "queue_gate_removed"
 )
 
 // NamespaceGetter reads a namespace from the API server. The webhook uses it
@@ -55,6 +58,13 @@ const (
 // apierrors.IsNotFound when there is none.
 type NamespaceGetter interface {
 	Namespace(ctx context.Context, name string) (*corev1.Namespace, error)
+}
+
+// JobGetter reads a Job from the API server, or from a cache of it when
+// the cached Job has the UID asked for. It returns an error satisfying
+// apierrors.IsNotFound when there is none.
+type JobGetter interface {
+	Job(ctx context.Context, namespace, name, uid string) (*batchv1.Job, error)
 }
 
 // Options configure a Handler.
@@ -67,7 +77,10 @@ type Options struct {
 	// Namespaces reads namespaces the view has not seen; nil treats them as
 	// unlabelled.
 	Namespaces NamespaceGetter
-	Metrics    *Metrics
+	// Jobs reads the Job that controls a new pod, for the gang its shape
+	// makes (podreq.JobGang); nil reads none.
+	Jobs    JobGetter
+	Metrics *Metrics
 	// QueueControllers are the user names (AdmissionReview userInfo) that
 	// may remove the queue gate from a pod: Rota's queue controller.
 	QueueControllers []string
@@ -467,30 +480,88 @@ func (h *Handler) decideMutation(ctx context.Context, req *admissionv1.Admission
 		// validating webhook charges it as with queueing off.
 		return allow(reasonBoundAtCreate)
 	}
+	ops, err := h.jobGangOps(ctx, pod)
+	if err != nil {
+		return result{reason: reasonJobUnreadable, internal: true, message: err.Error()}
+	}
 	if err := h.learnNamespace(ctx, pod.Namespace); err != nil {
 		return result{reason: reasonNamespace, internal: true, message: err.Error()}
 	}
+	reason := reasonGated
 	if off, _ := h.o.View.QueueingOff(pod.Namespace); off {
-		return allow(reasonQueueingOff)
+		reason = reasonQueueingOff
+	} else {
+		ops = append(ops, gateOp(pod.Spec.SchedulingGates, names.QueueGate))
 	}
-	patch, err := gatePatch(pod.Spec.SchedulingGates, names.QueueGate)
+	if len(ops) == 0 {
+		return allow(reason)
+	}
+	patch, err := json.Marshal(ops)
 	if err != nil {
 		return result{reason: reasonBadObject, internal: true, message: err.Error()}
 	}
-	return result{allowed: true, reason: reasonGated, patch: patch}
+	return result{allowed: true, reason: reason, patch: patch}
 }
 
-// gatePatch is the JSON patch that sets spec.schedulingGates to gates plus
-// gate. It writes the whole list ("add" of an existing member replaces
-// it), so it is right whether the pod has no list, an empty one or gates
-// of its own.
-func gatePatch(gates []corev1.PodSchedulingGate, gate string) ([]byte, error) {
-	list := append(slices.Clone(gates), corev1.PodSchedulingGate{Name: gate})
-	return json.Marshal([]struct {
-		Op    string                     `json:"op"`
-		Path  string                     `json:"path"`
-		Value []corev1.PodSchedulingGate `json:"value"`
-	}{{Op: "add", Path: "/spec/schedulingGates", Value: list}})
+// patchOp is one JSON patch operation.
+type patchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value"`
+}
+
+// gateOp sets spec.schedulingGates to gates plus gate. It writes the whole
+// list ("add" of an existing member replaces it), so it is right whether
+// the pod has no list, an empty one or gates of its own.
+func gateOp(gates []corev1.PodSchedulingGate, gate string) patchOp {
+	return patchOp{Op: "add", Path: "/spec/schedulingGates", Value: append(slices.Clone(gates), corev1.PodSchedulingGate{Name: gate})}
+}
+
+// jobGangOps names the gang a pod's Job makes by its shape (podreq.JobGang)
+// on the pod, with Rota's gang label and size, unless the pod names a gang
+// (or a pod group) itself: the rest of Rota reads gangs from those.
+func (h *Handler) jobGangOps(ctx context.Context, pod *corev1.Pod) ([]patchOp, error) {
+	names := h.o.Names
+	if h.o.Jobs == nil {
+		return nil, nil
+	}
+	if _, ok := pod.Labels[names.GangLabel]; ok {
+		return nil, nil
+	}
+	if _, ok := pod.Labels[names.PodGroupLabel]; ok {
+		return nil, nil
+	}
+	jobName, uid, ok := podreq.JobOwner(pod)
+	if !ok {
+		return nil, nil
+	}
+	job, err := h.o.Jobs.Job(ctx, pod.Namespace, jobName, uid)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading Job %s/%s, which controls the pod, for its gang: %w", pod.Namespace, jobName, err)
+	}
+	if string(job.UID) != uid {
+		return nil, nil // another Job of that name: the pod's owner is gone
+	}
+	gang, size, ok := podreq.JobGang(job, names)
+	if !ok {
+		return nil, nil
+	}
+	return []patchOp{
+		mapEntryOp(pod.Labels, "/metadata/labels", names.GangLabel, gang),
+		mapEntryOp(pod.Annotations, "/metadata/annotations", names.GangSizeAnnotation, strconv.Itoa(size)),
+	}, nil
+}
+
+// mapEntryOp sets key to value in the map at path (the whole map when the
+// pod has none yet).
+func mapEntryOp(m map[string]string, path, key, value string) patchOp {
+	if m == nil {
+		return patchOp{Op: "add", Path: path, Value: map[string]string{key: value}}
+	}
+	return patchOp{Op: "add", Path: path + "/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(key), Value: value}
 }
 
 // Kueue's topology-aware scheduling: the annotations a Job's pod template

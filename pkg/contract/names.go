@@ -61,6 +61,10 @@ type Names struct {
 	GangSizeAnnotation string
 	// PodGroupLabel is scheduler-plugins' pod group label, accepted as a gang.
 	PodGroupLabel string
+	// NoGangAnnotation "true" on a workload (a Job or its pod template)
+	// says its pods are not a gang, though its shape would make them one
+	// (an Indexed Job with completions equal to parallelism).
+	NoGangAnnotation string
 
 	// TeamLabel on a Namespace (or on a Pod where the admin allows overrides).
 	TeamLabel string
@@ -196,6 +200,7 @@ func NewNames(domain string) (Names, error) {
 		GangLabel:            domain + "/gang",
 		GangSizeAnnotation:   domain + "/gang-size",
 		PodGroupLabel:        PodGroupLabel,
+		NoGangAnnotation:     domain + "/no-gang",
 		TeamLabel:            domain + "/team",
 		PreemptibleLabel:     domain + "/preemptible",
 		GPUHealthAnnotation:  domain + "/gpu-health-override",

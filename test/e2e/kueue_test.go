@@ -32,15 +32,17 @@ import (
 // kueue at the pinned version) beside Rota, in a namespace labelled
 // example.com/queueing=kueue. Kueue queues and admits; Rota places:
 //
-//   - an Indexed gang Job (Rota's gang label, 2 pods x 8 GPUs) admitted by
-//     Kueue runs whole in one leaf, the one with two free nodes;
+//   - an Indexed Job of 2 pods x 8 GPUs (a gang by its shape) waits
+//     suspended while a blocker holds half the ClusterQueue's GPUs; once
+//     Kueue admits it, it runs whole in one leaf, the one with two nodes;
 //   - two Jobs of memory-share pods, together over the ClusterQueue's GPU
 //     memory quota: Kueue admits one (unsuspends it) and keeps the other
 //     suspended until the first completes; Rota places both on shares;
 //   - a plain pod Kueue manages is held by Kueue's gate while its quota is
 //     used, and kubectl rota why says so; it runs once the gang is done;
-//   - Rota never gates a pod of the namespace, and the invariant checker
-//     finds nothing wrong.
+//   - Rota never gates a pod of the namespace, a namespace Kueue does not
+//     queue keeps Rota's queue, and the invariant checker finds nothing
+//     wrong.
 func TestBesideKueue(t *testing.T) {
 	const name = "kueue"
 	ctx, ns := setup(t, name, "", 6*time.Minute)
@@ -125,13 +127,24 @@ spec:
 	}
 	time.Sleep(time.Second) // the webhooks' namespace informers hear of the labels
 
-	// The gang: Kueue admits it whole (16 GPUs of 16); Rota places it whole in leaf b.
-	gang := kueueJob(ns, "gang", 2, 12*time.Second, pod(ns, "", name).GPUs(8).Gang("gang", 2))
+	// A blocker takes 8 of the ClusterQueue's 16 GPUs; the gang (16) waits
+	// suspended until it is done, then Kueue admits it whole and Rota
+	// places it whole in leaf b.
+	submitJob(ctx, t, kueueJob(ns, "blocker", 1, 6*time.Second, pod(ns, "", name).GPUs(8)))
+	waitPods(ctx, t, ns, "the blocker running", func(p []corev1.Pod) bool { return len(runningOf(jobPods(p, "blocker"))) == 1 })
+	gang := kueueJob(ns, "gang", 2, 12*time.Second, pod(ns, "", name).GPUs(8)) // a gang by its shape: Indexed, 2 of 2
 	indexed := batchv1.IndexedCompletion
 	gang.Spec.CompletionMode = &indexed
 	submitJob(ctx, t, gang)
+	time.Sleep(2 * time.Second) // Kueue has seen it
+	if j, err := env.Client.BatchV1().Jobs(ns).Get(ctx, "gang", metav1.GetOptions{}); err != nil || j.Spec.Suspend == nil || !*j.Spec.Suspend {
+		t.Fatalf("the gang is not held suspended by Kueue while the blocker holds half its quota: %v", err)
+	}
 	pods := waitPods(ctx, t, ns, "the gang running", func(p []corev1.Pod) bool { return len(runningOf(jobPods(p, "gang"))) == 2 })
 	for _, p := range jobPods(pods, "gang") {
+		if p.Labels[env.Names.GangLabel] != "gang" || p.Annotations[env.Names.GangSizeAnnotation] != "2" {
+			t.Errorf("gang member %s: gang %q of %q; want the Job's gang, gang of 2", p.Name, p.Labels[env.Names.GangLabel], p.Annotations[env.Names.GangSizeAnnotation])
+		}
 		if l := leafOf(ctx, t, &p); l != "kq-b" {
 			t.Errorf("gang member %s runs on %s in leaf %q; want leaf kq-b, the one that holds the whole gang", p.Name, p.Spec.NodeName, l)
 		}
@@ -164,7 +177,7 @@ spec:
 		jb, err := env.Client.BatchV1().Jobs(ns).Get(ctx, "share-b", metav1.GetOptions{})
 		return err == nil && len(runningOf(jobPods(p, "share-a"))) == 2 && jb.Spec.Suspend != nil && *jb.Spec.Suspend && len(jobPods(p, "share-b")) == 0
 	})
-	for _, job := range []string{"gang", "share-a", "share-b"} {
+	for _, job := range []string{"blocker", "gang", "share-a", "share-b"} {
 		waitJob(ctx, t, ns, job)
 	}
 	pods = waitPods(ctx, t, ns, "the plain pod done", func(p []corev1.Pod) bool {
@@ -179,6 +192,26 @@ spec:
 			t.Errorf("pod %s: assignment %+v (%v); want a 20 GiB share of one GPU", p.Name, asg, err)
 		}
 	}
+	// A namespace Kueue does not queue keeps Rota's queue in the same cluster.
+	const other = "e2e-kueue-rota"
+	if err := env.CreateNamespace(ctx, other, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := env.Client.CoreV1().Namespaces().Delete(cctx, other, metav1.DeleteOptions{}); err != nil {
+			t.Logf("deleting namespace %s: %v", other, err)
+		}
+	})
+	if created := create(ctx, t, pod(other, "queued", name).GPUs(1).Obj()); !gated(created) {
+		t.Errorf("a GPU pod of namespace %s was created without Rota's gate %s: %v", other, env.Names.QueueGate, created.Spec.SchedulingGates)
+	}
+	waitPods(ctx, t, other, "Rota's queue admitting the pod of the other namespace", func(p []corev1.Pod) bool { return running(p, "queued") })
+	if err := env.Client.CoreV1().Pods(other).Delete(ctx, "queued", deleteNow); err != nil {
+		t.Fatal(err)
+	}
+
 	gatedByRota.mu.Lock()
 	if len(gatedByRota.pods) > 0 {
 		t.Errorf("Rota gated pods of Kueue's namespace: %v", gatedByRota.pods)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/podreq"
+	"github.com/rota-sched/rota/test/cluster"
 	"github.com/rota-sched/rota/test/e2e/harness"
 )
 
@@ -436,4 +437,50 @@ func TestQueueJobSet(t *testing.T) {
 	waitPods(ctx, t, ns, "late running", func(p []corev1.Pod) bool { return running(p, "late") })
 	note(name, "a JobSet's Job's pod, queued by the JobSet's age, ran before an older bare pod")
 	checkInvariants(ctx, t, nil)
+}
+
+// TestQueueIndexedJobGang: an Indexed Job with completions equal to
+// parallelism, with no gang label of its own, is queued and admitted as a
+// gang: the webhook names the gang on each pod as the Job controller
+// creates it, the queue admits both pods in one pass, held in one tier,
+// and the Job completes.
+func TestQueueIndexedJobGang(t *testing.T) {
+	const name = "qgang"
+	ctx, ns := setup(t, name, "", 4*time.Minute)
+	queueing(ctx, t)
+	if err := env.StartControllerManager(ctx, "job"); err != nil {
+		t.Fatal(err)
+	}
+	nodes(ctx, t, name, "qgang", 2, harness.GPUNodeSpec{Model: h100.Model, MemoryMiB: h100.MemoryMiB, Count: 4})
+	sleeper := cluster.NewSleeper(env.Client, func(node string) bool { return env.GPUNode(node) != nil })
+	if err := sleeper.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tmpl := pod(ns, "", name).GPUs(4).Obj()
+	tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
+	tmpl.Spec.Containers[0].Command = []string{"sleep", "3"}
+	two, zero := int32(2), int32(0)
+	indexed := batchv1.IndexedCompletion
+	if _, err := env.Client.BatchV1().Jobs(ns).Create(ctx, &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "pretrain", Namespace: ns},
+		Spec: batchv1.JobSpec{Parallelism: &two, Completions: &two, CompletionMode: &indexed, BackoffLimit: &zero,
+			Template: corev1.PodTemplateSpec{Spec: tmpl.Spec}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deleteJobAtEnd(t, ns, "pretrain")
+	pods := waitPods(ctx, t, ns, "the Job's two pods admitted", func(p []corev1.Pod) bool {
+		jp := jobPods(p, "pretrain")
+		return len(jp) == 2 && !slices.ContainsFunc(jp, func(p corev1.Pod) bool { return gated(&p) })
+	})
+	for _, p := range jobPods(pods, "pretrain") {
+		if p.Labels[env.Names.GangLabel] != "pretrain" || p.Annotations[env.Names.GangSizeAnnotation] != "2" {
+			t.Errorf("pod %s: gang %q size %q; want gang pretrain of 2", p.Name, p.Labels[env.Names.GangLabel], p.Annotations[env.Names.GangSizeAnnotation])
+		}
+		adm, err := podreq.AdmissionOf(&p, env.Names)
+		if err != nil || adm == nil || adm.Hold == nil || adm.Hold.Gang != ns+"/pretrain" {
+			t.Errorf("pod %s: admission record %+v (%v); want a hold for gang %s/pretrain", p.Name, adm, err, ns)
+		}
+	}
+	waitJob(ctx, t, ns, "pretrain")
 }
