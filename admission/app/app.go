@@ -18,6 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -29,6 +31,7 @@ import (
 	"github.com/rota-sched/rota/admission/view"
 	"github.com/rota-sched/rota/admission/webhook"
 	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/podreq"
 	"github.com/rota-sched/rota/pkg/quota"
 	"github.com/rota-sched/rota/pkg/version"
 )
@@ -83,14 +86,28 @@ func New(ctx context.Context, cfg config.Config) (*App, error) {
 		Help: "1, labelled with the binary, its version, VCS revision and Go version."}, version.LabelNames)
 	bi.With(version.Labels("rota-admission")).Set(1)
 	reg.MustRegister(bi)
-	return NewForClient(ctx, cfg, client, reg)
+	// JobSets are read as JSON: their Go types are not Rota's to import.
+	dynCfg := rest.CopyConfig(restCfg)
+	dynCfg.ContentType, dynCfg.AcceptContentTypes = runtime.ContentTypeJSON, runtime.ContentTypeJSON
+	dyn, err := dynamic.NewForConfig(dynCfg)
+	if err != nil {
+		return nil, fmt.Errorf("building the dynamic API client: %w", err)
+	}
+	return newForClients(ctx, cfg, client, dyn, reg)
 }
 
 // NewForClient wires rota-admission to client, registering its metrics
 // with reg (which /metrics serves): the usage view, the webhooks, the quota
 // loader and the informers that feed them (pods, namespaces, nodes, and
 // the quota ConfigMap unless cfg.ConfigMap is empty).
+// It reads no JobSets (New does).
 func NewForClient(ctx context.Context, cfg config.Config, client kubernetes.Interface, reg *prometheus.Registry) (*App, error) {
+	return newForClients(ctx, cfg, client, nil, reg)
+}
+
+// newForClients is NewForClient with a dynamic client for JobSets (nil:
+// none are read).
+func newForClients(ctx context.Context, cfg config.Config, client kubernetes.Interface, dyn dynamic.Interface, reg *prometheus.Registry) (*App, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -119,6 +136,9 @@ func NewForClient(ctx context.Context, cfg config.Config, client kubernetes.Inte
 		return 0
 	}))
 	loader := newQuotaLoader(v, cfg.ConfigMapKey, source, reg)
+	if dyn != nil {
+		wo.JobSets = newJobSetGetter(dyn, names)
+	}
 	a := &App{cfg: cfg, client: client, reg: reg, view: v,
 		validating: webhook.New(wo), mutating: webhook.NewMutating(wo), active: active}
 
@@ -299,6 +319,42 @@ func (g *jobGetter) Job(ctx context.Context, namespace, name, uid string) (*batc
 	j.ManagedFields = nil
 	g.cache.SetDefault(namespace+"/"+name+"/"+string(j.UID), j)
 	return j, nil
+}
+
+// jobSetGetter reads the JobSets that control Jobs of new pods, as
+// podreq.JobSetGang needs them, with the dynamic client (Rota does not
+// import JobSet's module), kept like Jobs.
+type jobSetGetter struct {
+	client dynamic.Interface
+	names  contract.Names
+	cache  *gocache.Cache
+}
+
+var jobSetsGVR = schema.GroupVersionResource{Group: podreq.JobSetGroup, Version: "v1alpha2", Resource: "jobsets"}
+
+func newJobSetGetter(client dynamic.Interface, names contract.Names) *jobSetGetter {
+	return &jobSetGetter{client: client, names: names, cache: gocache.New(jobCacheTTL, time.Minute)}
+}
+
+func (g *jobSetGetter) JobSet(ctx context.Context, namespace, name, uid string) (podreq.JobSetShape, error) {
+	key := namespace + "/" + name + "/" + uid
+	if js, ok := g.cache.Get(key); ok {
+		return js.(podreq.JobSetShape), nil
+	}
+	obj, err := g.client.Resource(jobSetsGVR).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return podreq.JobSetShape{}, err
+	}
+	raw, err := obj.MarshalJSON()
+	if err != nil {
+		return podreq.JobSetShape{}, err
+	}
+	js, err := podreq.ParseJobSet(raw, g.names)
+	if err != nil {
+		return podreq.JobSetShape{}, err
+	}
+	g.cache.SetDefault(namespace+"/"+name+"/"+string(obj.GetUID()), js)
+	return js, nil
 }
 
 // namespaceGetter reads namespaces for the webhook.

@@ -15,11 +15,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	at "github.com/rota-sched/rota/admission/admissiontest"
 	"github.com/rota-sched/rota/admission/view"
 	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/podreq"
 	"github.com/rota-sched/rota/pkg/quota"
 )
 
@@ -353,6 +355,16 @@ func TestKueueTopologyWarning(t *testing.T) {
 	}
 }
 
+// jobSets is a JobSetGetter over fixed JobSets.
+type jobSets map[string]podreq.JobSetShape
+
+func (j jobSets) JobSet(_ context.Context, namespace, name, _ string) (podreq.JobSetShape, error) {
+	if js, ok := j[namespace+"/"+name]; ok {
+		return js, nil
+	}
+	return podreq.JobSetShape{}, apierrors.NewNotFound(schema.GroupResource{Group: podreq.JobSetGroup, Resource: "jobsets"}, name)
+}
+
 // jobs is a JobGetter over fixed Jobs.
 type jobs map[string]*batchv1.Job
 
@@ -376,8 +388,16 @@ func TestMutateGangFromJob(t *testing.T) {
 			Spec: batchv1.JobSpec{CompletionMode: mode, Completions: completions, Parallelism: &four}}
 	}
 	js := jobs{"ns/train": job("train", &indexed, &four), "ns/batch": job("batch", &nonIndexed, &four),
-		"ns/sweep": job("sweep", &indexed, &eight), "kq/train": job("train", &indexed, &four)}
+		"ns/sweep": job("sweep", &indexed, &eight), "kq/train": job("train", &indexed, &four),
+		"ns/llm-workers-0": job("llm-workers-0", &indexed, &four), "ns/llm-workers-1": job("llm-workers-1", &indexed, &four)}
 	js["kq/train"].Namespace = "kq"
+	yes := true
+	for _, w := range []string{"ns/llm-workers-0", "ns/llm-workers-1"} {
+		js[w].OwnerReferences = []metav1.OwnerReference{{APIVersion: "jobset.x-k8s.io/v1alpha2", Kind: "JobSet", Name: "llm", UID: "uid-llm", Controller: &yes}}
+		js[w].Labels = map[string]string{podreq.ReplicatedJobLabel: "workers"}
+	}
+	sets := jobSets{"ns/llm": {Name: "llm", ReplicatedJobs: []podreq.ReplicatedJobShape{
+		{Name: "workers", Replicas: 2, Template: batchv1.JobTemplateSpec{Spec: js["ns/llm-workers-0"].Spec}}}}}
 	owned := func(ns, job, uid string) *at.PodBuilder {
 		return at.Pod(ns, job+"-0").GPUs(8).ControlledBy("batch/v1", "Job", job, uid)
 	}
@@ -394,19 +414,24 @@ func TestMutateGangFromJob(t *testing.T) {
 		{"another Job of that name", owned("ns", "train", "uid-old").Obj(), "", true},
 		{"no such Job", owned("ns", "gone", "uid-gone").Obj(), "", true},
 		{"names its own gang", owned("ns", "train", "uid-train").Gang("mine", "4").Obj(), "", true},
+		{"a JobSet's Job: the JobSet's gang", owned("ns", "llm-workers-1", "uid-llm-workers-1").Obj(), "llm", true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, v := queueHandlers(t)
-			m := NewMutating(Options{Names: n, View: v, Jobs: js})
+			m := NewMutating(Options{Names: n, View: v, Jobs: js, JobSets: sets})
 			resp := answer(t, m, at.Review(admissionv1.Create, tc.give, nil))
 			if !resp.Allowed {
 				t.Fatalf("refused: %+v", resp.Result)
 			}
 			got := applyPatch(t, resp, tc.give)
 			gang := got.Labels[n.GangLabel]
-			if tc.wantGang != "" && (gang != tc.wantGang || got.Annotations[n.GangSizeAnnotation] != "4") {
-				t.Errorf("gang %q size %q, want %q of 4", gang, got.Annotations[n.GangSizeAnnotation], tc.wantGang)
+			wantSize := "4"
+			if tc.wantGang == "llm" {
+				wantSize = "8" // 2 Jobs x 4
+			}
+			if tc.wantGang != "" && (gang != tc.wantGang || got.Annotations[n.GangSizeAnnotation] != wantSize) {
+				t.Errorf("gang %q size %q, want %q of %s", gang, got.Annotations[n.GangSizeAnnotation], tc.wantGang, wantSize)
 			}
 			if tc.wantGang == "" && gang != tc.give.Labels[n.GangLabel] {
 				t.Errorf("gang label set to %q, want it left as %q", gang, tc.give.Labels[n.GangLabel])

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/klog/v2"
 
 	"github.com/rota-sched/rota/admission/view"
@@ -67,6 +68,14 @@ type JobGetter interface {
 	Job(ctx context.Context, namespace, name, uid string) (*batchv1.Job, error)
 }
 
+// JobSetGetter reads a JobSet, as JobSetGang needs it, from the API server
+// or a cache of it when the cached one has the UID asked for. It returns
+// an error satisfying apierrors.IsNotFound when there is none, or when the
+// JobSet API is not served.
+type JobSetGetter interface {
+	JobSet(ctx context.Context, namespace, name, uid string) (podreq.JobSetShape, error)
+}
+
 // Options configure a Handler.
 type Options struct {
 	Names contract.Names
@@ -79,7 +88,10 @@ type Options struct {
 	Namespaces NamespaceGetter
 	// Jobs reads the Job that controls a new pod, for the gang its shape
 	// makes (podreq.JobGang); nil reads none.
-	Jobs    JobGetter
+	Jobs JobGetter
+	// JobSets reads the JobSet that controls such a Job (podreq.JobSetGang);
+	// nil reads none.
+	JobSets JobSetGetter
 	Metrics *Metrics
 	// QueueControllers are the user names (AdmissionReview userInfo) that
 	// may remove the queue gate from a pod: Rota's queue controller.
@@ -546,6 +558,12 @@ func (h *Handler) jobGangOps(ctx context.Context, pod *corev1.Pod) ([]patchOp, e
 		return nil, nil // another Job of that name: the pod's owner is gone
 	}
 	gang, size, ok := podreq.JobGang(job, names)
+	if ref := metav1.GetControllerOfNoCopy(job); ref != nil {
+		gang, size, ok, err = h.jobSetGang(ctx, job, ref)
+		if err != nil {
+			return nil, err
+		}
+	}
 	if !ok {
 		return nil, nil
 	}
@@ -553,6 +571,23 @@ func (h *Handler) jobGangOps(ctx context.Context, pod *corev1.Pod) ([]patchOp, e
 		mapEntryOp(pod.Labels, "/metadata/labels", names.GangLabel, gang),
 		mapEntryOp(pod.Annotations, "/metadata/annotations", names.GangSizeAnnotation, strconv.Itoa(size)),
 	}, nil
+}
+
+// jobSetGang is the gang of the pods of a Job that a JobSet controls.
+func (h *Handler) jobSetGang(ctx context.Context, job *batchv1.Job, ref *metav1.OwnerReference) (string, int, bool, error) {
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	if err != nil || gv.Group != podreq.JobSetGroup || ref.Kind != "JobSet" || h.o.JobSets == nil {
+		return "", 0, false, nil // a workload Rota reads no gang from
+	}
+	js, err := h.o.JobSets.JobSet(ctx, job.Namespace, ref.Name, string(ref.UID))
+	if apierrors.IsNotFound(err) {
+		return "", 0, false, nil
+	}
+	if err != nil {
+		return "", 0, false, fmt.Errorf("reading JobSet %s/%s, which controls the pod's Job, for its gang: %w", job.Namespace, ref.Name, err)
+	}
+	gang, size, ok := podreq.JobSetGang(js, job.Labels[podreq.ReplicatedJobLabel], h.o.Names)
+	return gang, size, ok, nil
 }
 
 // mapEntryOp sets key to value in the map at path (the whole map when the

@@ -1,6 +1,9 @@
 package podreq
 
 import (
+	"encoding/json"
+	"fmt"
+
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,6 +21,96 @@ func JobOwner(pod *corev1.Pod) (name string, uid string, ok bool) {
 	return ref.Name, string(ref.UID), true
 }
 
+// JobSetShape is what a JobSet (jobset.x-k8s.io) says about the gangs of
+// its pods, read from the object: Rota does not import JobSet's module.
+type JobSetShape struct {
+	Name string
+	// NoGang is the JobSet's NoGangAnnotation.
+	NoGang bool
+	// InOrder is startupPolicy.startupPolicyOrder InOrder: each replicated
+	// job's pods are created only once the one before is ready.
+	InOrder bool
+	// ReplicatedJobs in the JobSet's order.
+	ReplicatedJobs []ReplicatedJobShape
+}
+
+// ReplicatedJobShape is one of a JobSet's replicated jobs: Replicas Jobs
+// made from Template.
+type ReplicatedJobShape struct {
+	Name     string
+	Replicas int32
+	// DependsOn is set when its Jobs start only after another replicated
+	// job's are ready (or done).
+	DependsOn bool
+	Template  batchv1.JobTemplateSpec
+}
+
+// JobSetGang is the gang a pod of replicated job rjob of a JobSet belongs
+// to by the JobSet's shape, when the pod names none. A JobSet whose
+// replicated jobs all start together (no in-order startup, no dependsOn)
+// and whose Jobs all run every index at once (Indexed, completions equal to
+// parallelism) is one gang of all its pods, named after the JobSet. Where
+// replicated jobs start one after another, a gang of the whole JobSet
+// would wait for pods that are created only once the first ones run, so
+// each such replicated job is a gang of its own (Replicas x parallelism
+// pods, named JobSet-replicatedjob), when its Jobs run every index at once.
+// A pod template that names a gang, or NoGangAnnotation "true" on the
+// JobSet, its Job template or its pod template, opts out.
+func JobSetGang(js JobSetShape, rjob string, names contract.Names) (name string, size int, ok bool) {
+	if js.NoGang {
+		return "", 0, false
+	}
+	staged := js.InOrder
+	var mine *ReplicatedJobShape
+	total := 0
+	for i := range js.ReplicatedJobs {
+		r := &js.ReplicatedJobs[i]
+		staged = staged || r.DependsOn
+		if r.Name == rjob {
+			mine = r
+		}
+	}
+	if mine == nil {
+		return "", 0, false
+	}
+	for i := range js.ReplicatedJobs {
+		r := &js.ReplicatedJobs[i]
+		if staged && r != mine {
+			continue
+		}
+		n, ok := allAtOnce(&r.Template, names)
+		if !ok {
+			return "", 0, false
+		}
+		total += int(r.Replicas) * n
+	}
+	if total < 2 || total > contract.MaxGangSize {
+		return "", 0, false // no gang, or more pods than any gang Rota places
+	}
+	if staged {
+		return js.Name + "-" + mine.Name, total, true
+	}
+	return js.Name, total, true
+}
+
+// allAtOnce returns the parallelism of a Job template whose pods all run at
+// once (Indexed, completions equal to parallelism) and that does not opt
+// out or name its own gang.
+func allAtOnce(t *batchv1.JobTemplateSpec, names contract.Names) (int, bool) {
+	s := &t.Spec
+	if t.Annotations[names.NoGangAnnotation] == "true" || s.Template.Annotations[names.NoGangAnnotation] == "true" {
+		return 0, false
+	}
+	if _, named := s.Template.Labels[names.GangLabel]; named {
+		return 0, false
+	}
+	if s.CompletionMode == nil || *s.CompletionMode != batchv1.IndexedCompletion || s.Parallelism == nil ||
+		s.Completions == nil || *s.Completions != *s.Parallelism || *s.Parallelism < 1 {
+		return 0, false
+	}
+	return int(*s.Parallelism), true
+}
+
 // JobGang is the gang a Job's pods form by the Job's own shape, when their
 // template names none: an Indexed Job whose completions equal its
 // parallelism, more than one, is a gang of that many pods, named after the
@@ -30,16 +123,56 @@ func JobGang(job *batchv1.Job, names contract.Names) (name string, size int, ok 
 	if job == nil || metav1.GetControllerOfNoCopy(job) != nil {
 		return "", 0, false
 	}
-	if job.Annotations[names.NoGangAnnotation] == "true" || job.Spec.Template.Annotations[names.NoGangAnnotation] == "true" {
+	n, ok := allAtOnce(&batchv1.JobTemplateSpec{ObjectMeta: job.ObjectMeta, Spec: job.Spec}, names)
+	if !ok || n < 2 || n > contract.MaxGangSize {
 		return "", 0, false
 	}
-	if job.Spec.CompletionMode == nil || *job.Spec.CompletionMode != batchv1.IndexedCompletion ||
-		job.Spec.Completions == nil || job.Spec.Parallelism == nil || *job.Spec.Completions != *job.Spec.Parallelism ||
-		*job.Spec.Parallelism < 2 {
-		return "", 0, false
+	return job.Name, n, true
+}
+
+// JobSetGroup is the API group of JobSet (sigs.k8s.io/jobset).
+const JobSetGroup = "jobset.x-k8s.io"
+
+// ReplicatedJobLabel is the label JobSet puts on its Jobs (and their
+// pods) with the name of the replicated job they belong to.
+const ReplicatedJobLabel = "jobset.sigs.k8s.io/replicatedjob-name"
+
+// jobSetObject is the part of a JobSet that JobSetShape reads.
+type jobSetObject struct {
+	Metadata metav1.ObjectMeta `json:"metadata"`
+	Spec     struct {
+		StartupPolicy *struct {
+			StartupPolicyOrder string `json:"startupPolicyOrder"`
+		} `json:"startupPolicy"`
+		ReplicatedJobs []struct {
+			Name      string                  `json:"name"`
+			Replicas  *int32                  `json:"replicas"`
+			DependsOn []json.RawMessage       `json:"dependsOn"`
+			Template  batchv1.JobTemplateSpec `json:"template"`
+		} `json:"replicatedJobs"`
+	} `json:"spec"`
+}
+
+// ParseJobSet reads a JobSet object (JSON, any served version) into the
+// shape JobSetGang needs. A replicated job without replicas has one, as
+// JobSet defaults it.
+func ParseJobSet(raw []byte, names contract.Names) (JobSetShape, error) {
+	var o jobSetObject
+	if err := json.Unmarshal(raw, &o); err != nil {
+		return JobSetShape{}, fmt.Errorf("reading the JobSet: %w", err)
 	}
-	if _, named := job.Spec.Template.Labels[names.GangLabel]; named {
-		return "", 0, false // the template's own gang wins
+	js := JobSetShape{Name: o.Metadata.Name, NoGang: o.Metadata.Annotations[names.NoGangAnnotation] == "true",
+		InOrder: o.Spec.StartupPolicy != nil && o.Spec.StartupPolicy.StartupPolicyOrder == "InOrder"}
+	for _, r := range o.Spec.ReplicatedJobs {
+		replicas := int32(1)
+		if r.Replicas != nil {
+			replicas = *r.Replicas
+		}
+		if replicas < 0 {
+			return JobSetShape{}, fmt.Errorf("JobSet %s: replicated job %q has %d replicas", js.Name, r.Name, replicas)
+		}
+		js.ReplicatedJobs = append(js.ReplicatedJobs, ReplicatedJobShape{Name: r.Name, Replicas: replicas,
+			DependsOn: len(r.DependsOn) > 0, Template: r.Template})
 	}
-	return job.Name, int(*job.Spec.Parallelism), true
+	return js, nil
 }

@@ -5,6 +5,8 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rota-sched/rota/pkg/contract"
 )
 
 func TestJobGang(t *testing.T) {
@@ -51,4 +53,92 @@ func TestJobGang(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestJobSetGang(t *testing.T) {
+	n := names
+	indexed, nonIndexed := batchv1.IndexedCompletion, batchv1.NonIndexedCompletion
+	tmpl := func(mode batchv1.CompletionMode, completions, parallelism int32) batchv1.JobTemplateSpec {
+		return batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{CompletionMode: &mode, Completions: &completions, Parallelism: &parallelism}}
+	}
+	// A leader (1 Job of 1 pod) and workers (2 Jobs of 4 pods).
+	base := func() JobSetShape {
+		return JobSetShape{Name: "llm", ReplicatedJobs: []ReplicatedJobShape{
+			{Name: "leader", Replicas: 1, Template: tmpl(indexed, 1, 1)},
+			{Name: "workers", Replicas: 2, Template: tmpl(indexed, 4, 4)}}}
+	}
+	tests := []struct {
+		name     string
+		js       func(*JobSetShape)
+		rjob     string
+		wantName string
+		wantSize int
+	}{
+		{"all at once: one gang of every pod", nil, "workers", "llm", 9},
+		{"the leader's pod is in the same gang", nil, "leader", "llm", 9},
+		{"in order: each replicated job its own gang", func(j *JobSetShape) { j.InOrder = true }, "workers", "llm-workers", 8},
+		{"dependsOn: a one-pod leader is no gang", func(j *JobSetShape) { j.ReplicatedJobs[1].DependsOn = true }, "leader", "", 0},
+		{"dependsOn: the workers are a gang", func(j *JobSetShape) { j.ReplicatedJobs[1].DependsOn = true }, "workers", "llm-workers", 8},
+		{"a batch replicated job: no gang of the whole", func(j *JobSetShape) { j.ReplicatedJobs[0].Template = tmpl(nonIndexed, 1, 1) }, "workers", "", 0},
+		{"more completions than parallelism", func(j *JobSetShape) { j.ReplicatedJobs[1].Template = tmpl(indexed, 8, 4) }, "leader", "", 0},
+		{"opted out on the JobSet", func(j *JobSetShape) { j.NoGang = true }, "workers", "", 0},
+		{"opted out on a pod template", func(j *JobSetShape) {
+			j.ReplicatedJobs[1].Template.Spec.Template.Annotations = map[string]string{n.NoGangAnnotation: "true"}
+		}, "workers", "", 0},
+		{"a template names its own gang", func(j *JobSetShape) {
+			j.ReplicatedJobs[1].Template.Spec.Template.Labels = map[string]string{n.GangLabel: "mine"}
+		}, "leader", "", 0},
+		{"unknown replicated job", nil, "ps", "", 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			js := base()
+			if tc.js != nil {
+				tc.js(&js)
+			}
+			name, size, ok := JobSetGang(js, tc.rjob, n)
+			if ok != (tc.wantSize > 0) || name != tc.wantName || size != tc.wantSize {
+				t.Fatalf("JobSetGang = %q, %d, %v; want %q, %d", name, size, ok, tc.wantName, tc.wantSize)
+			}
+		})
+	}
+}
+
+func TestParseJobSet(t *testing.T) {
+	raw := []byte(`{"apiVersion":"jobset.x-k8s.io/v1alpha2","kind":"JobSet","metadata":{"name":"llm","annotations":{"example.com/no-gang":"true"}},
+"spec":{"startupPolicy":{"startupPolicyOrder":"InOrder"},"replicatedJobs":[
+ {"name":"leader","template":{"spec":{"parallelism":1,"completions":1,"completionMode":"Indexed"}}},
+ {"name":"workers","replicas":2,"dependsOn":[{"name":"leader","status":"Ready"}],"template":{"spec":{"parallelism":4,"completions":4,"completionMode":"Indexed"}}}]}}`)
+	js, err := ParseJobSet(raw, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if js.Name != "llm" || !js.NoGang || !js.InOrder || len(js.ReplicatedJobs) != 2 || js.ReplicatedJobs[0].Replicas != 1 ||
+		js.ReplicatedJobs[1].Replicas != 2 || !js.ReplicatedJobs[1].DependsOn || js.ReplicatedJobs[0].DependsOn ||
+		*js.ReplicatedJobs[1].Template.Spec.Parallelism != 4 {
+		t.Fatalf("ParseJobSet = %+v", js)
+	}
+	for _, bad := range []string{`{`, `{"spec":{"replicatedJobs":[{"name":"a","replicas":-1}]}}`, `{"spec":{"replicatedJobs":"x"}}`} {
+		if _, err := ParseJobSet([]byte(bad), names); err == nil {
+			t.Errorf("ParseJobSet(%s) accepted it", bad)
+		}
+	}
+}
+
+// ParseJobSet and JobSetGang never panic on what a JobSet object may hold.
+func FuzzParseJobSet(f *testing.F) {
+	f.Add([]byte(`{"metadata":{"name":"a"},"spec":{"replicatedJobs":[{"name":"w","replicas":2,"template":{"spec":{"parallelism":2,"completions":2,"completionMode":"Indexed"}}}]}}`))
+	f.Add([]byte(`{"spec":{"startupPolicy":{"startupPolicyOrder":"InOrder"},"replicatedJobs":[{"name":"w","dependsOn":[{}]}]}}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		js, err := ParseJobSet(raw, names)
+		if err != nil {
+			return
+		}
+		for _, r := range js.ReplicatedJobs {
+			if _, size, ok := JobSetGang(js, r.Name, names); ok && (size < 2 || size > contract.MaxGangSize) {
+				t.Fatalf("a gang of %d", size)
+			}
+		}
+	})
 }

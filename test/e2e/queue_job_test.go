@@ -484,3 +484,79 @@ func TestQueueIndexedJobGang(t *testing.T) {
 	}
 	waitJob(ctx, t, ns, "pretrain")
 }
+
+// TestQueueJobSetGang: a JobSet whose replicated jobs start together and
+// run every index at once is one gang of all its pods, across its Jobs:
+// the webhook reads the JobSet (through the dynamic client; the test plays
+// the JobSet controller and creates its two Jobs) and names the gang on
+// each pod, and the queue admits the two pods together.
+func TestQueueJobSetGang(t *testing.T) {
+	const name = "qjsgang"
+	ctx, ns := setup(t, name, "", 4*time.Minute)
+	queueing(ctx, t)
+	if err := env.StartControllerManager(ctx, "job"); err != nil {
+		t.Fatal(err)
+	}
+	nodes(ctx, t, name, "qjsgang", 2, harness.GPUNodeSpec{Model: h100.Model, MemoryMiB: h100.MemoryMiB, Count: 4})
+	dyn, err := dynamic.NewForConfig(env.Cluster.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	if _, err := crds.Create(ctx, jobSetCRD, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	one := int64(1)
+	jobTemplate := map[string]any{"spec": map[string]any{"parallelism": one, "completions": one, "completionMode": "Indexed"}}
+	jobSets := dyn.Resource(schema.GroupVersionResource{Group: "jobset.x-k8s.io", Version: "v1alpha2", Resource: "jobsets"}).Namespace(ns)
+	var js *unstructured.Unstructured
+	for { // until the new API is served
+		js, err = jobSets.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": map[string]any{"name": "llm"},
+			"spec": map[string]any{"replicatedJobs": []any{map[string]any{"name": "workers", "replicas": int64(2), "template": jobTemplate}}}}},
+			metav1.CreateOptions{})
+		if err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("creating JobSet llm: %v", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := jobSets.Delete(cctx, "llm", metav1.DeleteOptions{}); err != nil {
+			t.Logf("deleting JobSet llm: %v", err)
+		}
+	})
+	tmpl := pod(ns, "", name).GPUs(4).Obj()
+	tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
+	p1 := int32(1)
+	indexed := batchv1.IndexedCompletion
+	yes := true
+	for i := range 2 {
+		job := fmt.Sprintf("llm-workers-%d", i)
+		if _, err := env.Client.BatchV1().Jobs(ns).Create(ctx, &batchv1.Job{
+			ObjectMeta: metav1.ObjectMeta{Name: job, Namespace: ns, Labels: map[string]string{podreq.ReplicatedJobLabel: "workers"},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "jobset.x-k8s.io/v1alpha2", Kind: "JobSet", Name: "llm", UID: js.GetUID(), Controller: &yes}}},
+			Spec: batchv1.JobSpec{Parallelism: &p1, Completions: &p1, CompletionMode: &indexed, Template: corev1.PodTemplateSpec{Spec: tmpl.Spec}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		deleteJobAtEnd(t, ns, job)
+	}
+	pods := waitPods(ctx, t, ns, "the JobSet's two pods running", func(p []corev1.Pod) bool {
+		return len(runningOf(append(jobPods(p, "llm-workers-0"), jobPods(p, "llm-workers-1")...))) == 2
+	})
+	for _, p := range pods {
+		if p.Labels[env.Names.GangLabel] != "llm" || p.Annotations[env.Names.GangSizeAnnotation] != "2" {
+			t.Errorf("pod %s: gang %q size %q; want the JobSet's gang llm of 2", p.Name, p.Labels[env.Names.GangLabel], p.Annotations[env.Names.GangSizeAnnotation])
+		}
+		adm, err := podreq.AdmissionOf(&p, env.Names)
+		if err != nil || adm == nil || adm.Hold == nil || adm.Hold.Gang != ns+"/llm" {
+			t.Errorf("pod %s: admission record %+v (%v); want a hold for gang %s/llm", p.Name, adm, err, ns)
+		}
+	}
+}
