@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -137,7 +138,8 @@ func newForClients(ctx context.Context, cfg config.Config, client kubernetes.Int
 	}))
 	loader := newQuotaLoader(v, cfg.ConfigMapKey, source, reg)
 	if dyn != nil {
-		wo.JobSets = newJobSetGetter(dyn, names)
+		wo.JobSets = jobSetGetter{newWorkloadGetter(dyn, jobSetsGVR, podreq.ParseJobSet, names)}
+		wo.LeaderWorkerSets = lwsGetter{newWorkloadGetter(dyn, lwsGVR, podreq.ParseLWS, names)}
 	}
 	a := &App{cfg: cfg, client: client, reg: reg, view: v,
 		validating: webhook.New(wo), mutating: webhook.NewMutating(wo), active: active}
@@ -321,41 +323,69 @@ func (g *jobGetter) Job(ctx context.Context, namespace, name, uid string) (*batc
 	return j, nil
 }
 
-// jobSetGetter reads the JobSets that control Jobs of new pods, as
-// podreq.JobSetGang needs them, with the dynamic client (Rota does not
-// import JobSet's module), kept like Jobs.
-type jobSetGetter struct {
+// workloadGetter reads the workloads whose shape names their pods' gang
+// (JobSets, LeaderWorkerSets) with the dynamic client, as JSON (Rota does
+// not import their modules), parsed by pkg/podreq and kept like Jobs, by
+// namespace, name and UID ("" when the caller knows no UID).
+type workloadGetter[T any] struct {
 	client dynamic.Interface
+	gvr    schema.GroupVersionResource
+	parse  func([]byte, contract.Names) (T, error)
 	names  contract.Names
 	cache  *gocache.Cache
 }
 
-var jobSetsGVR = schema.GroupVersionResource{Group: podreq.JobSetGroup, Version: "v1alpha2", Resource: "jobsets"}
-
-func newJobSetGetter(client dynamic.Interface, names contract.Names) *jobSetGetter {
-	return &jobSetGetter{client: client, names: names, cache: gocache.New(jobCacheTTL, time.Minute)}
+func newWorkloadGetter[T any](client dynamic.Interface, gvr schema.GroupVersionResource, parse func([]byte, contract.Names) (T, error),
+	names contract.Names) *workloadGetter[T] {
+	return &workloadGetter[T]{client: client, gvr: gvr, parse: parse, names: names, cache: gocache.New(jobCacheTTL, time.Minute)}
 }
 
-func (g *jobSetGetter) JobSet(ctx context.Context, namespace, name, uid string) (podreq.JobSetShape, error) {
-	key := namespace + "/" + name + "/" + uid
-	if js, ok := g.cache.Get(key); ok {
-		return js.(podreq.JobSetShape), nil
+func (g *workloadGetter[T]) get(ctx context.Context, namespace, name, uid string) (T, error) {
+	var zero T
+	if v, ok := g.cache.Get(namespace + "/" + name + "/" + uid); ok {
+		return v.(T), nil
 	}
-	obj, err := g.client.Resource(jobSetsGVR).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	obj, err := g.client.Resource(g.gvr).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return podreq.JobSetShape{}, err
+		return zero, err
 	}
 	raw, err := obj.MarshalJSON()
 	if err != nil {
-		return podreq.JobSetShape{}, err
+		return zero, err
 	}
-	js, err := podreq.ParseJobSet(raw, g.names)
+	v, err := g.parse(raw, g.names)
 	if err != nil {
-		return podreq.JobSetShape{}, err
+		return zero, err
 	}
-	g.cache.SetDefault(namespace+"/"+name+"/"+string(obj.GetUID()), js)
-	return js, nil
+	if uid != "" && string(obj.GetUID()) != uid {
+		// Another object of that name: the one the caller's owner
+		// reference names is gone.
+		return zero, apierrors.NewNotFound(g.gvr.GroupResource(), name)
+	}
+	g.cache.SetDefault(namespace+"/"+name+"/"+uid, v)
+	return v, nil
 }
+
+type jobSetGetter struct {
+	*workloadGetter[podreq.JobSetShape]
+}
+
+func (g jobSetGetter) JobSet(ctx context.Context, namespace, name, uid string) (podreq.JobSetShape, error) {
+	return g.get(ctx, namespace, name, uid)
+}
+
+type lwsGetter struct {
+	*workloadGetter[podreq.LWSShape]
+}
+
+func (g lwsGetter) LeaderWorkerSet(ctx context.Context, namespace, name string) (podreq.LWSShape, error) {
+	return g.get(ctx, namespace, name, "")
+}
+
+var (
+	jobSetsGVR = schema.GroupVersionResource{Group: podreq.JobSetGroup, Version: "v1alpha2", Resource: "jobsets"}
+	lwsGVR     = schema.GroupVersionResource{Group: podreq.LWSGroup, Version: "v1", Resource: "leaderworkersets"}
+)
 
 // namespaceGetter reads namespaces for the webhook.
 type namespaceGetter struct{ client kubernetes.Interface }

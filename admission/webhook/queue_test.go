@@ -365,6 +365,16 @@ func (j jobSets) JobSet(_ context.Context, namespace, name, _ string) (podreq.Jo
 	return podreq.JobSetShape{}, apierrors.NewNotFound(schema.GroupResource{Group: podreq.JobSetGroup, Resource: "jobsets"}, name)
 }
 
+// lwss is an LWSGetter over fixed LeaderWorkerSets.
+type lwss map[string]podreq.LWSShape
+
+func (l lwss) LeaderWorkerSet(_ context.Context, namespace, name string) (podreq.LWSShape, error) {
+	if s, ok := l[namespace+"/"+name]; ok {
+		return s, nil
+	}
+	return podreq.LWSShape{}, apierrors.NewNotFound(schema.GroupResource{Group: podreq.LWSGroup, Resource: "leaderworkersets"}, name)
+}
+
 // jobs is a JobGetter over fixed Jobs.
 type jobs map[string]*batchv1.Job
 
@@ -415,11 +425,16 @@ func TestMutateGangFromJob(t *testing.T) {
 		{"no such Job", owned("ns", "gone", "uid-gone").Obj(), "", true},
 		{"names its own gang", owned("ns", "train", "uid-train").Gang("mine", "4").Obj(), "", true},
 		{"a JobSet's Job: the JobSet's gang", owned("ns", "llm-workers-1", "uid-llm-workers-1").Obj(), "llm", true},
+		{"a LeaderWorkerSet group's pod", at.Pod("ns", "serve-1-2").GPUs(8).Label(podreq.LWSNameLabel, "serve").
+			Label(podreq.LWSGroupIndexLabel, "1").Obj(), "serve-1", true},
+		{"a LeaderWorkerSet that starts workers once the leader is ready", at.Pod("ns", "lazy-0").GPUs(8).Label(podreq.LWSNameLabel, "lazy").
+			Label(podreq.LWSGroupIndexLabel, "0").Obj(), "", true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, v := queueHandlers(t)
-			m := NewMutating(Options{Names: n, View: v, Jobs: js, JobSets: sets})
+			m := NewMutating(Options{Names: n, View: v, Jobs: js, JobSets: sets,
+				LeaderWorkerSets: lwss{"ns/serve": {Name: "serve", Size: 4}, "ns/lazy": {Name: "lazy", Size: 4, LeaderReady: true}}})
 			resp := answer(t, m, at.Review(admissionv1.Create, tc.give, nil))
 			if !resp.Allowed {
 				t.Fatalf("refused: %+v", resp.Result)

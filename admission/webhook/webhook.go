@@ -76,6 +76,13 @@ type JobSetGetter interface {
 	JobSet(ctx context.Context, namespace, name, uid string) (podreq.JobSetShape, error)
 }
 
+// LWSGetter reads a LeaderWorkerSet, as LWSGang needs it, by name. It
+// returns an error satisfying apierrors.IsNotFound when there is none, or
+// when the LeaderWorkerSet API is not served.
+type LWSGetter interface {
+	LeaderWorkerSet(ctx context.Context, namespace, name string) (podreq.LWSShape, error)
+}
+
 // Options configure a Handler.
 type Options struct {
 	Names contract.Names
@@ -92,7 +99,10 @@ type Options struct {
 	// JobSets reads the JobSet that controls such a Job (podreq.JobSetGang);
 	// nil reads none.
 	JobSets JobSetGetter
-	Metrics *Metrics
+	// LeaderWorkerSets reads the LeaderWorkerSet a new pod's labels name
+	// (podreq.LWSGang); nil reads none.
+	LeaderWorkerSets LWSGetter
+	Metrics          *Metrics
 	// QueueControllers are the user names (AdmissionReview userInfo) that
 	// may remove the queue gate from a pod: Rota's queue controller.
 	QueueControllers []string
@@ -543,6 +553,9 @@ func (h *Handler) jobGangOps(ctx context.Context, pod *corev1.Pod) ([]patchOp, e
 	if _, ok := pod.Labels[names.PodGroupLabel]; ok {
 		return nil, nil
 	}
+	if lws := pod.Labels[podreq.LWSNameLabel]; lws != "" {
+		return h.lwsGangOps(ctx, pod, lws)
+	}
 	jobName, uid, ok := podreq.JobOwner(pod)
 	if !ok {
 		return nil, nil
@@ -567,10 +580,34 @@ func (h *Handler) jobGangOps(ctx context.Context, pod *corev1.Pod) ([]patchOp, e
 	if !ok {
 		return nil, nil
 	}
+	return gangOps(pod, gang, size, names), nil
+}
+
+// gangOps writes Rota's gang label and size on the pod.
+func gangOps(pod *corev1.Pod, gang string, size int, names contract.Names) []patchOp {
 	return []patchOp{
 		mapEntryOp(pod.Labels, "/metadata/labels", names.GangLabel, gang),
 		mapEntryOp(pod.Annotations, "/metadata/annotations", names.GangSizeAnnotation, strconv.Itoa(size)),
-	}, nil
+	}
+}
+
+// lwsGangOps names the gang of a LeaderWorkerSet group's pod.
+func (h *Handler) lwsGangOps(ctx context.Context, pod *corev1.Pod, lws string) ([]patchOp, error) {
+	if h.o.LeaderWorkerSets == nil {
+		return nil, nil
+	}
+	shape, err := h.o.LeaderWorkerSets.LeaderWorkerSet(ctx, pod.Namespace, lws)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading LeaderWorkerSet %s/%s, which the pod's labels name, for its gang: %w", pod.Namespace, lws, err)
+	}
+	gang, size, ok := podreq.LWSGang(shape, pod.Labels[podreq.LWSGroupIndexLabel])
+	if !ok {
+		return nil, nil
+	}
+	return gangOps(pod, gang, size, h.o.Names), nil
 }
 
 // jobSetGang is the gang of the pods of a Job that a JobSet controls.

@@ -176,3 +176,95 @@ func ParseJobSet(raw []byte, names contract.Names) (JobSetShape, error) {
 	}
 	return js, nil
 }
+
+// LeaderWorkerSet (sigs.k8s.io/lws): its API group and the labels and
+// annotation its pods and objects carry.
+const (
+	LWSGroup           = "leaderworkerset.x-k8s.io"
+	LWSNameLabel       = "leaderworkerset.sigs.k8s.io/name"
+	LWSGroupIndexLabel = "leaderworkerset.sigs.k8s.io/group-index"
+	lwsExclusive       = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+	lwsSubGroupExcl    = "leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology"
+)
+
+// LWSShape is what a LeaderWorkerSet says about the gangs of its groups.
+type LWSShape struct {
+	Name string
+	// NoGang is the LeaderWorkerSet's NoGangAnnotation.
+	NoGang bool
+	// LeaderReady is startupPolicy LeaderReady: a group's workers are
+	// created only once its leader is ready.
+	LeaderReady bool
+	// Exclusive is exclusive placement (one group per topology domain, the
+	// workers following their leader's domain).
+	Exclusive bool
+	// Size is the pods of one group, leader included.
+	Size int32
+	// TemplateGang is set when a pod template names a gang itself.
+	TemplateGang bool
+}
+
+// LWSGang is the gang of the pods of group groupIndex of a LeaderWorkerSet:
+// the group's leader and workers, Size pods, named <lws>-<group index>,
+// when they are created together (startupPolicy LeaderCreated). Where the
+// workers come only after the leader is ready (LeaderReady), or follow the
+// leader's placement (exclusive topology), a gang would wait for pods that
+// the running leader brings: the group is no gang then. NoGangAnnotation
+// "true" on the LeaderWorkerSet, or a template that names its own gang,
+// opts out.
+func LWSGang(lws LWSShape, groupIndex string) (name string, size int, ok bool) {
+	if lws.NoGang || lws.LeaderReady || lws.Exclusive || lws.TemplateGang || groupIndex == "" {
+		return "", 0, false
+	}
+	for _, c := range groupIndex {
+		if c < '0' || c > '9' {
+			return "", 0, false
+		}
+	}
+	if lws.Size < 2 || lws.Size > contract.MaxGangSize {
+		return "", 0, false
+	}
+	return lws.Name + "-" + groupIndex, int(lws.Size), true
+}
+
+// lwsObject is the part of a LeaderWorkerSet that LWSShape reads.
+type lwsObject struct {
+	Metadata metav1.ObjectMeta `json:"metadata"`
+	Spec     struct {
+		StartupPolicy        string `json:"startupPolicy"`
+		LeaderWorkerTemplate struct {
+			LeaderTemplate *corev1.PodTemplateSpec `json:"leaderTemplate"`
+			WorkerTemplate corev1.PodTemplateSpec  `json:"workerTemplate"`
+			Size           *int32                  `json:"size"`
+		} `json:"leaderWorkerTemplate"`
+	} `json:"spec"`
+}
+
+// ParseLWS reads a LeaderWorkerSet object (JSON) into the shape LWSGang
+// needs. A group without a size has one pod, as LeaderWorkerSet defaults
+// it.
+func ParseLWS(raw []byte, names contract.Names) (LWSShape, error) {
+	var o lwsObject
+	if err := json.Unmarshal(raw, &o); err != nil {
+		return LWSShape{}, fmt.Errorf("reading the LeaderWorkerSet: %w", err)
+	}
+	t := &o.Spec.LeaderWorkerTemplate
+	lws := LWSShape{Name: o.Metadata.Name, NoGang: o.Metadata.Annotations[names.NoGangAnnotation] == "true",
+		LeaderReady: o.Spec.StartupPolicy == "LeaderReady",
+		Exclusive:   o.Metadata.Annotations[lwsExclusive] != "" || o.Metadata.Annotations[lwsSubGroupExcl] != "", Size: 1}
+	if t.Size != nil {
+		lws.Size = *t.Size
+	}
+	for _, pt := range []*corev1.PodTemplateSpec{t.LeaderTemplate, &t.WorkerTemplate} {
+		if pt == nil {
+			continue
+		}
+		if _, named := pt.Labels[names.GangLabel]; named {
+			lws.TemplateGang = true
+		}
+		if pt.Annotations[names.NoGangAnnotation] == "true" {
+			lws.NoGang = true
+		}
+	}
+	return lws, nil
+}

@@ -142,3 +142,54 @@ func FuzzParseJobSet(f *testing.F) {
 		}
 	})
 }
+
+func TestLWSGang(t *testing.T) {
+	n := names
+	raw := func(spec string, ann string) []byte {
+		return []byte(`{"metadata":{"name":"serve","annotations":{` + ann + `}},"spec":{` + spec + `}}`)
+	}
+	tests := []struct {
+		name     string
+		raw      []byte
+		group    string
+		wantSize int
+	}{
+		{"LeaderCreated, 4 per group", raw(`"startupPolicy":"LeaderCreated","leaderWorkerTemplate":{"size":4}`, ``), "2", 4},
+		{"no startup policy (LeaderCreated is the default)", raw(`"leaderWorkerTemplate":{"size":4}`, ``), "0", 4},
+		{"LeaderReady: workers come later", raw(`"startupPolicy":"LeaderReady","leaderWorkerTemplate":{"size":4}`, ``), "0", 0},
+		{"exclusive placement", raw(`"leaderWorkerTemplate":{"size":4}`, `"leaderworkerset.sigs.k8s.io/exclusive-topology":"example.com/leaf"`), "0", 0},
+		{"one pod per group", raw(`"leaderWorkerTemplate":{}`, ``), "0", 0},
+		{"opted out", raw(`"leaderWorkerTemplate":{"size":4}`, `"example.com/no-gang":"true"`), "0", 0},
+		{"the worker template names a gang", raw(`"leaderWorkerTemplate":{"size":4,"workerTemplate":{"metadata":{"labels":{"example.com/gang":"g"}}}}`, ``), "0", 0},
+		{"no group index", raw(`"leaderWorkerTemplate":{"size":4}`, ``), "", 0},
+		{"a group index that is not a number", raw(`"leaderWorkerTemplate":{"size":4}`, ``), "x", 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			lws, err := ParseLWS(tc.raw, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			name, size, ok := LWSGang(lws, tc.group)
+			if ok != (tc.wantSize > 0) || size != tc.wantSize || (ok && name != "serve-"+tc.group) {
+				t.Fatalf("LWSGang = %q, %d, %v; want size %d", name, size, ok, tc.wantSize)
+			}
+		})
+	}
+	if _, err := ParseLWS([]byte(`{"spec":[]}`), n); err == nil {
+		t.Error("ParseLWS accepted a spec that is a list")
+	}
+}
+
+func FuzzParseLWS(f *testing.F) {
+	f.Add([]byte(`{"metadata":{"name":"s"},"spec":{"leaderWorkerTemplate":{"size":3}}}`), "1")
+	f.Fuzz(func(t *testing.T, raw []byte, group string) {
+		lws, err := ParseLWS(raw, names)
+		if err != nil {
+			return
+		}
+		if _, size, ok := LWSGang(lws, group); ok && (size < 2 || size > contract.MaxGangSize) {
+			t.Fatalf("a gang of %d", size)
+		}
+	})
+}

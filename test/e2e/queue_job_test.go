@@ -345,18 +345,24 @@ func TestQueueJob(t *testing.T) {
 // jobSetCRD is a minimal CustomResourceDefinition of JobSet
 // (jobset.x-k8s.io/v1alpha2): the scenario needs the API served, not the
 // JobSet controller.
-var jobSetCRD = &unstructured.Unstructured{Object: map[string]any{
-	"apiVersion": "apiextensions.k8s.io/v1",
-	"kind":       "CustomResourceDefinition",
-	"metadata":   map[string]any{"name": "jobsets.jobset.x-k8s.io"},
-	"spec": map[string]any{
-		"group": "jobset.x-k8s.io",
-		"scope": "Namespaced",
-		"names": map[string]any{"plural": "jobsets", "singular": "jobset", "kind": "JobSet", "listKind": "JobSetList"},
-		"versions": []any{map[string]any{"name": "v1alpha2", "served": true, "storage": true,
-			"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}},
-	},
-}}
+var jobSetCRD = minimalCRD("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
+
+// minimalCRD is a CustomResourceDefinition that serves any object of a
+// kind (no schema, no controller).
+func minimalCRD(group, version, plural, kind string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1",
+		"kind":       "CustomResourceDefinition",
+		"metadata":   map[string]any{"name": plural + "." + group},
+		"spec": map[string]any{
+			"group": group,
+			"scope": "Namespaced",
+			"names": map[string]any{"plural": plural, "singular": strings.ToLower(kind), "kind": kind, "listKind": kind + "List"},
+			"versions": []any{map[string]any{"name": version, "served": true, "storage": true,
+				"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}},
+		},
+	}}
+}
 
 // TestQueueJobSet: where the JobSet API is served (installed while
 // rota-extender runs), a pod of a Job that a JobSet controls is as old as
@@ -558,5 +564,60 @@ func TestQueueJobSetGang(t *testing.T) {
 		if err != nil || adm == nil || adm.Hold == nil || adm.Hold.Gang != ns+"/llm" {
 			t.Errorf("pod %s: admission record %+v (%v); want a hold for gang %s/llm", p.Name, adm, err, ns)
 		}
+	}
+}
+
+// TestQueueLWSGang: a LeaderWorkerSet group whose leader and workers are
+// created together is a gang of the group's size (the webhook reads the
+// LeaderWorkerSet its pods' labels name; the test plays its controllers
+// and creates the group's pods); one that starts its workers only once the
+// leader is ready is no gang, so its leader is admitted alone rather than
+// waiting for workers that come after it.
+func TestQueueLWSGang(t *testing.T) {
+	const name = "qlws"
+	ctx, ns := setup(t, name, "", 4*time.Minute)
+	queueing(ctx, t)
+	nodes(ctx, t, name, "qlws", 2, harness.GPUNodeSpec{Model: h100.Model, MemoryMiB: h100.MemoryMiB, Count: 4})
+	dyn, err := dynamic.NewForConfig(env.Cluster.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	if _, err := crds.Create(ctx, minimalCRD(podreq.LWSGroup, "v1", "leaderworkersets", "LeaderWorkerSet"), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	lwss := dyn.Resource(schema.GroupVersionResource{Group: podreq.LWSGroup, Version: "v1", Resource: "leaderworkersets"}).Namespace(ns)
+	for lws, policy := range map[string]string{"serve": "LeaderCreated", "lazy": "LeaderReady"} {
+		obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": podreq.LWSGroup + "/v1", "kind": "LeaderWorkerSet",
+			"metadata": map[string]any{"name": lws}, "spec": map[string]any{"startupPolicy": policy, "leaderWorkerTemplate": map[string]any{"size": int64(2)}}}}
+		for { // until the new API is served
+			if _, err = lwss.Create(ctx, obj, metav1.CreateOptions{}); err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("creating LeaderWorkerSet %s: %v", lws, err)
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+	member := func(lws, podName string) *corev1.Pod {
+		return pod(ns, podName, name).GPUs(4).Label(podreq.LWSNameLabel, lws).Label(podreq.LWSGroupIndexLabel, "0").Obj()
+	}
+	// serve's group: leader and worker, a gang of 2.
+	create(ctx, t, member("serve", "serve-0"))
+	create(ctx, t, member("serve", "serve-0-1"))
+	pods := waitPods(ctx, t, ns, "serve's group running", func(p []corev1.Pod) bool { return running(p, "serve-0", "serve-0-1") })
+	for _, n := range []string{"serve-0", "serve-0-1"} {
+		p := byName(pods, n)
+		if p.Labels[env.Names.GangLabel] != "serve-0" || p.Annotations[env.Names.GangSizeAnnotation] != "2" {
+			t.Errorf("pod %s: gang %q size %q; want the group's gang serve-0 of 2", n, p.Labels[env.Names.GangLabel], p.Annotations[env.Names.GangSizeAnnotation])
+		}
+	}
+	// lazy's leader alone: no gang, admitted and running without its worker.
+	create(ctx, t, member("lazy", "lazy-0"))
+	pods = waitPods(ctx, t, ns, "lazy's leader running alone", func(p []corev1.Pod) bool { return running(p, "lazy-0") })
+	if g := byName(pods, "lazy-0").Labels[env.Names.GangLabel]; g != "" {
+		t.Errorf("lazy's leader is in gang %q; a LeaderReady group is no gang", g)
 	}
 }
