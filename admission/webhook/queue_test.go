@@ -395,7 +395,8 @@ func TestMutateGangFromJob(t *testing.T) {
 	four, eight := int32(4), int32(8)
 	job := func(name string, mode *batchv1.CompletionMode, completions *int32) *batchv1.Job {
 		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name)},
-			Spec: batchv1.JobSpec{CompletionMode: mode, Completions: completions, Parallelism: &four}}
+			Spec: batchv1.JobSpec{CompletionMode: mode, Completions: completions, Parallelism: &four,
+				Template: corev1.PodTemplateSpec{Spec: at.Pod("ns", "t").GPUs(8).Obj().Spec}}}
 	}
 	js := jobs{"ns/train": job("train", &indexed, &four), "ns/batch": job("batch", &nonIndexed, &four),
 		"ns/sweep": job("sweep", &indexed, &eight), "kq/train": job("train", &indexed, &four),

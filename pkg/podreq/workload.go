@@ -54,6 +54,9 @@ type ReplicatedJobShape struct {
 // would wait for pods that are created only once the first ones run, so
 // each such replicated job is a gang of its own (Replicas x parallelism
 // pods, named JobSet-replicatedjob), when its Jobs run every index at once.
+// Only replicated jobs whose pods ask for Rota's resources count: the
+// others never reach Rota, and a gang that counted them would never be
+// whole.
 // A pod template that names a gang, or NoGangAnnotation "true" on the
 // JobSet, its Job template or its pod template, opts out.
 func JobSetGang(js JobSetShape, rjob string, names contract.Names) (name string, size int, ok bool) {
@@ -73,10 +76,13 @@ func JobSetGang(js JobSetShape, rjob string, names contract.Names) (name string,
 	if mine == nil {
 		return "", 0, false
 	}
+	if !templateWants(&mine.Template.Spec.Template, names) {
+		return "", 0, false
+	}
 	for i := range js.ReplicatedJobs {
 		r := &js.ReplicatedJobs[i]
-		if staged && r != mine {
-			continue
+		if (staged && r != mine) || !templateWants(&r.Template.Spec.Template, names) {
+			continue // Rota sees only the pods that ask for its resources
 		}
 		n, ok := allAtOnce(&r.Template, names)
 		if !ok {
@@ -91,6 +97,12 @@ func JobSetGang(js JobSetShape, rjob string, names contract.Names) (name string,
 		return js.Name + "-" + mine.Name, total, true
 	}
 	return js.Name, total, true
+}
+
+// templateWants reports whether a pod template asks for Rota's resources:
+// only such pods reach Rota, so only they can count in a gang's size.
+func templateWants(t *corev1.PodTemplateSpec, names contract.Names) bool {
+	return Wants(&corev1.Pod{Spec: t.Spec}, names)
 }
 
 // allAtOnce returns the parallelism of a Job template whose pods all run at
@@ -198,7 +210,9 @@ type LWSShape struct {
 	// Exclusive is exclusive placement (one group per topology domain, the
 	// workers following their leader's domain).
 	Exclusive bool
-	// Size is the pods of one group, leader included.
+	// Size is the pods of one group that ask for Rota's resources: the
+	// group's size, less its leader when the leader's own template asks
+	// for none.
 	Size int32
 	// TemplateGang is set when a pod template names a gang itself.
 	TemplateGang bool
@@ -254,6 +268,12 @@ func ParseLWS(raw []byte, names contract.Names) (LWSShape, error) {
 		Exclusive:   o.Metadata.Annotations[lwsExclusive] != "" || o.Metadata.Annotations[lwsSubGroupExcl] != "", Size: 1}
 	if t.Size != nil {
 		lws.Size = *t.Size
+	}
+	switch {
+	case !templateWants(&t.WorkerTemplate, names):
+		lws.Size = 0 // the workers never reach Rota: no gang
+	case t.LeaderTemplate != nil && !templateWants(t.LeaderTemplate, names):
+		lws.Size-- // a leader without GPUs (a coordinator) is not in the gang
 	}
 	for _, pt := range []*corev1.PodTemplateSpec{t.LeaderTemplate, &t.WorkerTemplate} {
 		if pt == nil {

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rota-sched/rota/pkg/contract"
@@ -59,7 +61,8 @@ func TestJobSetGang(t *testing.T) {
 	n := names
 	indexed, nonIndexed := batchv1.IndexedCompletion, batchv1.NonIndexedCompletion
 	tmpl := func(mode batchv1.CompletionMode, completions, parallelism int32) batchv1.JobTemplateSpec {
-		return batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{CompletionMode: &mode, Completions: &completions, Parallelism: &parallelism}}
+		return batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{CompletionMode: &mode, Completions: &completions, Parallelism: &parallelism,
+			Template: gpuTemplate()}}
 	}
 	// A leader (1 Job of 1 pod) and workers (2 Jobs of 4 pods).
 	base := func() JobSetShape {
@@ -89,6 +92,13 @@ func TestJobSetGang(t *testing.T) {
 			j.ReplicatedJobs[1].Template.Spec.Template.Labels = map[string]string{n.GangLabel: "mine"}
 		}, "leader", "", 0},
 		{"unknown replicated job", nil, "ps", "", 0},
+		{"a coordinator without GPUs is not counted", func(j *JobSetShape) {
+			j.ReplicatedJobs[0].Template.Spec.Template = corev1.PodTemplateSpec{}
+		}, "workers", "llm", 8},
+		{"in order, the coordinator's own pods are no gang", func(j *JobSetShape) {
+			j.InOrder = true
+			j.ReplicatedJobs[0].Template.Spec.Template = corev1.PodTemplateSpec{}
+		}, "leader", "", 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -145,6 +155,7 @@ func FuzzParseJobSet(f *testing.F) {
 
 func TestLWSGang(t *testing.T) {
 	n := names
+	gpus := `"workerTemplate":{"spec":{"containers":[{"name":"c","resources":{"limits":{"example.com/gpu":"1"}}}]}}`
 	raw := func(spec string, ann string) []byte {
 		return []byte(`{"metadata":{"name":"serve","annotations":{` + ann + `}},"spec":{` + spec + `}}`)
 	}
@@ -154,15 +165,17 @@ func TestLWSGang(t *testing.T) {
 		group    string
 		wantSize int
 	}{
-		{"LeaderCreated, 4 per group", raw(`"startupPolicy":"LeaderCreated","leaderWorkerTemplate":{"size":4}`, ``), "2", 4},
-		{"no startup policy (LeaderCreated is the default)", raw(`"leaderWorkerTemplate":{"size":4}`, ``), "0", 4},
-		{"LeaderReady: workers come later", raw(`"startupPolicy":"LeaderReady","leaderWorkerTemplate":{"size":4}`, ``), "0", 0},
-		{"exclusive placement", raw(`"leaderWorkerTemplate":{"size":4}`, `"leaderworkerset.sigs.k8s.io/exclusive-topology":"example.com/leaf"`), "0", 0},
-		{"one pod per group", raw(`"leaderWorkerTemplate":{}`, ``), "0", 0},
-		{"opted out", raw(`"leaderWorkerTemplate":{"size":4}`, `"example.com/no-gang":"true"`), "0", 0},
-		{"the worker template names a gang", raw(`"leaderWorkerTemplate":{"size":4,"workerTemplate":{"metadata":{"labels":{"example.com/gang":"g"}}}}`, ``), "0", 0},
-		{"no group index", raw(`"leaderWorkerTemplate":{"size":4}`, ``), "", 0},
-		{"a group index that is not a number", raw(`"leaderWorkerTemplate":{"size":4}`, ``), "x", 0},
+		{"LeaderCreated, 4 per group", raw(`"startupPolicy":"LeaderCreated","leaderWorkerTemplate":{"size":4,`+gpus+`}`, ``), "2", 4},
+		{"no startup policy (LeaderCreated is the default)", raw(`"leaderWorkerTemplate":{"size":4,`+gpus+`}`, ``), "0", 4},
+		{"a leader without GPUs is not counted", raw(`"leaderWorkerTemplate":{"size":4,`+gpus+`,"leaderTemplate":{"spec":{"containers":[{"name":"c"}]}}}`, ``), "0", 3},
+		{"workers without GPUs", raw(`"leaderWorkerTemplate":{"size":4}`, ``), "0", 0},
+		{"LeaderReady: workers come later", raw(`"startupPolicy":"LeaderReady","leaderWorkerTemplate":{"size":4,`+gpus+`}`, ``), "0", 0},
+		{"exclusive placement", raw(`"leaderWorkerTemplate":{"size":4,`+gpus+`}`, `"leaderworkerset.sigs.k8s.io/exclusive-topology":"example.com/leaf"`), "0", 0},
+		{"one pod per group", raw(`"leaderWorkerTemplate":{`+gpus+`}`, ``), "0", 0},
+		{"opted out", raw(`"leaderWorkerTemplate":{"size":4,`+gpus+`}`, `"example.com/no-gang":"true"`), "0", 0},
+		{"the worker template names a gang", raw(`"leaderWorkerTemplate":{"size":4,"workerTemplate":{"metadata":{"labels":{"example.com/gang":"g"}},"spec":{"containers":[{"name":"c","resources":{"limits":{"example.com/gpu":"1"}}}]}}}`, ``), "0", 0},
+		{"no group index", raw(`"leaderWorkerTemplate":{"size":4,`+gpus+`}`, ``), "", 0},
+		{"a group index that is not a number", raw(`"leaderWorkerTemplate":{"size":4,`+gpus+`}`, ``), "x", 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -192,4 +205,10 @@ func FuzzParseLWS(f *testing.F) {
 			t.Fatalf("a gang of %d", size)
 		}
 	})
+}
+
+// gpuTemplate is a pod template that asks for one whole GPU.
+func gpuTemplate() corev1.PodTemplateSpec {
+	return corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c",
+		Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceName(names.GPU): resource.MustParse("1")}}}}}}
 }

@@ -513,7 +513,9 @@ func TestQueueJobSetGang(t *testing.T) {
 		t.Fatal(err)
 	}
 	one := int64(1)
-	jobTemplate := map[string]any{"spec": map[string]any{"parallelism": one, "completions": one, "completionMode": "Indexed"}}
+	gpuPod := map[string]any{"spec": map[string]any{"containers": []any{map[string]any{"name": "c",
+		"resources": map[string]any{"limits": map[string]any{env.Names.GPU: "4"}}}}}}
+	jobTemplate := map[string]any{"spec": map[string]any{"parallelism": one, "completions": one, "completionMode": "Indexed", "template": gpuPod}}
 	jobSets := dyn.Resource(schema.GroupVersionResource{Group: "jobset.x-k8s.io", Version: "v1alpha2", Resource: "jobsets"}).Namespace(ns)
 	var js *unstructured.Unstructured
 	for { // until the new API is served
@@ -589,7 +591,9 @@ func TestQueueLWSGang(t *testing.T) {
 	lwss := dyn.Resource(schema.GroupVersionResource{Group: podreq.LWSGroup, Version: "v1", Resource: "leaderworkersets"}).Namespace(ns)
 	for lws, policy := range map[string]string{"serve": "LeaderCreated", "lazy": "LeaderReady"} {
 		obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": podreq.LWSGroup + "/v1", "kind": "LeaderWorkerSet",
-			"metadata": map[string]any{"name": lws}, "spec": map[string]any{"startupPolicy": policy, "leaderWorkerTemplate": map[string]any{"size": int64(2)}}}}
+			"metadata": map[string]any{"name": lws}, "spec": map[string]any{"startupPolicy": policy, "leaderWorkerTemplate": map[string]any{"size": int64(2),
+				"workerTemplate": map[string]any{"spec": map[string]any{"containers": []any{map[string]any{"name": "c",
+					"resources": map[string]any{"limits": map[string]any{env.Names.GPU: "4"}}}}}}}}}}
 		for { // until the new API is served
 			if _, err = lwss.Create(ctx, obj, metav1.CreateOptions{}); err == nil {
 				break
