@@ -347,6 +347,43 @@ func TestQueueJob(t *testing.T) {
 // JobSet controller.
 var jobSetCRD = minimalCRD("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
 
+var jobSetsGVR = schema.GroupVersionResource{Group: "jobset.x-k8s.io", Version: "v1alpha2", Resource: "jobsets"}
+
+// createServed installs crd (unless it is there) and creates obj in
+// namespace ns once the API serves gvr; the object is deleted when the test
+// ends.
+func createServed(ctx context.Context, t *testing.T, crd *unstructured.Unstructured, gvr schema.GroupVersionResource, ns string,
+	obj *unstructured.Unstructured) *unstructured.Unstructured {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(env.Cluster.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	if _, err := crds.Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	res := dyn.Resource(gvr).Namespace(ns)
+	for { // until the new API is served
+		got, err := res.Create(ctx, obj, metav1.CreateOptions{})
+		if err == nil {
+			t.Cleanup(func() {
+				cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				if err := res.Delete(cctx, got.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+					t.Logf("deleting %s %s: %v", gvr.Resource, got.GetName(), err)
+				}
+			})
+			return got
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("creating %s %s: %v", gvr.Resource, obj.GetName(), err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
 // minimalCRD is a CustomResourceDefinition that serves any object of a
 // kind (no schema, no controller).
 func minimalCRD(group, version, plural, kind string) *unstructured.Unstructured {
@@ -376,28 +413,8 @@ func TestQueueJobSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	nodes(ctx, t, name, "qjobset", 1, harness.GPUNodeSpec{Model: h100.Model, MemoryMiB: h100.MemoryMiB, Count: 4})
-	dyn, err := dynamic.NewForConfig(env.Cluster.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
-	if _, err := crds.Create(ctx, jobSetCRD, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	jobSets := dyn.Resource(schema.GroupVersionResource{Group: "jobset.x-k8s.io", Version: "v1alpha2", Resource: "jobsets"}).Namespace(ns)
-	var js *unstructured.Unstructured
-	for { // until the new API is served
-		js, err = jobSets.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": map[string]any{"name": "suite"}}}, metav1.CreateOptions{})
-		if err == nil {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("creating JobSet suite: %v", err)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+	js := createServed(ctx, t, jobSetCRD, jobSetsGVR, ns, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": map[string]any{"name": "suite"}}})
 
 	create(ctx, t, pod(ns, "hold-0", name).GPUs(1).Obj())
 	create(ctx, t, pod(ns, "hold-1", name).GPUs(1).Obj())
@@ -504,41 +521,13 @@ func TestQueueJobSetGang(t *testing.T) {
 		t.Fatal(err)
 	}
 	nodes(ctx, t, name, "qjsgang", 2, harness.GPUNodeSpec{Model: h100.Model, MemoryMiB: h100.MemoryMiB, Count: 4})
-	dyn, err := dynamic.NewForConfig(env.Cluster.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
-	if _, err := crds.Create(ctx, jobSetCRD, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
 	one := int64(1)
 	gpuPod := map[string]any{"spec": map[string]any{"containers": []any{map[string]any{"name": "c",
 		"resources": map[string]any{"limits": map[string]any{env.Names.GPU: "4"}}}}}}
 	jobTemplate := map[string]any{"spec": map[string]any{"parallelism": one, "completions": one, "completionMode": "Indexed", "template": gpuPod}}
-	jobSets := dyn.Resource(schema.GroupVersionResource{Group: "jobset.x-k8s.io", Version: "v1alpha2", Resource: "jobsets"}).Namespace(ns)
-	var js *unstructured.Unstructured
-	for { // until the new API is served
-		js, err = jobSets.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": map[string]any{"name": "llm"},
-			"spec": map[string]any{"replicatedJobs": []any{map[string]any{"name": "workers", "replicas": int64(2), "template": jobTemplate}}}}},
-			metav1.CreateOptions{})
-		if err == nil {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("creating JobSet llm: %v", err)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	t.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := jobSets.Delete(cctx, "llm", metav1.DeleteOptions{}); err != nil {
-			t.Logf("deleting JobSet llm: %v", err)
-		}
-	})
+	js := createServed(ctx, t, jobSetCRD, jobSetsGVR, ns, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": map[string]any{"name": "llm"},
+		"spec": map[string]any{"replicatedJobs": []any{map[string]any{"name": "workers", "replicas": int64(2), "template": jobTemplate}}}}})
 	tmpl := pod(ns, "", name).GPUs(4).Obj()
 	tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
 	p1 := int32(1)
@@ -580,30 +569,14 @@ func TestQueueLWSGang(t *testing.T) {
 	ctx, ns := setup(t, name, "", 4*time.Minute)
 	queueing(ctx, t)
 	nodes(ctx, t, name, "qlws", 2, harness.GPUNodeSpec{Model: h100.Model, MemoryMiB: h100.MemoryMiB, Count: 4})
-	dyn, err := dynamic.NewForConfig(env.Cluster.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
-	if _, err := crds.Create(ctx, minimalCRD(podreq.LWSGroup, "v1", "leaderworkersets", "LeaderWorkerSet"), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	lwss := dyn.Resource(schema.GroupVersionResource{Group: podreq.LWSGroup, Version: "v1", Resource: "leaderworkersets"}).Namespace(ns)
+	lwsCRD := minimalCRD(podreq.LWSGroup, "v1", "leaderworkersets", "LeaderWorkerSet")
+	lwsGVR := schema.GroupVersionResource{Group: podreq.LWSGroup, Version: "v1", Resource: "leaderworkersets"}
 	for lws, policy := range map[string]string{"serve": "LeaderCreated", "lazy": "LeaderReady"} {
 		obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": podreq.LWSGroup + "/v1", "kind": "LeaderWorkerSet",
 			"metadata": map[string]any{"name": lws}, "spec": map[string]any{"startupPolicy": policy, "leaderWorkerTemplate": map[string]any{"size": int64(2),
 				"workerTemplate": map[string]any{"spec": map[string]any{"containers": []any{map[string]any{"name": "c",
 					"resources": map[string]any{"limits": map[string]any{env.Names.GPU: "4"}}}}}}}}}}
-		for { // until the new API is served
-			if _, err = lwss.Create(ctx, obj, metav1.CreateOptions{}); err == nil {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				t.Fatalf("creating LeaderWorkerSet %s: %v", lws, err)
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
+		createServed(ctx, t, lwsCRD, lwsGVR, ns, obj)
 	}
 	member := func(lws, podName string) *corev1.Pod {
 		return pod(ns, podName, name).GPUs(4).Label(podreq.LWSNameLabel, lws).Label(podreq.LWSGroupIndexLabel, "0").Obj()

@@ -281,9 +281,20 @@ func (m *Manager) registerWebhooks(ctx context.Context, mod string, port int, ca
 			return ok && strings.HasSuffix(path, suffix)
 		})
 	}
-	url := func(path string) *string { u := fmt.Sprintf("https://127.0.0.1:%d%s", port, path); return &u }
-	// The pod webhook applies to the namespaces Kueue manages plain pods in.
-	podNamespaces := &metav1.LabelSelector{MatchLabels: map[string]string{ManagedNamespaceLabel: "true"}}
+	// retarget points a kept webhook at the manager by URL; the pod webhook
+	// applies to the namespaces Kueue manages plain pods in.
+	retarget := func(cc *admissionv1.WebhookClientConfig, sel **metav1.LabelSelector) bool {
+		if cc.Service == nil || cc.Service.Path == nil || !keep(*cc.Service.Path) {
+			return false
+		}
+		path := *cc.Service.Path
+		if strings.HasSuffix(path, webhookPaths["pod"]) {
+			*sel = &metav1.LabelSelector{MatchLabels: map[string]string{ManagedNamespaceLabel: "true"}}
+		}
+		u := fmt.Sprintf("https://127.0.0.1:%d%s", port, path)
+		*cc = admissionv1.WebhookClientConfig{URL: &u, CABundle: ca}
+		return true
+	}
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
 	client := m.c.Client().AdmissionregistrationV1()
 	for {
@@ -305,11 +316,7 @@ func (m *Manager) registerWebhooks(ctx context.Context, mod string, port int, ca
 			}
 			var hooks []admissionv1.MutatingWebhook
 			for _, h := range w.Webhooks {
-				if h.ClientConfig.Service != nil && keep(*h.ClientConfig.Service.Path) {
-					if strings.HasSuffix(*h.ClientConfig.Service.Path, webhookPaths["pod"]) {
-						h.NamespaceSelector = podNamespaces
-					}
-					h.ClientConfig = admissionv1.WebhookClientConfig{URL: url(*h.ClientConfig.Service.Path), CABundle: ca}
+				if retarget(&h.ClientConfig, &h.NamespaceSelector) {
 					hooks = append(hooks, h)
 				}
 			}
@@ -324,11 +331,7 @@ func (m *Manager) registerWebhooks(ctx context.Context, mod string, port int, ca
 			}
 			var hooks []admissionv1.ValidatingWebhook
 			for _, h := range w.Webhooks {
-				if h.ClientConfig.Service != nil && keep(*h.ClientConfig.Service.Path) {
-					if strings.HasSuffix(*h.ClientConfig.Service.Path, webhookPaths["pod"]) {
-						h.NamespaceSelector = podNamespaces
-					}
-					h.ClientConfig = admissionv1.WebhookClientConfig{URL: url(*h.ClientConfig.Service.Path), CABundle: ca}
+				if retarget(&h.ClientConfig, &h.NamespaceSelector) {
 					hooks = append(hooks, h)
 				}
 			}
