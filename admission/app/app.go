@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -140,6 +141,7 @@ func newForClients(ctx context.Context, cfg config.Config, client kubernetes.Int
 	if dyn != nil {
 		wo.JobSets = jobSetGetter{newWorkloadGetter(dyn, jobSetsGVR, podreq.ParseJobSet, names)}
 		wo.LeaderWorkerSets = lwsGetter{newWorkloadGetter(dyn, lwsGVR, podreq.ParseLWS, names)}
+		wo.TrainingJobs = trainingJobGetter{client: dyn, names: names, cache: gocache.New(jobCacheTTL, time.Minute)}
 	}
 	a := &App{cfg: cfg, client: client, reg: reg, view: v,
 		validating: webhook.New(wo), mutating: webhook.NewMutating(wo), active: active}
@@ -326,7 +328,8 @@ func (g *jobGetter) Job(ctx context.Context, namespace, name, uid string) (*batc
 // workloadGetter reads the workloads whose shape names their pods' gang
 // (JobSets, LeaderWorkerSets) with the dynamic client, as JSON (Rota does
 // not import their modules), parsed by pkg/podreq and kept like Jobs, by
-// namespace, name and UID ("" when the caller knows no UID).
+// namespace, key (the name, or kind/name) and UID ("" when the caller
+// knows no UID).
 type workloadGetter[T any] struct {
 	client dynamic.Interface
 	gvr    schema.GroupVersionResource
@@ -340,9 +343,9 @@ func newWorkloadGetter[T any](client dynamic.Interface, gvr schema.GroupVersionR
 	return &workloadGetter[T]{client: client, gvr: gvr, parse: parse, names: names, cache: gocache.New(jobCacheTTL, time.Minute)}
 }
 
-func (g *workloadGetter[T]) get(ctx context.Context, namespace, name, uid string) (T, error) {
+func (g *workloadGetter[T]) get(ctx context.Context, namespace, key, name, uid string) (T, error) {
 	var zero T
-	if v, ok := g.cache.Get(namespace + "/" + name + "/" + uid); ok {
+	if v, ok := g.cache.Get(namespace + "/" + key + "/" + uid); ok {
 		return v.(T), nil
 	}
 	obj, err := g.client.Resource(g.gvr).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
@@ -362,7 +365,7 @@ func (g *workloadGetter[T]) get(ctx context.Context, namespace, name, uid string
 		// reference names is gone.
 		return zero, apierrors.NewNotFound(g.gvr.GroupResource(), name)
 	}
-	g.cache.SetDefault(namespace+"/"+name+"/"+uid, v)
+	g.cache.SetDefault(namespace+"/"+key+"/"+uid, v)
 	return v, nil
 }
 
@@ -371,7 +374,7 @@ type jobSetGetter struct {
 }
 
 func (g jobSetGetter) JobSet(ctx context.Context, namespace, name, uid string) (podreq.JobSetShape, error) {
-	return g.get(ctx, namespace, name, uid)
+	return g.get(ctx, namespace, name, name, uid)
 }
 
 type lwsGetter struct {
@@ -379,7 +382,29 @@ type lwsGetter struct {
 }
 
 func (g lwsGetter) LeaderWorkerSet(ctx context.Context, namespace, name string) (podreq.LWSShape, error) {
-	return g.get(ctx, namespace, name, "")
+	return g.get(ctx, namespace, name, name, "")
+}
+
+// trainingJobGetter reads training operators' jobs by their pods'
+// controller references: the resource is the kind's plural, at the
+// reference's version.
+type trainingJobGetter struct {
+	client dynamic.Interface
+	names  contract.Names
+	cache  *gocache.Cache
+}
+
+func (g trainingJobGetter) TrainingJob(ctx context.Context, namespace string, ref metav1.OwnerReference) (podreq.TrainingJobShape, error) {
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	if err != nil {
+		return podreq.TrainingJobShape{}, err
+	}
+	w := &workloadGetter[podreq.TrainingJobShape]{client: g.client, names: g.names, cache: g.cache,
+		gvr: gv.WithResource(strings.ToLower(ref.Kind) + "s"),
+		parse: func(raw []byte, n contract.Names) (podreq.TrainingJobShape, error) {
+			return podreq.ParseTrainingJob(ref.Kind, raw, n)
+		}}
+	return w.get(ctx, namespace, ref.Kind+"/"+ref.Name, ref.Name, string(ref.UID))
 }
 
 var (

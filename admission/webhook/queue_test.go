@@ -375,6 +375,16 @@ func (l lwss) LeaderWorkerSet(_ context.Context, namespace, name string) (podreq
 	return podreq.LWSShape{}, apierrors.NewNotFound(schema.GroupResource{Group: podreq.LWSGroup, Resource: "leaderworkersets"}, name)
 }
 
+// trainingJobs is a TrainingJobGetter over fixed jobs, by kind/name.
+type trainingJobs map[string]podreq.TrainingJobShape
+
+func (j trainingJobs) TrainingJob(_ context.Context, _ string, ref metav1.OwnerReference) (podreq.TrainingJobShape, error) {
+	if s, ok := j[ref.Kind+"/"+ref.Name]; ok {
+		return s, nil
+	}
+	return podreq.TrainingJobShape{}, apierrors.NewNotFound(schema.GroupResource{Group: podreq.KubeflowGroup, Resource: "pytorchjobs"}, ref.Name)
+}
+
 // jobs is a JobGetter over fixed Jobs.
 type jobs map[string]*batchv1.Job
 
@@ -428,6 +438,8 @@ func TestMutateGangFromJob(t *testing.T) {
 		{"a JobSet's Job: the JobSet's gang", owned("ns", "llm-workers-1", "uid-llm-workers-1").Obj(), "llm", true},
 		{"a LeaderWorkerSet group's pod", at.Pod("ns", "serve-1-2").GPUs(8).Label(podreq.LWSNameLabel, "serve").
 			Label(podreq.LWSGroupIndexLabel, "1").Obj(), "serve-1", true},
+		{"a PyTorchJob's pod", at.Pod("ns", "bert-worker-0").GPUs(8).ControlledBy("kubeflow.org/v1", "PyTorchJob", "bert", "uid-bert").Obj(), "bert", true},
+		{"a Deployment's pod (no gang read from it)", at.Pod("ns", "web-1").GPUs(8).ControlledBy("apps/v1", "ReplicaSet", "web", "uid-web").Obj(), "", true},
 		{"a LeaderWorkerSet that starts workers once the leader is ready", at.Pod("ns", "lazy-0").GPUs(8).Label(podreq.LWSNameLabel, "lazy").
 			Label(podreq.LWSGroupIndexLabel, "0").Obj(), "", true},
 	}
@@ -435,7 +447,9 @@ func TestMutateGangFromJob(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, v := queueHandlers(t)
 			m := NewMutating(Options{Names: n, View: v, Jobs: js, JobSets: sets,
-				LeaderWorkerSets: lwss{"ns/serve": {Name: "serve", Size: 4}, "ns/lazy": {Name: "lazy", Size: 4, LeaderReady: true}}})
+				LeaderWorkerSets: lwss{"ns/serve": {Name: "serve", Size: 4}, "ns/lazy": {Name: "lazy", Size: 4, LeaderReady: true}},
+				TrainingJobs: trainingJobs{"PyTorchJob/bert": {Name: "bert", Replicas: []podreq.TrainingReplica{
+					{Type: "Master", Replicas: 1, Wants: true}, {Type: "Worker", Replicas: 3, Wants: true}}}}})
 			resp := answer(t, m, at.Review(admissionv1.Create, tc.give, nil))
 			if !resp.Allowed {
 				t.Fatalf("refused: %+v", resp.Result)

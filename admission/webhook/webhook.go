@@ -83,6 +83,14 @@ type LWSGetter interface {
 	LeaderWorkerSet(ctx context.Context, namespace, name string) (podreq.LWSShape, error)
 }
 
+// TrainingJobGetter reads a training operator's job (apiVersion, kind,
+// name and UID of the pod's controller reference). It returns an error
+// satisfying apierrors.IsNotFound when there is none, or when its API is
+// not served.
+type TrainingJobGetter interface {
+	TrainingJob(ctx context.Context, namespace string, ref metav1.OwnerReference) (podreq.TrainingJobShape, error)
+}
+
 // Options configure a Handler.
 type Options struct {
 	Names contract.Names
@@ -102,7 +110,10 @@ type Options struct {
 	// LeaderWorkerSets reads the LeaderWorkerSet a new pod's labels name
 	// (podreq.LWSGang); nil reads none.
 	LeaderWorkerSets LWSGetter
-	Metrics          *Metrics
+	// TrainingJobs reads the training operator's job that controls a new
+	// pod (podreq.TrainingJobGang); nil reads none.
+	TrainingJobs TrainingJobGetter
+	Metrics      *Metrics
 	// QueueControllers are the user names (AdmissionReview userInfo) that
 	// may remove the queue gate from a pod: Rota's queue controller.
 	QueueControllers []string
@@ -556,6 +567,9 @@ func (h *Handler) jobGangOps(ctx context.Context, pod *corev1.Pod) ([]patchOp, e
 	if lws := pod.Labels[podreq.LWSNameLabel]; lws != "" {
 		return h.lwsGangOps(ctx, pod, lws)
 	}
+	if ref := metav1.GetControllerOfNoCopy(pod); ref != nil && isTrainingJob(ref) {
+		return h.trainingJobGangOps(ctx, pod, *ref)
+	}
 	jobName, uid, ok := podreq.JobOwner(pod)
 	if !ok {
 		return nil, nil
@@ -589,6 +603,33 @@ func gangOps(pod *corev1.Pod, gang string, size int, names contract.Names) []pat
 		mapEntryOp(pod.Labels, "/metadata/labels", names.GangLabel, gang),
 		mapEntryOp(pod.Annotations, "/metadata/annotations", names.GangSizeAnnotation, strconv.Itoa(size)),
 	}
+}
+
+// isTrainingJob reports whether a controller reference names a training
+// operator's job whose gang Rota reads.
+func isTrainingJob(ref *metav1.OwnerReference) bool {
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	_, known := podreq.KubeflowKinds[ref.Kind]
+	return err == nil && gv.Group == podreq.KubeflowGroup && known
+}
+
+// trainingJobGangOps names the gang of a training operator's job's pod.
+func (h *Handler) trainingJobGangOps(ctx context.Context, pod *corev1.Pod, ref metav1.OwnerReference) ([]patchOp, error) {
+	if h.o.TrainingJobs == nil {
+		return nil, nil
+	}
+	j, err := h.o.TrainingJobs.TrainingJob(ctx, pod.Namespace, ref)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading %s %s/%s, which controls the pod, for its gang: %w", ref.Kind, pod.Namespace, ref.Name, err)
+	}
+	gang, size, ok := podreq.TrainingJobGang(j)
+	if !ok {
+		return nil, nil
+	}
+	return gangOps(pod, gang, size, h.o.Names), nil
 }
 
 // lwsGangOps names the gang of a LeaderWorkerSet group's pod.

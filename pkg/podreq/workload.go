@@ -3,6 +3,7 @@ package podreq
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -287,4 +288,116 @@ func ParseLWS(raw []byte, names contract.Names) (LWSShape, error) {
 		}
 	}
 	return lws, nil
+}
+
+// KubeflowGroup is the API group of the Kubeflow training operator's jobs
+// (PyTorchJob, TFJob, XGBoostJob, JAXJob, PaddleJob in kubeflow.org/v1;
+// MPIJob in kubeflow.org/v2beta1).
+const KubeflowGroup = "kubeflow.org"
+
+// KubeflowKinds are the training jobs whose pods' gang Rota reads, by kind,
+// with the field that holds their replica specs.
+var KubeflowKinds = map[string]string{
+	"PyTorchJob": "pytorchReplicaSpecs", "TFJob": "tfReplicaSpecs", "XGBoostJob": "xgbReplicaSpecs",
+	"JAXJob": "jaxReplicaSpecs", "PaddleJob": "paddleReplicaSpecs", "MPIJob": "mpiReplicaSpecs",
+}
+
+// TrainingJobShape is what a training operator's job says about the gang
+// of its pods.
+type TrainingJobShape struct {
+	Name string
+	// NoGang is the job's NoGangAnnotation, or an elastic job (its pods
+	// may run with fewer than all replicas).
+	NoGang bool
+	// Replicas are the replica types (Master, Worker, Launcher, ...).
+	Replicas []TrainingReplica
+}
+
+// TrainingReplica is one replica type of a training job.
+type TrainingReplica struct {
+	Type     string
+	Replicas int32
+	// Wants is set when its pods ask for Rota's resources.
+	Wants bool
+	// Late is set when its pods are created only once the others run (an
+	// MPIJob launcher with launcherCreationPolicy WaitForWorkersReady).
+	Late bool
+	// TemplateGang is set when its pod template names a gang itself.
+	TemplateGang bool
+}
+
+// TrainingJobGang is the gang of a training job's pods: every pod of every
+// replica type that asks for Rota's resources and is created with the
+// others, named after the job. An elastic job, one that opts out, or one
+// whose template names its own gang is no gang.
+func TrainingJobGang(j TrainingJobShape) (name string, size int, ok bool) {
+	if j.NoGang {
+		return "", 0, false
+	}
+	for _, r := range j.Replicas {
+		if r.TemplateGang {
+			return "", 0, false
+		}
+		if r.Wants && !r.Late {
+			size += int(r.Replicas)
+		}
+	}
+	if size < 2 || size > contract.MaxGangSize {
+		return "", 0, false
+	}
+	return j.Name, size, true
+}
+
+// ParseTrainingJob reads a training operator's job of kind (JSON) into
+// the shape TrainingJobGang needs. A replica type without replicas has
+// one, as the operators default it.
+func ParseTrainingJob(kind string, raw []byte, names contract.Names) (TrainingJobShape, error) {
+	field, ok := KubeflowKinds[kind]
+	if !ok {
+		return TrainingJobShape{}, fmt.Errorf("%q is not a training job kind Rota reads", kind)
+	}
+	var o struct {
+		Metadata metav1.ObjectMeta          `json:"metadata"`
+		Spec     map[string]json.RawMessage `json:"spec"`
+	}
+	if err := json.Unmarshal(raw, &o); err != nil {
+		return TrainingJobShape{}, fmt.Errorf("reading the %s: %w", kind, err)
+	}
+	var specs map[string]struct {
+		Replicas *int32                 `json:"replicas"`
+		Template corev1.PodTemplateSpec `json:"template"`
+	}
+	if r, ok := o.Spec[field]; ok {
+		if err := json.Unmarshal(r, &specs); err != nil {
+			return TrainingJobShape{}, fmt.Errorf("reading the %s's %s: %w", kind, field, err)
+		}
+	}
+	var launcherPolicy string
+	if r, ok := o.Spec["launcherCreationPolicy"]; ok {
+		_ = json.Unmarshal(r, &launcherPolicy) // anything but the string WaitForWorkersReady is the default
+	}
+	_, elastic := o.Spec["elasticPolicy"]
+	j := TrainingJobShape{Name: o.Metadata.Name, NoGang: o.Metadata.Annotations[names.NoGangAnnotation] == "true" || elastic}
+	types := make([]string, 0, len(specs))
+	for t := range specs {
+		types = append(types, t)
+	}
+	slices.Sort(types)
+	for _, t := range types {
+		s := specs[t]
+		n := int32(1)
+		if s.Replicas != nil {
+			n = *s.Replicas
+		}
+		if n < 0 {
+			return TrainingJobShape{}, fmt.Errorf("%s %s: replica type %s has %d replicas", kind, j.Name, t, n)
+		}
+		_, named := s.Template.Labels[names.GangLabel]
+		j.Replicas = append(j.Replicas, TrainingReplica{Type: t, Replicas: n, Wants: templateWants(&s.Template, names),
+			Late: kind == "MPIJob" && t == "Launcher" && launcherPolicy == "WaitForWorkersReady", TemplateGang: named})
+		if s.Template.Annotations[names.NoGangAnnotation] == "true" {
+			j.NoGang = true
+		}
+	}
+	return j, nil
 }

@@ -212,3 +212,60 @@ func gpuTemplate() corev1.PodTemplateSpec {
 	return corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c",
 		Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceName(names.GPU): resource.MustParse("1")}}}}}}
 }
+
+func TestTrainingJobGang(t *testing.T) {
+	gpu := `"template":{"spec":{"containers":[{"name":"c","resources":{"limits":{"example.com/gpu":"8"}}}]}}`
+	cpu := `"template":{"spec":{"containers":[{"name":"c"}]}}`
+	tests := []struct {
+		name, kind, spec string
+		wantSize         int
+	}{
+		{"PyTorchJob: master and workers", "PyTorchJob", `"pytorchReplicaSpecs":{"Master":{"replicas":1,` + gpu + `},"Worker":{"replicas":3,` + gpu + `}}`, 4},
+		{"a replica type without replicas has one", "PyTorchJob", `"pytorchReplicaSpecs":{"Master":{` + gpu + `},"Worker":{"replicas":1,` + gpu + `}}`, 2},
+		{"elastic: no gang", "PyTorchJob", `"elasticPolicy":{"minReplicas":1},"pytorchReplicaSpecs":{"Worker":{"replicas":4,` + gpu + `}}`, 0},
+		{"MPIJob: a CPU launcher is not counted", "MPIJob", `"mpiReplicaSpecs":{"Launcher":{"replicas":1,` + cpu + `},"Worker":{"replicas":4,` + gpu + `}}`, 4},
+		{"MPIJob: a launcher created once the workers run is not counted", "MPIJob",
+			`"launcherCreationPolicy":"WaitForWorkersReady","mpiReplicaSpecs":{"Launcher":{"replicas":1,` + gpu + `},"Worker":{"replicas":2,` + gpu + `}}`, 2},
+		{"MPIJob: a GPU launcher created with the workers is", "MPIJob", `"mpiReplicaSpecs":{"Launcher":{"replicas":1,` + gpu + `},"Worker":{"replicas":2,` + gpu + `}}`, 3},
+		{"TFJob: one GPU worker is no gang", "TFJob", `"tfReplicaSpecs":{"PS":{"replicas":2,` + cpu + `},"Worker":{"replicas":1,` + gpu + `}}`, 0},
+		{"a template names its own gang", "PyTorchJob",
+			`"pytorchReplicaSpecs":{"Worker":{"replicas":4,"template":{"metadata":{"labels":{"example.com/gang":"g"}},"spec":{"containers":[{"name":"c","resources":{"limits":{"example.com/gpu":"8"}}}]}}}}`, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			j, err := ParseTrainingJob(tc.kind, []byte(`{"metadata":{"name":"train"},"spec":{`+tc.spec+`}}`), names)
+			if err != nil {
+				t.Fatal(err)
+			}
+			name, size, ok := TrainingJobGang(j)
+			if ok != (tc.wantSize > 0) || size != tc.wantSize || (ok && name != "train") {
+				t.Fatalf("TrainingJobGang = %q, %d, %v; want size %d", name, size, ok, tc.wantSize)
+			}
+		})
+	}
+	for _, bad := range [][2]string{{"Deployment", `{}`}, {"PyTorchJob", `{"spec":{"pytorchReplicaSpecs":[]}}`},
+		{"PyTorchJob", `{"spec":{"pytorchReplicaSpecs":{"Worker":{"replicas":-2}}}}`}, {"MPIJob", `[`}} {
+		if _, err := ParseTrainingJob(bad[0], []byte(bad[1]), names); err == nil {
+			t.Errorf("ParseTrainingJob(%s, %s) accepted it", bad[0], bad[1])
+		}
+	}
+	if j, err := ParseTrainingJob("PyTorchJob", []byte(`{"metadata":{"name":"t","annotations":{"example.com/no-gang":"true"}},"spec":{"pytorchReplicaSpecs":{"Worker":{"replicas":4,`+gpu+`}}}}`), names); err != nil {
+		t.Fatal(err)
+	} else if _, _, ok := TrainingJobGang(j); ok {
+		t.Error("a job that opts out is a gang")
+	}
+}
+
+func FuzzParseTrainingJob(f *testing.F) {
+	f.Add("PyTorchJob", []byte(`{"metadata":{"name":"t"},"spec":{"pytorchReplicaSpecs":{"Worker":{"replicas":4}}}}`))
+	f.Add("MPIJob", []byte(`{"spec":{"launcherCreationPolicy":7,"mpiReplicaSpecs":{"Launcher":{}}}}`))
+	f.Fuzz(func(t *testing.T, kind string, raw []byte) {
+		j, err := ParseTrainingJob(kind, raw, names)
+		if err != nil {
+			return
+		}
+		if _, size, ok := TrainingJobGang(j); ok && (size < 2 || size > contract.MaxGangSize) {
+			t.Fatalf("a gang of %d", size)
+		}
+	})
+}
