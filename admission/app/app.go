@@ -127,6 +127,7 @@ func newForClients(ctx context.Context, cfg config.Config, client kubernetes.Int
 	active := new(atomic.Bool)
 	wo := webhook.Options{Names: names, View: v, Active: active.Load,
 		Namespaces: namespaceGetter{client}, Jobs: newJobGetter(client), Metrics: webhook.NewMetrics(reg),
+		PodGroups:        podGroupGetter{client: client, cache: gocache.New(jobCacheTTL, time.Minute)},
 		QueueControllers: cfg.QueueControllerUsers()}
 	reg.MustRegister(view.NewCollector(v), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "rota_admission_active",
@@ -383,6 +384,37 @@ type lwsGetter struct {
 
 func (g lwsGetter) LeaderWorkerSet(ctx context.Context, namespace, name string) (podreq.LWSShape, error) {
 	return g.get(ctx, namespace, name, name, "")
+}
+
+// podGroupGetter reads PodGroups of Kubernetes' gang API
+// (scheduling.k8s.io/v1beta1, served with the GenericWorkload feature
+// gate), kept like Jobs by namespace and name.
+type podGroupGetter struct {
+	client kubernetes.Interface
+	cache  *gocache.Cache
+}
+
+type podGroupGang struct {
+	minCount int32
+	gang     bool
+}
+
+func (g podGroupGetter) PodGroupGang(ctx context.Context, namespace, name string) (int32, bool, error) {
+	key := namespace + "/" + name
+	if v, ok := g.cache.Get(key); ok {
+		pg := v.(podGroupGang)
+		return pg.minCount, pg.gang, nil
+	}
+	pg, err := g.client.SchedulingV1beta1().PodGroups(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return 0, false, err
+	}
+	var v podGroupGang
+	if gang := pg.Spec.SchedulingPolicy.Gang; gang != nil {
+		v = podGroupGang{minCount: gang.MinCount, gang: true}
+	}
+	g.cache.SetDefault(key, v)
+	return v.minCount, v.gang, nil
 }
 
 // trainingJobGetter reads training operators' jobs by their pods'

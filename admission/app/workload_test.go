@@ -22,8 +22,8 @@ func TestWorkloadGetter(t *testing.T) {
 		"metadata": map[string]any{"name": "llm", "namespace": "ml", "uid": "u1"},
 		"spec": map[string]any{"replicatedJobs": []any{map[string]any{"name": "workers", "replicas": int64(2),
 			"template": map[string]any{"spec": map[string]any{"parallelism": int64(4), "completions": int64(4), "completionMode": "Indexed",
-			"template": map[string]any{"spec": map[string]any{"containers": []any{map[string]any{"name": "c",
-				"resources": map[string]any{"limits": map[string]any{"example.com/gpu": "8"}}}}}}}}}}}}}
+				"template": map[string]any{"spec": map[string]any{"containers": []any{map[string]any{"name": "c",
+					"resources": map[string]any{"limits": map[string]any{"example.com/gpu": "8"}}}}}}}}}}}}}
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{jobSetsGVR: "JobSetList"}, js)
 	g := jobSetGetter{newWorkloadGetter(client, jobSetsGVR, podreq.ParseJobSet, contract.Default)}

@@ -375,6 +375,18 @@ func (l lwss) LeaderWorkerSet(_ context.Context, namespace, name string) (podreq
 	return podreq.LWSShape{}, apierrors.NewNotFound(schema.GroupResource{Group: podreq.LWSGroup, Resource: "leaderworkersets"}, name)
 }
 
+// podGroups is a PodGroupGetter over fixed PodGroups' gang minCount (0:
+// not a gang).
+type podGroups map[string]int32
+
+func (p podGroups) PodGroupGang(_ context.Context, namespace, name string) (int32, bool, error) {
+	n, ok := p[namespace+"/"+name]
+	if !ok {
+		return 0, false, apierrors.NewNotFound(schema.GroupResource{Group: "scheduling.k8s.io", Resource: "podgroups"}, name)
+	}
+	return n, n > 0, nil
+}
+
 // trainingJobs is a TrainingJobGetter over fixed jobs, by kind/name.
 type trainingJobs map[string]podreq.TrainingJobShape
 
@@ -439,6 +451,8 @@ func TestMutateGangFromJob(t *testing.T) {
 		{"a LeaderWorkerSet group's pod", at.Pod("ns", "serve-1-2").GPUs(8).Label(podreq.LWSNameLabel, "serve").
 			Label(podreq.LWSGroupIndexLabel, "1").Obj(), "serve-1", true},
 		{"a PyTorchJob's pod", at.Pod("ns", "bert-worker-0").GPUs(8).ControlledBy("kubeflow.org/v1", "PyTorchJob", "bert", "uid-bert").Obj(), "bert", true},
+		{"a PodGroup's pod (Kubernetes' gang API)", inGroup(at.Pod("ns", "w-0").GPUs(8).Obj(), "workers"), "workers", true},
+		{"a PodGroup of the basic policy", inGroup(at.Pod("ns", "w-0").GPUs(8).Obj(), "basic"), "", true},
 		{"a Deployment's pod (no gang read from it)", at.Pod("ns", "web-1").GPUs(8).ControlledBy("apps/v1", "ReplicaSet", "web", "uid-web").Obj(), "", true},
 		{"a LeaderWorkerSet that starts workers once the leader is ready", at.Pod("ns", "lazy-0").GPUs(8).Label(podreq.LWSNameLabel, "lazy").
 			Label(podreq.LWSGroupIndexLabel, "0").Obj(), "", true},
@@ -448,6 +462,7 @@ func TestMutateGangFromJob(t *testing.T) {
 			_, _, v := queueHandlers(t)
 			m := NewMutating(Options{Names: n, View: v, Jobs: js, JobSets: sets,
 				LeaderWorkerSets: lwss{"ns/serve": {Name: "serve", Size: 4}, "ns/lazy": {Name: "lazy", Size: 4, LeaderReady: true}},
+				PodGroups: podGroups{"ns/workers": 4, "ns/basic": 0},
 				TrainingJobs: trainingJobs{"PyTorchJob/bert": {Name: "bert", Replicas: []podreq.TrainingReplica{
 					{Type: "Master", Replicas: 1, Wants: true}, {Type: "Worker", Replicas: 3, Wants: true}}}}})
 			resp := answer(t, m, at.Review(admissionv1.Create, tc.give, nil))
@@ -518,4 +533,10 @@ func applyPatch(t *testing.T, resp *admissionv1.AdmissionResponse, pod *corev1.P
 		}
 	}
 	return out
+}
+
+// inGroup makes pod a member of PodGroup group (spec.schedulingGroup).
+func inGroup(pod *corev1.Pod, group string) *corev1.Pod {
+	pod.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &group}
+	return pod
 }

@@ -91,6 +91,13 @@ type TrainingJobGetter interface {
 	TrainingJob(ctx context.Context, namespace string, ref metav1.OwnerReference) (podreq.TrainingJobShape, error)
 }
 
+// PodGroupGetter reads a PodGroup's gang: ok false when its scheduling
+// policy is not a gang. It returns an error satisfying apierrors.IsNotFound
+// when there is none, or when the API is not served.
+type PodGroupGetter interface {
+	PodGroupGang(ctx context.Context, namespace, name string) (minCount int32, ok bool, err error)
+}
+
 // Options configure a Handler.
 type Options struct {
 	Names contract.Names
@@ -113,7 +120,10 @@ type Options struct {
 	// TrainingJobs reads the training operator's job that controls a new
 	// pod (podreq.TrainingJobGang); nil reads none.
 	TrainingJobs TrainingJobGetter
-	Metrics      *Metrics
+	// PodGroups reads the PodGroup (scheduling.k8s.io, Kubernetes' gang
+	// API) a new pod's spec.schedulingGroup names; nil reads none.
+	PodGroups PodGroupGetter
+	Metrics   *Metrics
 	// QueueControllers are the user names (AdmissionReview userInfo) that
 	// may remove the queue gate from a pod: Rota's queue controller.
 	QueueControllers []string
@@ -564,6 +574,9 @@ func (h *Handler) jobGangOps(ctx context.Context, pod *corev1.Pod) ([]patchOp, e
 	if _, ok := pod.Labels[names.PodGroupLabel]; ok {
 		return nil, nil
 	}
+	if g := pod.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil && *g.PodGroupName != "" {
+		return h.podGroupGangOps(ctx, pod, *g.PodGroupName)
+	}
 	if lws := pod.Labels[podreq.LWSNameLabel]; lws != "" {
 		return h.lwsGangOps(ctx, pod, lws)
 	}
@@ -630,6 +643,29 @@ func (h *Handler) trainingJobGangOps(ctx context.Context, pod *corev1.Pod, ref m
 		return nil, nil
 	}
 	return gangOps(pod, gang, size, h.o.Names), nil
+}
+
+// podGroupGangOps names the gang of a pod of a PodGroup of Kubernetes'
+// gang API: the PodGroup, of its minCount. Rota places such a gang: its
+// queue holds room for every member in one tier and narrows each to its
+// held node, so kube-scheduler's own pod-group cycle, which asks the
+// extender about one member at a time without saying where it put the
+// others, finds them all feasible together.
+func (h *Handler) podGroupGangOps(ctx context.Context, pod *corev1.Pod, group string) ([]patchOp, error) {
+	if h.o.PodGroups == nil {
+		return nil, nil
+	}
+	minCount, ok, err := h.o.PodGroups.PodGroupGang(ctx, pod.Namespace, group)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading PodGroup %s/%s, which the pod's spec.schedulingGroup names, for its gang: %w", pod.Namespace, group, err)
+	}
+	if !ok || minCount < 2 || minCount > contract.MaxGangSize {
+		return nil, nil
+	}
+	return gangOps(pod, group, int(minCount), h.o.Names), nil
 }
 
 // lwsGangOps names the gang of a LeaderWorkerSet group's pod.

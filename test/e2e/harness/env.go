@@ -113,6 +113,9 @@ type Options struct {
 	// (rota-extender, rota-admission, the device plugins and the simulated
 	// nodes' topology); 0 means contract.DefaultMemoryUnitMiB.
 	MemoryUnitMiB contract.MiB
+	// APIServerArgs and SchedulerArgs are appended to kube-apiserver's and
+	// kube-scheduler's flags (feature gates, runtime config).
+	APIServerArgs, SchedulerArgs []string
 	// Queueing also installs the chart's mutating webhook, which gates
 	// every new GPU pod for Rota's queue (Env.SetQueueing turns it on and
 	// off later). Off, GPU pods are created ungated and rota-admission
@@ -279,7 +282,8 @@ func Start(ctx context.Context, o Options) (_ *Env, err error) {
 	// A configuration given in Options gets the same tlsConfig (cluster
 	// adds it to every extender entry that has none).
 	e.Cluster, err = cluster.Start(ctx, cluster.Options{Dir: e.Dir, SchedulerConfig: schedCfg,
-		NoScheduler: true, NoPodSimulator: true, AuditLog: o.AuditLog, AuditPolicy: o.AuditPolicy, ExtenderTLS: e.ExtenderTLS.clusterTLS()})
+		NoScheduler: true, NoPodSimulator: true, AuditLog: o.AuditLog, AuditPolicy: o.AuditPolicy, ExtenderTLS: e.ExtenderTLS.clusterTLS(),
+		APIServerArgs: o.APIServerArgs, SchedulerArgs: o.SchedulerArgs})
 	if err != nil {
 		return nil, fmt.Errorf("starting the control plane: %w", err)
 	}
