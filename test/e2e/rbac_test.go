@@ -36,8 +36,19 @@ var rbacAllowlist = map[string]map[harness.Permission]string{
 		{APIGroup: "coordination.k8s.io", Resource: "leases", Verb: "get"}:    "leader election (chart: admission.replicas > 1); the scenarios run one rota-admission with --leader-elect=false",
 		{APIGroup: "coordination.k8s.io", Resource: "leases", Verb: "create"}: "leader election, as leases get",
 		{APIGroup: "coordination.k8s.io", Resource: "leases", Verb: "update"}: "leader election, as leases get",
+		{APIGroup: "scheduling.k8s.io", Resource: "podgroups", Verb: "get"}:   "Kubernetes' gang API: served only with the GenericWorkload gate, which TestPodGroupGang turns on in a control plane of its own (whose audit log this check does not read)",
+		{APIGroup: "kubeflow.org", Resource: "pytorchjobs", Verb: "get"}:      trainingJobRead,
+		{APIGroup: "kubeflow.org", Resource: "tfjobs", Verb: "get"}:           trainingJobRead,
+		{APIGroup: "kubeflow.org", Resource: "xgboostjobs", Verb: "get"}:      trainingJobRead,
+		{APIGroup: "kubeflow.org", Resource: "jaxjobs", Verb: "get"}:          trainingJobRead,
+		{APIGroup: "kubeflow.org", Resource: "paddlejobs", Verb: "get"}:       trainingJobRead,
+		{APIGroup: "kubeflow.org", Resource: "mpijobs", Verb: "get"}:          trainingJobRead,
 	},
 }
+
+// trainingJobRead explains rota-admission's grants on training operators'
+// jobs.
+const trainingJobRead = "a training operator's job that controls a GPU pod (its gang): the test cluster serves no kubeflow.org API; admission/webhook's and pkg/podreq's tests cover the reads"
 
 // listFallback: a granted list on a resource whose watch was used is not
 // over-privilege. client-go's informers stream their initial list over the
