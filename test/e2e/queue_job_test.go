@@ -568,7 +568,7 @@ func TestQueueLWSGang(t *testing.T) {
 	const name = "qlws"
 	ctx, ns := setup(t, name, "", 4*time.Minute)
 	queueing(ctx, t)
-	nodes(ctx, t, name, "qlws", 2, harness.GPUNodeSpec{Model: h100.Model, MemoryMiB: h100.MemoryMiB, Count: 4})
+	nodes(ctx, t, name, "qlws", 3, harness.GPUNodeSpec{Model: h100.Model, MemoryMiB: h100.MemoryMiB, Count: 4}) // room for 3 pods of 4 GPUs
 	lwsCRD := minimalCRD(podreq.LWSGroup, "v1", "leaderworkersets", "LeaderWorkerSet")
 	lwsGVR := schema.GroupVersionResource{Group: podreq.LWSGroup, Version: "v1", Resource: "leaderworkersets"}
 	for lws, policy := range map[string]string{"serve": "LeaderCreated", "lazy": "LeaderReady"} {
