@@ -462,7 +462,7 @@ func TestMutateGangFromJob(t *testing.T) {
 			_, _, v := queueHandlers(t)
 			m := NewMutating(Options{Names: n, View: v, Jobs: js, JobSets: sets,
 				LeaderWorkerSets: lwss{"ns/serve": {Name: "serve", Size: 4}, "ns/lazy": {Name: "lazy", Size: 4, LeaderReady: true}},
-				PodGroups: podGroups{"ns/workers": 4, "ns/basic": 0},
+				PodGroups:        podGroups{"ns/workers": 4, "ns/basic": 0},
 				TrainingJobs: trainingJobs{"PyTorchJob/bert": {Name: "bert", Replicas: []podreq.TrainingReplica{
 					{Type: "Master", Replicas: 1, Wants: true}, {Type: "Worker", Replicas: 3, Wants: true}}}}})
 			resp := answer(t, m, at.Review(admissionv1.Create, tc.give, nil))

@@ -154,7 +154,7 @@ spec:
 	plain := pod(ns, "notebook", name).GPUs(4).Label("kueue.x-k8s.io/queue-name", "team").Obj()
 	plain.Spec.Containers[0].Command = []string{"sleep", "3"}
 	create(ctx, t, plain)
-	pods = waitPods(ctx, t, ns, "the plain pod held by Kueue", func(p []corev1.Pod) bool {
+	waitPods(ctx, t, ns, "the plain pod held by Kueue", func(p []corev1.Pod) bool {
 		n := byName(p, "notebook")
 		return n != nil && slices.ContainsFunc(n.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == "kueue.x-k8s.io/admission" })
 	})
