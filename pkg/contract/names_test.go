@@ -48,7 +48,7 @@ func TestNewNames(t *testing.T) {
 			d := tc.wantDomain
 			want := Names{Domain: d, GPU: d + "/gpu", GPUMemory: d + "/gpu-memory",
 				TopologyAnnotation: d + "/gpu-topology", AssignmentAnnotation: d + "/gpu-assignment",
-				GangLabel: d + "/gang", GangSizeAnnotation: d + "/gang-size", PodGroupLabel: PodGroupLabel,
+				GangLabel: d + "/gang", GangSizeAnnotation: d + "/gang-size", PodGroupLabel: PodGroupLabel, NoGangAnnotation: d + "/no-gang",
 				TeamLabel: d + "/team", PreemptibleLabel: d + "/preemptible", GPUHealthAnnotation: d + "/gpu-health-override",
 				GPUFailureCondition: d + "/GPUFailure", RemediationLabel: d + "/remediation",
 				CheckpointSignalAnnotation: d + "/checkpoint-signal", CheckpointGraceAnnotation: d + "/checkpoint-grace",
