@@ -104,10 +104,12 @@ func TestChartWebhooks(t *testing.T) {
 			if mw.ReinvocationPolicy == nil || *mw.ReinvocationPolicy != admissionregistrationv1.IfNeededReinvocationPolicy {
 				t.Errorf("mutating reinvocationPolicy %v, want IfNeeded", mw.ReinvocationPolicy)
 			}
-			if !slices.ContainsFunc(mw.NamespaceSelector.MatchExpressions, func(r metav1.LabelSelectorRequirement) bool {
-				return r.Key == tc.domain+"/queueing" && r.Operator == metav1.LabelSelectorOpNotIn && slices.Equal(r.Values, []string{"off"})
+			// Every namespace is sent: where queueing is off or Kueue's the
+			// webhook adds no gate but still names the gangs of workloads.
+			if slices.ContainsFunc(mw.NamespaceSelector.MatchExpressions, func(r metav1.LabelSelectorRequirement) bool {
+				return r.Key == tc.domain+"/queueing"
 			}) {
-				t.Errorf("mutating namespaceSelector %+v does not skip %s/queueing=off", mw.NamespaceSelector, tc.domain)
+				t.Errorf("mutating namespaceSelector %+v skips namespaces by %s/queueing; the webhook names gangs there", mw.NamespaceSelector, tc.domain)
 			}
 			mc, vc := conditions(mw.MatchConditions), conditions(vw.MatchConditions)
 			for _, want := range []string{"'" + tc.domain + "/'", "'" + tc.domain + "/queue'"} {
@@ -340,10 +342,10 @@ func TestChartWebhooksOnRealAPIServer(t *testing.T) {
 	}
 	want("/validate UPDATE team/init", 0)
 
-	// Queueing off: never sent to the mutating webhook, updates sent only
-	// when a quota key changes.
+	// Queueing off: sent to the mutating webhook (which names gangs there)
+	// but not gated; updates sent only when a quota key changes.
 	off := create(gpuPod("off", "o", false))
-	want("/mutate CREATE off/o", 0)
+	want("/mutate CREATE off/o", 1)
 	want("/validate CREATE off/o", 1)
 	if gated(off) {
 		t.Errorf("pod of a queueing-off namespace stored with gates %v", off.Spec.SchedulingGates)

@@ -468,13 +468,13 @@ func TestQueueJobSet(t *testing.T) {
 // creates it, the queue admits both pods in one pass, held in one tier,
 // and the Job completes.
 func TestQueueIndexedJobGang(t *testing.T) {
-	const name = "qgang"
+	const name = "qindexed"
 	ctx, ns := setup(t, name, "", 4*time.Minute)
 	queueing(ctx, t)
 	if err := env.StartControllerManager(ctx, "job"); err != nil {
 		t.Fatal(err)
 	}
-	nodes(ctx, t, name, "qgang", 2, harness.GPUNodeSpec{Model: h100.Model, MemoryMiB: h100.MemoryMiB, Count: 4})
+	nodes(ctx, t, name, "qindexed", 2, harness.GPUNodeSpec{Model: h100.Model, MemoryMiB: h100.MemoryMiB, Count: 4})
 	sleeper := cluster.NewSleeper(env.Client, func(node string) bool { return env.GPUNode(node) != nil })
 	if err := sleeper.Start(ctx); err != nil {
 		t.Fatal(err)
