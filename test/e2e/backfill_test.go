@@ -123,6 +123,11 @@ func TestBackfillReservation(t *testing.T) {
 
 	// Three of leaf a's four pods end: their GPUs are held, the fourth blocks.
 	deletePods(ctx, t, ns, fillA[:3]...)
+	// The queue is FIFO by creation, whose timestamps have a resolution of
+	// one second (a tie goes by name, where long sorts first): long must be
+	// younger than the gang, whose head it would otherwise become.
+	gangCreated := byName(pods, members[0]).CreationTimestamp
+	time.Sleep(time.Until(gangCreated.Add(1100 * time.Millisecond)))
 	create(ctx, t, pod(ns, "long", name).GPUs(4).Annotation(runtime, "10h").Obj())
 	pods = waitPods(ctx, t, ns, "the long pod refused the held GPUs", func(p []corev1.Pod) bool {
 		l := byName(p, "long")
