@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -125,9 +126,9 @@ func newForClients(ctx context.Context, cfg config.Config, client kubernetes.Int
 	v := view.New(view.Options{Names: names, MemoryUnitMiB: contract.MiB(cfg.MemoryUnitMiB),
 		InFlightTTL: cfg.InFlightTTL, ConfigSource: source})
 	active := new(atomic.Bool)
+	reads := newWorkloadReads(client, dyn, names)
 	wo := webhook.Options{Names: names, View: v, Active: active.Load,
-		Namespaces: namespaceGetter{client}, Jobs: newJobGetter(client), Metrics: webhook.NewMetrics(reg),
-		PodGroups:        podGroupGetter{client: client, cache: gocache.New(jobCacheTTL, time.Minute)},
+		Namespaces: namespaceGetter{client}, Jobs: reads, PodGroups: reads, Metrics: webhook.NewMetrics(reg),
 		QueueControllers: cfg.QueueControllerUsers()}
 	reg.MustRegister(view.NewCollector(v), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "rota_admission_active",
@@ -140,9 +141,7 @@ func newForClients(ctx context.Context, cfg config.Config, client kubernetes.Int
 	}))
 	loader := newQuotaLoader(v, cfg.ConfigMapKey, source, reg)
 	if dyn != nil {
-		wo.JobSets = jobSetGetter{newWorkloadGetter(dyn, jobSetsGVR, podreq.ParseJobSet, names)}
-		wo.LeaderWorkerSets = lwsGetter{newWorkloadGetter(dyn, lwsGVR, podreq.ParseLWS, names)}
-		wo.TrainingJobs = trainingJobGetter{client: dyn, names: names, cache: gocache.New(jobCacheTTL, time.Minute)}
+		wo.JobSets, wo.LeaderWorkerSets, wo.TrainingJobs = reads, reads, reads
 	}
 	a := &App{cfg: cfg, client: client, reg: reg, view: v,
 		validating: webhook.New(wo), mutating: webhook.NewMutating(wo), active: active}
@@ -298,145 +297,113 @@ func stripManagedFields(obj any) (any, error) {
 	return obj, nil
 }
 
-// jobGetter reads the Jobs that control new pods, for the gangs their
-// shape makes. A Job's pods are created together, so one read serves them
-// all: Jobs are kept for jobCacheTTL, by namespace, name and UID.
-type jobGetter struct {
+// workloadReads reads, for the mutating webhook, the workloads whose shape
+// names their pods' gang: Jobs and PodGroups with the typed client;
+// JobSets, LeaderWorkerSets and training operators' jobs with the dynamic
+// client, as JSON (Rota does not import their modules), parsed by
+// pkg/podreq. A workload's pods are created together, so one read serves
+// them all: reads are kept workloadCacheTTL, by kind, namespace, name and
+// UID.
+type workloadReads struct {
 	client kubernetes.Interface
-	cache  *gocache.Cache
-}
-
-const jobCacheTTL = 30 * time.Second
-
-func newJobGetter(client kubernetes.Interface) *jobGetter {
-	return &jobGetter{client: client, cache: gocache.New(jobCacheTTL, time.Minute)}
-}
-
-func (g *jobGetter) Job(ctx context.Context, namespace, name, uid string) (*batchv1.Job, error) {
-	key := namespace + "/" + name + "/" + uid
-	if j, ok := g.cache.Get(key); ok {
-		return j.(*batchv1.Job), nil
-	}
-	j, err := g.client.BatchV1().Jobs(namespace).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return nil, err
-	}
-	j.ManagedFields = nil
-	g.cache.SetDefault(namespace+"/"+name+"/"+string(j.UID), j)
-	return j, nil
-}
-
-// workloadGetter reads the workloads whose shape names their pods' gang
-// (JobSets, LeaderWorkerSets) with the dynamic client, as JSON (Rota does
-// not import their modules), parsed by pkg/podreq and kept like Jobs, by
-// namespace, key (the name, or kind/name) and UID ("" when the caller
-// knows no UID).
-type workloadGetter[T any] struct {
-	client dynamic.Interface
-	gvr    schema.GroupVersionResource
-	parse  func([]byte, contract.Names) (T, error)
+	dyn    dynamic.Interface // nil: JobSets, LeaderWorkerSets and training jobs are not read
 	names  contract.Names
 	cache  *gocache.Cache
 }
 
-func newWorkloadGetter[T any](client dynamic.Interface, gvr schema.GroupVersionResource, parse func([]byte, contract.Names) (T, error),
-	names contract.Names) *workloadGetter[T] {
-	return &workloadGetter[T]{client: client, gvr: gvr, parse: parse, names: names, cache: gocache.New(jobCacheTTL, time.Minute)}
+const workloadCacheTTL = 30 * time.Second
+
+func newWorkloadReads(client kubernetes.Interface, dyn dynamic.Interface, names contract.Names) *workloadReads {
+	return &workloadReads{client: client, dyn: dyn, names: names, cache: gocache.New(workloadCacheTTL, time.Minute)}
 }
 
-func (g *workloadGetter[T]) get(ctx context.Context, namespace, key, name, uid string) (T, error) {
+// readKept returns what fetch makes of object name of resource gr, kept.
+// With uid set, another object of that name is not found: the one the
+// caller's owner reference names is gone.
+func readKept[T any](ctx context.Context, r *workloadReads, gr schema.GroupResource, namespace, name, uid string,
+	fetch func(context.Context) (T, metav1.Object, error)) (T, error) {
 	var zero T
-	if v, ok := g.cache.Get(namespace + "/" + key + "/" + uid); ok {
+	key := gr.String() + "/" + namespace + "/" + name + "/" + uid
+	if v, ok := r.cache.Get(key); ok {
 		return v.(T), nil
 	}
-	obj, err := g.client.Resource(g.gvr).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return zero, err
-	}
-	raw, err := obj.MarshalJSON()
-	if err != nil {
-		return zero, err
-	}
-	v, err := g.parse(raw, g.names)
+	v, obj, err := fetch(ctx)
 	if err != nil {
 		return zero, err
 	}
 	if uid != "" && string(obj.GetUID()) != uid {
-		// Another object of that name: the one the caller's owner
-		// reference names is gone.
-		return zero, apierrors.NewNotFound(g.gvr.GroupResource(), name)
+		return zero, apierrors.NewNotFound(gr, name)
 	}
-	g.cache.SetDefault(namespace+"/"+key+"/"+uid, v)
+	r.cache.SetDefault(key, v)
 	return v, nil
 }
 
-type jobSetGetter struct {
-	*workloadGetter[podreq.JobSetShape]
+// readCustom reads a custom resource with the dynamic client and parses it.
+func readCustom[T any](ctx context.Context, r *workloadReads, gvr schema.GroupVersionResource, namespace, name, uid string,
+	parse func([]byte, contract.Names) (T, error)) (T, error) {
+	return readKept(ctx, r, gvr.GroupResource(), namespace, name, uid, func(ctx context.Context) (T, metav1.Object, error) {
+		var zero T
+		obj, err := r.dyn.Resource(gvr).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return zero, nil, err
+		}
+		raw, err := obj.MarshalJSON()
+		if err != nil {
+			return zero, nil, err
+		}
+		v, err := parse(raw, r.names)
+		return v, obj, err
+	})
 }
 
-func (g jobSetGetter) JobSet(ctx context.Context, namespace, name, uid string) (podreq.JobSetShape, error) {
-	return g.get(ctx, namespace, name, name, uid)
+func (r *workloadReads) Job(ctx context.Context, namespace, name, uid string) (*batchv1.Job, error) {
+	return readKept(ctx, r, batchv1.Resource("jobs"), namespace, name, uid, func(ctx context.Context) (*batchv1.Job, metav1.Object, error) {
+		j, err := r.client.BatchV1().Jobs(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, nil, err
+		}
+		j.ManagedFields = nil
+		return j, j, nil
+	})
 }
 
-type lwsGetter struct {
-	*workloadGetter[podreq.LWSShape]
-}
-
-func (g lwsGetter) LeaderWorkerSet(ctx context.Context, namespace, name string) (podreq.LWSShape, error) {
-	return g.get(ctx, namespace, name, name, "")
-}
-
-// podGroupGetter reads PodGroups of Kubernetes' gang API
+// PodGroupGang reads a PodGroup of Kubernetes' gang API
 // (scheduling.k8s.io/v1beta1, served with the GenericWorkload feature
-// gate), kept like Jobs by namespace and name.
-type podGroupGetter struct {
-	client kubernetes.Interface
-	cache  *gocache.Cache
+// gate): its gang policy's minCount, nil for another policy.
+func (r *workloadReads) PodGroupGang(ctx context.Context, namespace, name string) (*int32, error) {
+	return readKept(ctx, r, schedulingv1beta1.Resource("podgroups"), namespace, name, "", func(ctx context.Context) (*int32, metav1.Object, error) {
+		pg, err := r.client.SchedulingV1beta1().PodGroups(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, nil, err
+		}
+		if gang := pg.Spec.SchedulingPolicy.Gang; gang != nil {
+			n := gang.MinCount
+			return &n, pg, nil
+		}
+		return nil, pg, nil
+	})
 }
 
-type podGroupGang struct {
-	minCount int32
-	gang     bool
+func (r *workloadReads) JobSet(ctx context.Context, namespace, name, uid string) (podreq.JobSetShape, error) {
+	return readCustom(ctx, r, jobSetsGVR, namespace, name, uid, podreq.ParseJobSet)
 }
 
-func (g podGroupGetter) PodGroupGang(ctx context.Context, namespace, name string) (int32, bool, error) {
-	key := namespace + "/" + name
-	if v, ok := g.cache.Get(key); ok {
-		pg := v.(podGroupGang)
-		return pg.minCount, pg.gang, nil
-	}
-	pg, err := g.client.SchedulingV1beta1().PodGroups(namespace).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return 0, false, err
-	}
-	var v podGroupGang
-	if gang := pg.Spec.SchedulingPolicy.Gang; gang != nil {
-		v = podGroupGang{minCount: gang.MinCount, gang: true}
-	}
-	g.cache.SetDefault(key, v)
-	return v.minCount, v.gang, nil
+func (r *workloadReads) LeaderWorkerSet(ctx context.Context, namespace, name string) (podreq.LWSShape, error) {
+	return readCustom(ctx, r, lwsGVR, namespace, name, "", podreq.ParseLWS)
 }
 
-// trainingJobGetter reads training operators' jobs by their pods'
-// controller references: the resource is the kind's plural, at the
-// reference's version.
-type trainingJobGetter struct {
-	client dynamic.Interface
-	names  contract.Names
-	cache  *gocache.Cache
-}
-
-func (g trainingJobGetter) TrainingJob(ctx context.Context, namespace string, ref metav1.OwnerReference) (podreq.TrainingJobShape, error) {
+// TrainingJob reads a training operator's job by its pods' controller
+// reference: the resource is the kind's plural, at the reference's
+// version.
+func (r *workloadReads) TrainingJob(ctx context.Context, namespace string, ref metav1.OwnerReference) (podreq.TrainingJobShape, error) {
 	gv, err := schema.ParseGroupVersion(ref.APIVersion)
 	if err != nil {
 		return podreq.TrainingJobShape{}, err
 	}
-	w := &workloadGetter[podreq.TrainingJobShape]{client: g.client, names: g.names, cache: g.cache,
-		gvr: gv.WithResource(strings.ToLower(ref.Kind) + "s"),
-		parse: func(raw []byte, n contract.Names) (podreq.TrainingJobShape, error) {
+	return readCustom(ctx, r, gv.WithResource(strings.ToLower(ref.Kind)+"s"), namespace, ref.Name, string(ref.UID),
+		func(raw []byte, n contract.Names) (podreq.TrainingJobShape, error) {
 			return podreq.ParseTrainingJob(ref.Kind, raw, n)
-		}}
-	return w.get(ctx, namespace, ref.Kind+"/"+ref.Name, ref.Name, string(ref.UID))
+		})
 }
 
 var (

@@ -14,10 +14,10 @@ import (
 	"github.com/rota-sched/rota/pkg/podreq"
 )
 
-// The JobSet getter reads the object the owner reference names, and only
-// that one: another JobSet of the same name (a UID that differs) is not
-// found. Reads are kept.
-func TestWorkloadGetter(t *testing.T) {
+// The webhook's reads of workloads get the object the owner reference
+// names, and only that one: another JobSet of the same name (a UID that
+// differs) is not found. Reads are kept.
+func TestWorkloadReads(t *testing.T) {
 	js := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
 		"metadata": map[string]any{"name": "llm", "namespace": "ml", "uid": "u1"},
 		"spec": map[string]any{"replicatedJobs": []any{map[string]any{"name": "workers", "replicas": int64(2),
@@ -26,7 +26,7 @@ func TestWorkloadGetter(t *testing.T) {
 					"resources": map[string]any{"limits": map[string]any{"example.com/gpu": "8"}}}}}}}}}}}}}
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{jobSetsGVR: "JobSetList"}, js)
-	g := jobSetGetter{newWorkloadGetter(client, jobSetsGVR, podreq.ParseJobSet, contract.Default)}
+	g := newWorkloadReads(nil, client, contract.Default)
 	shape, err := g.JobSet(t.Context(), "ml", "llm", "u1")
 	if err != nil {
 		t.Fatal(err)

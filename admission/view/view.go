@@ -516,8 +516,7 @@ func (v *View) recomputeCaps() {
 	v.caps, v.modelCaps = c, models
 }
 
-// teamOf is the team a bucket is charged to under cfg.
-// teamOf is the team a bucket's pods are charged to: none in a namespace
+// teamOf is the team a bucket is charged to under cfg: none in a namespace
 // Kueue queues (its ClusterQueues are the quota there).
 func (v *View) teamOf(cfg *quota.Config, k bucketKey) string {
 	if v.nsQueueing[k.ns] == contract.QueueingKueue {

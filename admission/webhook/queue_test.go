@@ -379,12 +379,15 @@ func (l lwss) LeaderWorkerSet(_ context.Context, namespace, name string) (podreq
 // not a gang).
 type podGroups map[string]int32
 
-func (p podGroups) PodGroupGang(_ context.Context, namespace, name string) (int32, bool, error) {
+func (p podGroups) PodGroupGang(_ context.Context, namespace, name string) (*int32, error) {
 	n, ok := p[namespace+"/"+name]
 	if !ok {
-		return 0, false, apierrors.NewNotFound(schema.GroupResource{Group: "scheduling.k8s.io", Resource: "podgroups"}, name)
+		return nil, apierrors.NewNotFound(schema.GroupResource{Group: "scheduling.k8s.io", Resource: "podgroups"}, name)
 	}
-	return n, n > 0, nil
+	if n == 0 {
+		return nil, nil
+	}
+	return &n, nil
 }
 
 // trainingJobs is a TrainingJobGetter over fixed jobs, by kind/name.
@@ -400,8 +403,8 @@ func (j trainingJobs) TrainingJob(_ context.Context, _ string, ref metav1.OwnerR
 // jobs is a JobGetter over fixed Jobs.
 type jobs map[string]*batchv1.Job
 
-func (j jobs) Job(_ context.Context, namespace, name, _ string) (*batchv1.Job, error) {
-	if job, ok := j[namespace+"/"+name]; ok {
+func (j jobs) Job(_ context.Context, namespace, name, uid string) (*batchv1.Job, error) {
+	if job, ok := j[namespace+"/"+name]; ok && string(job.UID) == uid {
 		return job, nil
 	}
 	return nil, apierrors.NewNotFound(batchv1.Resource("jobs"), name)

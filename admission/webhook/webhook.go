@@ -17,7 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/klog/v2"
 
 	"github.com/rota-sched/rota/admission/view"
@@ -43,11 +42,11 @@ const (
 	reasonBadObject      view.Reason = "bad_object"
 	reasonNamespace      view.Reason = "namespace_unreadable"
 	// The queue gate.
-	reasonGated         view.Reason = "gated"
-	reasonAlreadyGated  view.Reason = "already_gated"
-	reasonBoundAtCreate view.Reason = "bound_at_creation"
-	reasonQueueingOff   view.Reason = "queueing_off"
-	reasonJobUnreadable view.Reason = "job_unreadable"
+	reasonGated              view.Reason = "gated"
+	reasonAlreadyGated       view.Reason = "already_gated"
+	reasonBoundAtCreate      view.Reason = "bound_at_creation"
+	reasonQueueingOff        view.Reason = "queueing_off"
+	reasonWorkloadUnreadable view.Reason = "workload_unreadable"
 	// reasonKueue: the namespace is Kueue's to queue (<domain>/queueing=kueue).
 	reasonKueue       view.Reason = "kueue_queues"
 	reasonGateRemoved view.Reason = "queue_gate_removed"
@@ -61,17 +60,17 @@ type NamespaceGetter interface {
 	Namespace(ctx context.Context, name string) (*corev1.Namespace, error)
 }
 
-// JobGetter reads a Job from the API server, or from a cache of it when
-// the cached Job has the UID asked for. It returns an error satisfying
-// apierrors.IsNotFound when there is none.
+// JobGetter reads a Job from the API server, or from a cache of it. It
+// returns an error satisfying apierrors.IsNotFound when there is none or
+// when the Job of that name has another UID (the pod's owner is gone).
 type JobGetter interface {
 	Job(ctx context.Context, namespace, name, uid string) (*batchv1.Job, error)
 }
 
 // JobSetGetter reads a JobSet, as JobSetGang needs it, from the API server
-// or a cache of it when the cached one has the UID asked for. It returns
-// an error satisfying apierrors.IsNotFound when there is none, or when the
-// JobSet API is not served.
+// or a cache of it. It returns an error satisfying apierrors.IsNotFound
+// when there is none, when the JobSet of that name has another UID, or
+// when the JobSet API is not served.
 type JobSetGetter interface {
 	JobSet(ctx context.Context, namespace, name, uid string) (podreq.JobSetShape, error)
 }
@@ -85,17 +84,17 @@ type LWSGetter interface {
 
 // TrainingJobGetter reads a training operator's job (apiVersion, kind,
 // name and UID of the pod's controller reference). It returns an error
-// satisfying apierrors.IsNotFound when there is none, or when its API is
-// not served.
+// satisfying apierrors.IsNotFound when there is none, when the job of that
+// name has another UID, or when its API is not served.
 type TrainingJobGetter interface {
 	TrainingJob(ctx context.Context, namespace string, ref metav1.OwnerReference) (podreq.TrainingJobShape, error)
 }
 
-// PodGroupGetter reads a PodGroup's gang: ok false when its scheduling
+// PodGroupGetter reads a PodGroup's gang minCount: nil when its scheduling
 // policy is not a gang. It returns an error satisfying apierrors.IsNotFound
 // when there is none, or when the API is not served.
 type PodGroupGetter interface {
-	PodGroupGang(ctx context.Context, namespace, name string) (minCount int32, ok bool, err error)
+	PodGroupGang(ctx context.Context, namespace, name string) (minCount *int32, err error)
 }
 
 // Options configure a Handler.
@@ -523,9 +522,9 @@ func (h *Handler) decideMutation(ctx context.Context, req *admissionv1.Admission
 		// validating webhook charges it as with queueing off.
 		return allow(reasonBoundAtCreate)
 	}
-	ops, err := h.jobGangOps(ctx, pod)
+	ops, err := h.workloadGangOps(ctx, pod)
 	if err != nil {
-		return result{reason: reasonJobUnreadable, internal: true, message: err.Error()}
+		return result{reason: reasonWorkloadUnreadable, internal: true, message: err.Error()}
 	}
 	if err := h.learnNamespace(ctx, pod.Namespace); err != nil {
 		return result{reason: reasonNamespace, internal: true, message: err.Error()}
@@ -560,148 +559,68 @@ func gateOp(gates []corev1.PodSchedulingGate, gate string) patchOp {
 	return patchOp{Op: "add", Path: "/spec/schedulingGates", Value: append(slices.Clone(gates), corev1.PodSchedulingGate{Name: gate})}
 }
 
-// jobGangOps names the gang a pod's Job makes by its shape (podreq.JobGang)
-// on the pod, with Rota's gang label and size, unless the pod names a gang
-// (or a pod group) itself: the rest of Rota reads gangs from those.
-func (h *Handler) jobGangOps(ctx context.Context, pod *corev1.Pod) ([]patchOp, error) {
+// workloadGangOps names, on a new pod, the gang its workload's shape makes:
+// its PodGroup, LeaderWorkerSet group, training job, Job or JobSet
+// (pkg/podreq's rules), with Rota's gang label and size, unless the pod
+// names a gang (or a pod group) itself: the rest of Rota reads gangs from
+// those. Each workload is read through its getter (nil: not read).
+func (h *Handler) workloadGangOps(ctx context.Context, pod *corev1.Pod) ([]patchOp, error) {
 	names := h.o.Names
-	if h.o.Jobs == nil {
-		return nil, nil
-	}
 	if _, ok := pod.Labels[names.GangLabel]; ok {
 		return nil, nil
 	}
 	if _, ok := pod.Labels[names.PodGroupLabel]; ok {
 		return nil, nil
 	}
-	if g := pod.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil && *g.PodGroupName != "" {
-		return h.podGroupGangOps(ctx, pod, *g.PodGroupName)
+	if g := pod.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil && *g.PodGroupName != "" && h.o.PodGroups != nil {
+		group := *g.PodGroupName
+		minCount, err := h.o.PodGroups.PodGroupGang(ctx, pod.Namespace, group)
+		return shapeGangOps(pod, names, "PodGroup "+group, minCount, err, func(n *int32) (string, int, bool) { return podreq.PodGroupGang(group, n) })
 	}
-	if lws := pod.Labels[podreq.LWSNameLabel]; lws != "" {
-		return h.lwsGangOps(ctx, pod, lws)
+	if lws := pod.Labels[podreq.LWSNameLabel]; lws != "" && h.o.LeaderWorkerSets != nil {
+		shape, err := h.o.LeaderWorkerSets.LeaderWorkerSet(ctx, pod.Namespace, lws)
+		return shapeGangOps(pod, names, "LeaderWorkerSet "+lws, shape, err, func(s podreq.LWSShape) (string, int, bool) {
+			return podreq.LWSGang(s, pod.Labels[podreq.LWSGroupIndexLabel])
+		})
 	}
-	if ref := metav1.GetControllerOfNoCopy(pod); ref != nil && isTrainingJob(ref) {
-		return h.trainingJobGangOps(ctx, pod, *ref)
+	if ref, ok := podreq.TrainingJobOwner(pod); ok && h.o.TrainingJobs != nil {
+		j, err := h.o.TrainingJobs.TrainingJob(ctx, pod.Namespace, *ref)
+		return shapeGangOps(pod, names, ref.Kind+" "+ref.Name, j, err, podreq.TrainingJobGang)
 	}
-	jobName, uid, ok := podreq.JobOwner(pod)
-	if !ok {
+	ref, ok := podreq.ControlledBy(pod, batchv1.GroupName, "Job")
+	if !ok || h.o.Jobs == nil {
 		return nil, nil
 	}
-	job, err := h.o.Jobs.Job(ctx, pod.Namespace, jobName, uid)
+	job, err := h.o.Jobs.Job(ctx, pod.Namespace, ref.Name, string(ref.UID))
+	if err == nil && h.o.JobSets != nil {
+		if js, ok := podreq.ControlledBy(job, podreq.JobSetGroup, "JobSet"); ok {
+			shape, err := h.o.JobSets.JobSet(ctx, pod.Namespace, js.Name, string(js.UID))
+			return shapeGangOps(pod, names, "JobSet "+js.Name, shape, err, func(s podreq.JobSetShape) (string, int, bool) {
+				return podreq.JobSetGang(s, job.Labels[podreq.ReplicatedJobLabel], names)
+			})
+		}
+	}
+	return shapeGangOps(pod, names, "Job "+ref.Name, job, err, func(j *batchv1.Job) (string, int, bool) { return podreq.JobGang(j, names) })
+}
+
+// shapeGangOps writes the gang that rule makes of workload v, read with
+// err, on the pod: nothing when there is no such workload (or its API is
+// not served), an error when it could not be read.
+func shapeGangOps[T any](pod *corev1.Pod, names contract.Names, what string, v T, err error, rule func(T) (string, int, bool)) ([]patchOp, error) {
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading Job %s/%s, which controls the pod, for its gang: %w", pod.Namespace, jobName, err)
+		return nil, fmt.Errorf("reading %s in namespace %s for the pod's gang: %w", what, pod.Namespace, err)
 	}
-	if string(job.UID) != uid {
-		return nil, nil // another Job of that name: the pod's owner is gone
-	}
-	gang, size, ok := podreq.JobGang(job, names)
-	if ref := metav1.GetControllerOfNoCopy(job); ref != nil {
-		gang, size, ok, err = h.jobSetGang(ctx, job, ref)
-		if err != nil {
-			return nil, err
-		}
-	}
+	gang, size, ok := rule(v)
 	if !ok {
 		return nil, nil
 	}
-	return gangOps(pod, gang, size, names), nil
-}
-
-// gangOps writes Rota's gang label and size on the pod.
-func gangOps(pod *corev1.Pod, gang string, size int, names contract.Names) []patchOp {
 	return []patchOp{
 		mapEntryOp(pod.Labels, "/metadata/labels", names.GangLabel, gang),
 		mapEntryOp(pod.Annotations, "/metadata/annotations", names.GangSizeAnnotation, strconv.Itoa(size)),
-	}
-}
-
-// isTrainingJob reports whether a controller reference names a training
-// operator's job whose gang Rota reads.
-func isTrainingJob(ref *metav1.OwnerReference) bool {
-	gv, err := schema.ParseGroupVersion(ref.APIVersion)
-	_, known := podreq.KubeflowKinds[ref.Kind]
-	return err == nil && gv.Group == podreq.KubeflowGroup && known
-}
-
-// trainingJobGangOps names the gang of a training operator's job's pod.
-func (h *Handler) trainingJobGangOps(ctx context.Context, pod *corev1.Pod, ref metav1.OwnerReference) ([]patchOp, error) {
-	if h.o.TrainingJobs == nil {
-		return nil, nil
-	}
-	j, err := h.o.TrainingJobs.TrainingJob(ctx, pod.Namespace, ref)
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading %s %s/%s, which controls the pod, for its gang: %w", ref.Kind, pod.Namespace, ref.Name, err)
-	}
-	gang, size, ok := podreq.TrainingJobGang(j)
-	if !ok {
-		return nil, nil
-	}
-	return gangOps(pod, gang, size, h.o.Names), nil
-}
-
-// podGroupGangOps names the gang of a pod of a PodGroup of Kubernetes'
-// gang API: the PodGroup, of its minCount. Rota places such a gang: its
-// queue holds room for every member in one tier and narrows each to its
-// held node, so kube-scheduler's own pod-group cycle, which asks the
-// extender about one member at a time without saying where it put the
-// others, finds them all feasible together.
-func (h *Handler) podGroupGangOps(ctx context.Context, pod *corev1.Pod, group string) ([]patchOp, error) {
-	if h.o.PodGroups == nil {
-		return nil, nil
-	}
-	minCount, ok, err := h.o.PodGroups.PodGroupGang(ctx, pod.Namespace, group)
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading PodGroup %s/%s, which the pod's spec.schedulingGroup names, for its gang: %w", pod.Namespace, group, err)
-	}
-	if !ok || minCount < 2 || minCount > contract.MaxGangSize {
-		return nil, nil
-	}
-	return gangOps(pod, group, int(minCount), h.o.Names), nil
-}
-
-// lwsGangOps names the gang of a LeaderWorkerSet group's pod.
-func (h *Handler) lwsGangOps(ctx context.Context, pod *corev1.Pod, lws string) ([]patchOp, error) {
-	if h.o.LeaderWorkerSets == nil {
-		return nil, nil
-	}
-	shape, err := h.o.LeaderWorkerSets.LeaderWorkerSet(ctx, pod.Namespace, lws)
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading LeaderWorkerSet %s/%s, which the pod's labels name, for its gang: %w", pod.Namespace, lws, err)
-	}
-	gang, size, ok := podreq.LWSGang(shape, pod.Labels[podreq.LWSGroupIndexLabel])
-	if !ok {
-		return nil, nil
-	}
-	return gangOps(pod, gang, size, h.o.Names), nil
-}
-
-// jobSetGang is the gang of the pods of a Job that a JobSet controls.
-func (h *Handler) jobSetGang(ctx context.Context, job *batchv1.Job, ref *metav1.OwnerReference) (string, int, bool, error) {
-	gv, err := schema.ParseGroupVersion(ref.APIVersion)
-	if err != nil || gv.Group != podreq.JobSetGroup || ref.Kind != "JobSet" || h.o.JobSets == nil {
-		return "", 0, false, nil // a workload Rota reads no gang from
-	}
-	js, err := h.o.JobSets.JobSet(ctx, job.Namespace, ref.Name, string(ref.UID))
-	if apierrors.IsNotFound(err) {
-		return "", 0, false, nil
-	}
-	if err != nil {
-		return "", 0, false, fmt.Errorf("reading JobSet %s/%s, which controls the pod's Job, for its gang: %w", job.Namespace, ref.Name, err)
-	}
-	gang, size, ok := podreq.JobSetGang(js, job.Labels[podreq.ReplicatedJobLabel], h.o.Names)
-	return gang, size, ok, nil
+	}, nil
 }
 
 // mapEntryOp sets key to value in the map at path (the whole map when the
@@ -713,17 +632,6 @@ func mapEntryOp(m map[string]string, path, key, value string) patchOp {
 	return patchOp{Op: "add", Path: path + "/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(key), Value: value}
 }
 
-// Kueue's topology-aware scheduling: the annotations a Job's pod template
-// carries to ask for it, and the gate Kueue puts on its pods until it has
-// chosen their nodes.
-var kueueTopologyAnnotations = []string{
-	"kueue.x-k8s.io/podset-required-topology",
-	"kueue.x-k8s.io/podset-preferred-topology",
-	"kueue.x-k8s.io/podset-unconstrained-topology",
-}
-
-const kueueTopologyGate = "kueue.x-k8s.io/topology"
-
 // kueueTopologyWarning warns when a Rota gang also asks for Kueue's
 // topology-aware scheduling: both would narrow its nodes. Kueue's choice
 // wins (it pins each pod's nodes before kube-scheduler sees it), so Rota
@@ -731,14 +639,14 @@ const kueueTopologyGate = "kueue.x-k8s.io/topology"
 // apply.
 func kueueTopologyWarning(pod *corev1.Pod, gang string) []string {
 	why := ""
-	for _, a := range kueueTopologyAnnotations {
+	for _, a := range podreq.KueueTopologyAnnotations {
 		if _, ok := pod.Annotations[a]; ok {
 			why = "annotation " + a
 			break
 		}
 	}
-	if why == "" && slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == kueueTopologyGate }) {
-		why = "scheduling gate " + kueueTopologyGate
+	if why == "" && slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == podreq.KueueTopologyGate }) {
+		why = "scheduling gate " + podreq.KueueTopologyGate
 	}
 	if why == "" {
 		return nil

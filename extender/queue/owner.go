@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"time"
 
@@ -15,11 +14,9 @@ import (
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
-)
 
-// JobSetGroup is the API group of JobSet (sigs.k8s.io/jobset), read as
-// metadata only: Rota does not import the JobSet module.
-const JobSetGroup = "jobset.x-k8s.io"
+	"github.com/rota-sched/rota/pkg/podreq"
+)
 
 var (
 	podsGVR = corev1.SchemeGroupVersion.WithResource("pods")
@@ -142,7 +139,7 @@ func (o *Owners) jobSetResource() (schema.GroupVersionResource, bool, error) {
 		return schema.GroupVersionResource{}, false, err
 	}
 	for _, g := range groups.Groups {
-		if g.Name != JobSetGroup {
+		if g.Name != podreq.JobSetGroup {
 			continue
 		}
 		gv := g.PreferredVersion.GroupVersion
@@ -152,7 +149,7 @@ func (o *Owners) jobSetResource() (schema.GroupVersionResource, bool, error) {
 		}
 		for _, r := range rs.APIResources {
 			if r.Name == "jobsets" {
-				return schema.GroupVersionResource{Group: JobSetGroup, Version: g.PreferredVersion.Version, Resource: "jobsets"}, true, nil
+				return schema.GroupVersionResource{Group: podreq.JobSetGroup, Version: g.PreferredVersion.Version, Resource: "jobsets"}, true, nil
 			}
 		}
 	}
@@ -216,8 +213,8 @@ func (o *Owners) ownerCreated(pod *corev1.Pod) (time.Time, bool) {
 	if !ok || pm.UID != pod.UID {
 		return time.Time{}, false
 	}
-	ref := metav1.GetControllerOfNoCopy(pm)
-	if ref == nil || ref.Kind != "Job" || groupOf(ref.APIVersion) != batchv1.GroupName {
+	ref, ok := podreq.ControlledBy(pm, batchv1.GroupName, "Job")
+	if !ok {
 		return time.Time{}, false
 	}
 	job, ok := metaOf(jobs, pod.Namespace, ref.Name)
@@ -225,8 +222,8 @@ func (o *Owners) ownerCreated(pod *corev1.Pod) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	created := job.CreationTimestamp.Time
-	ref = metav1.GetControllerOfNoCopy(job)
-	if ref == nil || ref.Kind != "JobSet" || groupOf(ref.APIVersion) != JobSetGroup {
+	ref, ok = podreq.ControlledBy(job, podreq.JobSetGroup, "JobSet")
+	if !ok {
 		return created, true
 	}
 	if jobSets == nil {
@@ -249,13 +246,6 @@ func metaOf(inf cache.SharedIndexInformer, namespace, name string) (*metav1.Part
 	}
 	m, ok := obj.(*metav1.PartialObjectMetadata)
 	return m, ok
-}
-
-func groupOf(apiVersion string) string {
-	if i := strings.IndexByte(apiVersion, '/'); i >= 0 {
-		return apiVersion[:i]
-	}
-	return "" // the core group
 }
 
 // trimOwned keeps what ownerCreated reads: name, namespace, UID,

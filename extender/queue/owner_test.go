@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/rota-sched/rota/pkg/ledger"
+	"github.com/rota-sched/rota/pkg/podreq"
 	"github.com/rota-sched/rota/pkg/quota"
 )
 
@@ -105,8 +106,8 @@ func newOwnerFixture(t *testing.T) *ownerFixture {
 		t.Fatal(err)
 	}
 	objs := []runtime.Object{
-		meta(JobSetGroup+"/v1alpha2", "JobSet", "suite", "uid-suite", f.jobSetCreated, nil),
-		meta("batch/v1", "Job", "train", "uid-train", f.jobCreated, controllerRef(JobSetGroup+"/v1alpha2", "JobSet", "suite", "uid-suite")),
+		meta(podreq.JobSetGroup+"/v1alpha2", "JobSet", "suite", "uid-suite", f.jobSetCreated, nil),
+		meta("batch/v1", "Job", "train", "uid-train", f.jobCreated, controllerRef(podreq.JobSetGroup+"/v1alpha2", "JobSet", "suite", "uid-suite")),
 		meta("batch/v1", "Job", "solo", "uid-solo", f.soloCreated, nil),
 		meta("v1", "Pod", "train-a", "uid-train-a", t0.Add(-10*time.Minute), controllerRef("batch/v1", "Job", "train", "uid-train")),
 		meta("v1", "Pod", "solo-a", "uid-solo-a", t0.Add(-5*time.Minute), controllerRef("batch/v1", "Job", "solo", "uid-solo")),
@@ -149,7 +150,7 @@ func (d *lockedDiscovery) ServerResourcesForGroupVersion(gv string) (*metav1.API
 func (f *ownerFixture) serveJobSets() {
 	f.disc.mu.Lock()
 	defer f.disc.mu.Unlock()
-	f.disc.Resources = append(f.disc.Resources, &metav1.APIResourceList{GroupVersion: JobSetGroup + "/v1alpha2",
+	f.disc.Resources = append(f.disc.Resources, &metav1.APIResourceList{GroupVersion: podreq.JobSetGroup + "/v1alpha2",
 		APIResources: []metav1.APIResource{{Name: "jobsets", Kind: "JobSet", Namespaced: true}}})
 }
 

@@ -13,7 +13,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/rota-sched/rota/extender/room"
-	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/podreq"
 	pkgqueue "github.com/rota-sched/rota/pkg/queue"
 	"github.com/rota-sched/rota/pkg/quota"
@@ -72,7 +71,7 @@ func (c *Controller) collect(logger klog.Logger, cfg quota.Config, now time.Time
 		if p.Err != nil {
 			continue // rota-admission refuses these; the extender explains them at filter
 		}
-		if p.Admission == nil && !podreq.Queued(pod, c.o.Names) && ns[pod.Namespace][c.o.Names.QueueingLabel] == contract.QueueingKueue {
+		if p.Admission == nil && !podreq.Queued(pod, c.o.Names) && podreq.KueueQueues(ns[pod.Namespace], c.o.Names) {
 			// Kueue admitted it (the namespace is Kueue's to queue): its
 			// ClusterQueue is charged, no account of Rota's. Rota still
 			// places it; the ledger counts its GPUs.

@@ -173,7 +173,7 @@ func (c *Cluster) why(p *corev1.Pod, listMembers bool) Why {
 	} else {
 		w.Admitted = adm
 	}
-	if c.nsLabels[p.Namespace][c.o.Names.QueueingLabel] == contract.QueueingKueue && w.Admitted == nil {
+	if podreq.KueueQueues(c.nsLabels[p.Namespace], c.o.Names) && w.Admitted == nil {
 		// Kueue queues the namespace: its ClusterQueue is the quota.
 		w.Quota = TeamQuota{Team: w.Team, State: StateNotCharged, Note: fmt.Sprintf(
 			"namespace %s is labelled %s=%s: Kueue's ClusterQueue is its quota, not Rota's", p.Namespace, c.o.Names.QueueingLabel, contract.QueueingKueue)}
@@ -384,14 +384,6 @@ func digitPrefix(s string) string {
 	return s[:i]
 }
 
-// Kueue's scheduling gates: admission (a plain pod Kueue queues) and
-// topology (a pod whose nodes Kueue's topology-aware scheduling has not
-// chosen yet).
-const (
-	kueueAdmissionGate = "kueue.x-k8s.io/admission"
-	kueueTopologyGate  = "kueue.x-k8s.io/topology"
-)
-
 // gatedElsewhere explains a pod held by scheduling gates that are not
 // Rota's: kube-scheduler does not look at it until their owners remove
 // them, so Rota has not either.
@@ -401,12 +393,12 @@ func gatedElsewhere(p *corev1.Pod) string {
 		gates[i] = g.Name
 	}
 	switch {
-	case slices.Contains(gates, kueueAdmissionGate):
+	case slices.Contains(gates, podreq.KueueAdmissionGate):
 		return fmt.Sprintf("held by Kueue (scheduling gate %s): Kueue admits it when its LocalQueue's ClusterQueue has quota for it "+
-			"(kubectl get workloads -n %s shows its Workload and why it waits); once Kueue lets it go, Rota places its GPUs", kueueAdmissionGate, p.Namespace)
-	case slices.Contains(gates, kueueTopologyGate):
+			"(kubectl get workloads -n %s shows its Workload and why it waits); once Kueue lets it go, Rota places its GPUs", podreq.KueueAdmissionGate, p.Namespace)
+	case slices.Contains(gates, podreq.KueueTopologyGate):
 		return fmt.Sprintf("admitted by Kueue, which is choosing its nodes (topology-aware scheduling, scheduling gate %s); "+
-			"Rota places its GPUs on the nodes Kueue picks", kueueTopologyGate)
+			"Rota places its GPUs on the nodes Kueue picks", podreq.KueueTopologyGate)
 	}
 	return fmt.Sprintf("held by scheduling gate(s) %s, which are not Rota's: kube-scheduler does not consider the pod until their owner removes them",
 		strings.Join(gates, ", "))

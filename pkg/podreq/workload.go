@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -12,14 +13,55 @@ import (
 	"github.com/rota-sched/rota/pkg/contract"
 )
 
-// JobOwner returns the name and UID of the batch/v1 Job that controls the
-// pod, or ok false.
-func JobOwner(pod *corev1.Pod) (name string, uid string, ok bool) {
-	ref := metav1.GetControllerOfNoCopy(pod)
-	if ref == nil || ref.Kind != "Job" || ref.APIVersion != batchv1.SchemeGroupVersion.String() {
-		return "", "", false
+// ControlledBy returns obj's controller reference when it names an object
+// of kind in API group group (any version), or ok false.
+func ControlledBy(obj metav1.Object, group, kind string) (*metav1.OwnerReference, bool) {
+	ref := metav1.GetControllerOfNoCopy(obj)
+	if ref == nil || ref.Kind != kind || apiGroup(ref.APIVersion) != group {
+		return nil, false
 	}
-	return ref.Name, string(ref.UID), true
+	return ref, true
+}
+
+// TrainingJobOwner returns the pod's controller reference when it names a
+// training operator's job whose gang Rota reads (KubeflowKinds).
+func TrainingJobOwner(pod *corev1.Pod) (*metav1.OwnerReference, bool) {
+	ref := metav1.GetControllerOfNoCopy(pod)
+	if ref == nil || apiGroup(ref.APIVersion) != KubeflowGroup {
+		return nil, false
+	}
+	_, known := KubeflowKinds[ref.Kind]
+	return ref, known
+}
+
+// apiGroup is the group of an apiVersion ("" for the core group).
+func apiGroup(apiVersion string) string {
+	if i := strings.IndexByte(apiVersion, '/'); i >= 0 {
+		return apiVersion[:i]
+	}
+	return ""
+}
+
+// gangSized reports whether n pods make a gang Rota places: two or more,
+// and no more than contract.MaxGangSize.
+func gangSized(n int) bool { return n >= 2 && n <= contract.MaxGangSize }
+
+// namesOwnGang reports whether an object (a workload or a pod template)
+// opts out of the gang its workload's shape makes: it names a gang itself,
+// or carries NoGangAnnotation "true".
+func namesOwnGang(m *metav1.ObjectMeta, names contract.Names) bool {
+	_, named := m.Labels[names.GangLabel]
+	return named || m.Annotations[names.NoGangAnnotation] == "true"
+}
+
+// PodGroupGang is the gang of the pods of a PodGroup of Kubernetes' gang
+// API (scheduling.k8s.io): the PodGroup, of its gang policy's minCount
+// (nil: not a gang policy).
+func PodGroupGang(name string, minCount *int32) (string, int, bool) {
+	if minCount == nil || !gangSized(int(*minCount)) {
+		return "", 0, false
+	}
+	return name, int(*minCount), true
 }
 
 // JobSetShape is what a JobSet (jobset.x-k8s.io) says about the gangs of
@@ -91,8 +133,8 @@ func JobSetGang(js JobSetShape, rjob string, names contract.Names) (name string,
 		}
 		total += int(r.Replicas) * n
 	}
-	if total < 2 || total > contract.MaxGangSize {
-		return "", 0, false // no gang, or more pods than any gang Rota places
+	if !gangSized(total) {
+		return "", 0, false
 	}
 	if staged {
 		return js.Name + "-" + mine.Name, total, true
@@ -111,10 +153,7 @@ func templateWants(t *corev1.PodTemplateSpec, names contract.Names) bool {
 // out or name its own gang.
 func allAtOnce(t *batchv1.JobTemplateSpec, names contract.Names) (int, bool) {
 	s := &t.Spec
-	if t.Annotations[names.NoGangAnnotation] == "true" || s.Template.Annotations[names.NoGangAnnotation] == "true" {
-		return 0, false
-	}
-	if _, named := s.Template.Labels[names.GangLabel]; named {
+	if t.Annotations[names.NoGangAnnotation] == "true" || namesOwnGang(&s.Template.ObjectMeta, names) {
 		return 0, false
 	}
 	if s.CompletionMode == nil || *s.CompletionMode != batchv1.IndexedCompletion || s.Parallelism == nil ||
@@ -137,7 +176,7 @@ func JobGang(job *batchv1.Job, names contract.Names) (name string, size int, ok 
 		return "", 0, false
 	}
 	n, ok := allAtOnce(&batchv1.JobTemplateSpec{ObjectMeta: job.ObjectMeta, Spec: job.Spec}, names)
-	if !ok || n < 2 || n > contract.MaxGangSize {
+	if !ok || !gangSized(n) {
 		return "", 0, false
 	}
 	return job.Name, n, true
@@ -203,7 +242,8 @@ const (
 // LWSShape is what a LeaderWorkerSet says about the gangs of its groups.
 type LWSShape struct {
 	Name string
-	// NoGang is the LeaderWorkerSet's NoGangAnnotation.
+	// NoGang is set by NoGangAnnotation on the LeaderWorkerSet, or by a
+	// pod template that opts out (namesOwnGang).
 	NoGang bool
 	// LeaderReady is startupPolicy LeaderReady: a group's workers are
 	// created only once its leader is ready.
@@ -215,8 +255,6 @@ type LWSShape struct {
 	// group's size, less its leader when the leader's own template asks
 	// for none.
 	Size int32
-	// TemplateGang is set when a pod template names a gang itself.
-	TemplateGang bool
 }
 
 // LWSGang is the gang of the pods of group groupIndex of a LeaderWorkerSet:
@@ -228,7 +266,7 @@ type LWSShape struct {
 // "true" on the LeaderWorkerSet, or a template that names its own gang,
 // opts out.
 func LWSGang(lws LWSShape, groupIndex string) (name string, size int, ok bool) {
-	if lws.NoGang || lws.LeaderReady || lws.Exclusive || lws.TemplateGang || groupIndex == "" {
+	if lws.NoGang || lws.LeaderReady || lws.Exclusive || groupIndex == "" {
 		return "", 0, false
 	}
 	for _, c := range groupIndex {
@@ -236,7 +274,7 @@ func LWSGang(lws LWSShape, groupIndex string) (name string, size int, ok bool) {
 			return "", 0, false
 		}
 	}
-	if lws.Size < 2 || lws.Size > contract.MaxGangSize {
+	if !gangSized(int(lws.Size)) {
 		return "", 0, false
 	}
 	return lws.Name + "-" + groupIndex, int(lws.Size), true
@@ -277,13 +315,7 @@ func ParseLWS(raw []byte, names contract.Names) (LWSShape, error) {
 		lws.Size-- // a leader without GPUs (a coordinator) is not in the gang
 	}
 	for _, pt := range []*corev1.PodTemplateSpec{t.LeaderTemplate, &t.WorkerTemplate} {
-		if pt == nil {
-			continue
-		}
-		if _, named := pt.Labels[names.GangLabel]; named {
-			lws.TemplateGang = true
-		}
-		if pt.Annotations[names.NoGangAnnotation] == "true" {
+		if pt != nil && namesOwnGang(&pt.ObjectMeta, names) {
 			lws.NoGang = true
 		}
 	}
@@ -306,8 +338,9 @@ var KubeflowKinds = map[string]string{
 // of its pods.
 type TrainingJobShape struct {
 	Name string
-	// NoGang is the job's NoGangAnnotation, or an elastic job (its pods
-	// may run with fewer than all replicas).
+	// NoGang is set by the job's NoGangAnnotation, a pod template that opts
+	// out (namesOwnGang), or an elastic job (its pods may run with fewer
+	// than all replicas).
 	NoGang bool
 	// Replicas are the replica types (Master, Worker, Launcher, ...).
 	Replicas []TrainingReplica
@@ -322,27 +355,22 @@ type TrainingReplica struct {
 	// Late is set when its pods are created only once the others run (an
 	// MPIJob launcher with launcherCreationPolicy WaitForWorkersReady).
 	Late bool
-	// TemplateGang is set when its pod template names a gang itself.
-	TemplateGang bool
 }
 
 // TrainingJobGang is the gang of a training job's pods: every pod of every
 // replica type that asks for Rota's resources and is created with the
-// others, named after the job. An elastic job, one that opts out, or one
-// whose template names its own gang is no gang.
+// others, named after the job. An elastic job, or one that opts out (on
+// the job or a pod template), is no gang.
 func TrainingJobGang(j TrainingJobShape) (name string, size int, ok bool) {
 	if j.NoGang {
 		return "", 0, false
 	}
 	for _, r := range j.Replicas {
-		if r.TemplateGang {
-			return "", 0, false
-		}
 		if r.Wants && !r.Late {
 			size += int(r.Replicas)
 		}
 	}
-	if size < 2 || size > contract.MaxGangSize {
+	if !gangSized(size) {
 		return "", 0, false
 	}
 	return j.Name, size, true
@@ -392,12 +420,32 @@ func ParseTrainingJob(kind string, raw []byte, names contract.Names) (TrainingJo
 		if n < 0 {
 			return TrainingJobShape{}, fmt.Errorf("%s %s: replica type %s has %d replicas", kind, j.Name, t, n)
 		}
-		_, named := s.Template.Labels[names.GangLabel]
 		j.Replicas = append(j.Replicas, TrainingReplica{Type: t, Replicas: n, Wants: templateWants(&s.Template, names),
-			Late: kind == "MPIJob" && t == "Launcher" && launcherPolicy == "WaitForWorkersReady", TemplateGang: named})
-		if s.Template.Annotations[names.NoGangAnnotation] == "true" {
-			j.NoGang = true
-		}
+			Late: kind == "MPIJob" && t == "Launcher" && launcherPolicy == "WaitForWorkersReady"})
+		j.NoGang = j.NoGang || namesOwnGang(&s.Template.ObjectMeta, names)
 	}
 	return j, nil
+}
+
+// Kueue's scheduling gates and the pod template annotations that ask for
+// its topology-aware scheduling.
+const (
+	// KueueAdmissionGate holds a plain pod Kueue queues.
+	KueueAdmissionGate = "kueue.x-k8s.io/admission"
+	// KueueTopologyGate holds a pod whose nodes Kueue's topology-aware
+	// scheduling has not chosen yet.
+	KueueTopologyGate = "kueue.x-k8s.io/topology"
+)
+
+// KueueTopologyAnnotations ask for Kueue's topology-aware scheduling.
+var KueueTopologyAnnotations = []string{
+	"kueue.x-k8s.io/podset-required-topology",
+	"kueue.x-k8s.io/podset-preferred-topology",
+	"kueue.x-k8s.io/podset-unconstrained-topology",
+}
+
+// KueueQueues reports whether a namespace's labels hand its queueing and
+// quota to Kueue (<domain>/queueing=kueue).
+func KueueQueues(nsLabels map[string]string, names contract.Names) bool {
+	return nsLabels[names.QueueingLabel] == contract.QueueingKueue
 }

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/podreq"
 	"github.com/rota-sched/rota/test/cluster"
 	"github.com/rota-sched/rota/test/e2e/harness"
 	"github.com/rota-sched/rota/test/invariant"
@@ -156,7 +157,7 @@ spec:
 	create(ctx, t, plain)
 	waitPods(ctx, t, ns, "the plain pod held by Kueue", func(p []corev1.Pod) bool {
 		n := byName(p, "notebook")
-		return n != nil && slices.ContainsFunc(n.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == "kueue.x-k8s.io/admission" })
+		return n != nil && slices.ContainsFunc(n.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == podreq.KueueAdmissionGate })
 	})
 	out, err := exec.CommandContext(ctx, bin, "why", "notebook", "-n", ns, "--kubeconfig", env.Cluster.Kubeconfig, "--color", "never").CombinedOutput()
 	if err != nil {
