@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rota-sched/rota/pkg/evaluate"
+	"github.com/rota-sched/rota/test/evaluate/evalkit"
 )
 
 // recordChecks checks the recorded run itself, the same way for every
@@ -13,7 +14,7 @@ import (
 // did a node's running pods hold more GPUs than it has, nor a team more
 // than its guarantee and the shared pool; and, for a stack that places
 // gangs whole, no gang ended the run with only some members started.
-func recordChecks(sc evaluate.Scenario, r evaluate.Run, s shape) []evaluate.Check {
+func recordChecks(sc evaluate.Scenario, r evaluate.Run, s evalkit.Shape) []evaluate.Check {
 	type step struct {
 		t         time.Time
 		gpus, mem float64 // whole GPUs and GiB of shares; gpus+mem/per on a node
@@ -77,7 +78,7 @@ func recordChecks(sc evaluate.Scenario, r evaluate.Run, s shape) []evaluate.Chec
 		}
 	}
 	out := []evaluate.Check{capCheck, quotaCheck}
-	if s.gangLabels {
+	if s.GangLabels {
 		gangCheck := evaluate.Check{Name: "gangs whole: no gang ended with only some members started"}
 		started := map[string]int{}
 		for _, p := range r.Pods {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rota-sched/rota/pkg/evaluate"
+	"github.com/rota-sched/rota/test/evaluate/evalkit"
 )
 
 // The record checks find what they are for: two pods over one node's
@@ -22,7 +23,7 @@ func TestRecordChecks(t *testing.T) {
 	run := func(pods ...evaluate.PodRecord) map[string][]string {
 		r := evaluate.Run{Start: t0, End: at(100), Pods: pods}
 		out := map[string][]string{}
-		for _, c := range recordChecks(sc, r, shape{gangLabels: true}) {
+		for _, c := range recordChecks(sc, r, evalkit.Shape{GangLabels: true}) {
 			out[strings.SplitN(c.Name, ":", 2)[0]] = c.Violations
 		}
 		return out

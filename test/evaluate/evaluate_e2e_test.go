@@ -18,6 +18,7 @@ import (
 
 	"github.com/rota-sched/rota/pkg/evaluate"
 	"github.com/rota-sched/rota/test/cluster"
+	"github.com/rota-sched/rota/test/evaluate/evalkit"
 )
 
 // TestEvaluateSmall is the evaluation's short version that CI runs: the
@@ -119,7 +120,7 @@ func TestEvaluateExistingCluster(t *testing.T) {
 	}
 	sc := evaluate.Burst(7, evaluate.Small)
 	for i := range sc.Cluster.Nodes {
-		if _, err := c.CreateNode(ctx, nodeName(i), nil, map[string]string{"cpu": "96", "memory": "1Ti", "pods": "110",
+		if _, err := c.CreateNode(ctx, evalkit.NodeName(i), nil, map[string]string{"cpu": "96", "memory": "1Ti", "pods": "110",
 			names.GPU: strconv.Itoa(sc.Cluster.GPUsPerNode)}); err != nil {
 			t.Fatal(err)
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/evaluate"
+	"github.com/rota-sched/rota/test/evaluate/evalkit"
 	"github.com/rota-sched/rota/test/kueue"
 )
 
@@ -75,7 +76,7 @@ func (s *existingStack) start(ctx context.Context, sc evaluate.Scenario, _ strin
 	for _, t := range sc.Teams {
 		s.created = append(s.created, s.namespace(t.Name))
 	}
-	if err := createTeams(ctx, s.c, sc, s.namespace, labels); err != nil {
+	if err := evalkit.CreateTeams(ctx, s.c, sc, s.namespace, labels); err != nil {
 		return err
 	}
 	if s.as != "kueue" {
@@ -105,14 +106,14 @@ func (s *existingStack) auditFiles() ([]string, error) {
 func (s *existingStack) playsNode(string) bool                  { return false } // real kubelets run the pods
 func (s *existingStack) check(context.Context) []evaluate.Check { return nil }
 
-func (s *existingStack) shape() shape {
+func (s *existingStack) shape() evalkit.Shape {
 	switch s.as {
 	case "rota":
-		return shape{shares: true, gangLabels: true}
+		return evalkit.Shape{Shares: true, GangLabels: true}
 	case "kueue":
-		return shape{labels: map[string]string{"kueue.x-k8s.io/queue-name": localQueue}}
+		return evalkit.Shape{Labels: map[string]string{"kueue.x-k8s.io/queue-name": localQueue}}
 	}
-	return shape{}
+	return evalkit.Shape{}
 }
 
 // stop deletes the namespaces it made (their Jobs and pods with them) and

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/rota-sched/rota/pkg/evaluate"
+	"github.com/rota-sched/rota/test/evaluate/evalkit"
 	"github.com/rota-sched/rota/test/kueue"
 )
 
@@ -55,7 +56,7 @@ spec:
   levels:
   - {nodeLabel: %s}
   - {nodeLabel: kubernetes.io/hostname}
-`, rackLabel)); err != nil {
+`, evalkit.RackLabel)); err != nil {
 		return err
 	}
 	if err := m.Create(ctx, kueue.ResourceFlavors, "", fmt.Sprintf(`apiVersion: kueue.x-k8s.io/v1beta2
@@ -105,9 +106,9 @@ spec:
 	return nil
 }
 
-func (s *kueueStack) shape() shape {
-	return shape{labels: map[string]string{"kueue.x-k8s.io/queue-name": localQueue},
-		gangAnnotations: map[string]string{"kueue.x-k8s.io/podset-preferred-topology": rackLabel}}
+func (s *kueueStack) shape() evalkit.Shape {
+	return evalkit.Shape{Labels: map[string]string{"kueue.x-k8s.io/queue-name": localQueue},
+		GangAnnotations: map[string]string{"kueue.x-k8s.io/podset-preferred-topology": evalkit.RackLabel}}
 }
 
 func (s *kueueStack) pids() map[string]int {

@@ -38,6 +38,7 @@ import (
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/evaluate"
 	"github.com/rota-sched/rota/test/cluster"
+	"github.com/rota-sched/rota/test/evaluate/evalkit"
 )
 
 type options struct {
@@ -325,7 +326,7 @@ func submit(ctx context.Context, st stack, sc evaluate.Scenario, image string, s
 			return ctx.Err()
 		case <-time.After(time.Until(start.Add(j.Arrival))):
 		}
-		obj := jobObject(j, st.namespace(j.Team), st.shape(), image, names)
+		obj := evalkit.Object(j, st.namespace(j.Team), st.shape(), image, names)
 		if _, err := client.BatchV1().Jobs(obj.Namespace).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 			errs = append(errs, fmt.Sprintf("job %s: %v", j.Name, err))
 		}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/rota-sched/rota/pkg/evaluate"
+	"github.com/rota-sched/rota/test/evaluate/evalkit"
 )
 
 // recorder keeps what the API server says about the evaluation's pods as
@@ -24,7 +25,7 @@ import (
 // when it ran would go with it.
 type recorder struct {
 	gpuMemoryGiB int64
-	shape        shape
+	shape        evalkit.Shape
 	jobs         map[string]evaluate.Job
 
 	mu   sync.Mutex
@@ -36,7 +37,7 @@ type podSeen struct {
 	done bool
 }
 
-func newRecorder(s shape, jobs []evaluate.Job, gpuMemoryGiB int64) *recorder {
+func newRecorder(s evalkit.Shape, jobs []evaluate.Job, gpuMemoryGiB int64) *recorder {
 	r := &recorder{gpuMemoryGiB: max(gpuMemoryGiB, 1), shape: s, jobs: map[string]evaluate.Job{}, pods: map[types.UID]*podSeen{}}
 	for _, j := range jobs {
 		r.jobs[j.Name] = j
@@ -47,7 +48,7 @@ func newRecorder(s shape, jobs []evaluate.Job, gpuMemoryGiB int64) *recorder {
 // start watches the pods carrying the job label until ctx ends.
 func (r *recorder) start(ctx context.Context, client kubernetes.Interface) error {
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = jobLabel }))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = evalkit.JobLabel }))
 	inf := factory.Core().V1().Pods().Informer()
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { r.seen(obj, false) },
@@ -72,7 +73,7 @@ func (r *recorder) seen(obj any, deleted bool) {
 	if !ok {
 		return
 	}
-	j, ok := r.jobs[pod.Labels[jobLabel]]
+	j, ok := r.jobs[pod.Labels[evalkit.JobLabel]]
 	if !ok {
 		return
 	}
@@ -81,7 +82,7 @@ func (r *recorder) seen(obj any, deleted bool) {
 	defer r.mu.Unlock()
 	p := r.pods[pod.UID]
 	if p == nil {
-		gpus, mem := r.shape.held(j)
+		gpus, mem := r.shape.Held(j)
 		p = &podSeen{PodRecord: evaluate.PodRecord{Job: j.Name, GPUs: gpus, MemoryGiB: mem,
 			Asked: float64(j.GPUs) + float64(j.MemoryGiB)/float64(r.gpuMemoryGiB)}}
 		r.pods[pod.UID] = p
@@ -151,13 +152,13 @@ func (r *recorder) progress() (running int, gpus float64) {
 func jobRecords(ctx context.Context, client kubernetes.Interface, jobs map[string]evaluate.Job, namespaces []string) ([]evaluate.JobRecord, error) {
 	var out []evaluate.JobRecord
 	for _, ns := range namespaces {
-		list, err := client.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: jobLabel})
+		list, err := client.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: evalkit.JobLabel})
 		if err != nil {
 			return nil, err
 		}
 		for i := range list.Items {
 			obj := &list.Items[i]
-			j, ok := jobs[obj.Labels[jobLabel]]
+			j, ok := jobs[obj.Labels[evalkit.JobLabel]]
 			if !ok {
 				continue
 			}

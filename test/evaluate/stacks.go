@@ -4,11 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	schedulingv1 "k8s.io/api/scheduling/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -18,6 +15,7 @@ import (
 	"github.com/rota-sched/rota/pkg/quota"
 	"github.com/rota-sched/rota/test/cluster"
 	"github.com/rota-sched/rota/test/e2e/harness"
+	"github.com/rota-sched/rota/test/evaluate/evalkit"
 )
 
 // stack is one scheduling stack on a fresh control plane of its own.
@@ -26,7 +24,7 @@ type stack interface {
 	// and teams up.
 	start(ctx context.Context, sc evaluate.Scenario, dir string) error
 	client() kubernetes.Interface
-	shape() shape
+	shape() evalkit.Shape
 	// namespace is a team's namespace.
 	namespace(team string) string
 	// pids are the processes whose CPU the report counts, by name.
@@ -41,32 +39,7 @@ type stack interface {
 
 var names = contract.Default
 
-// nodeName is the i-th node's name; rackOf its rack's label value.
-func nodeName(i int) string { return fmt.Sprintf("gpu-%02d", i) }
-func rackOf(sc evaluate.Scenario, i int) string {
-	return fmt.Sprintf("rack-%d", i/max(sc.Cluster.RackSize, 1))
-}
-
-// rackLabel is the leaf tier label every stack's nodes carry; poolLabel
-// marks them all as the GPU nodes (Kueue's flavor selects them by it).
-var rackLabel = names.Domain + "/leaf"
-
 const poolLabel = "rota.eval/pool"
-
-// createTeams makes a namespace per team and the high PriorityClass.
-func createTeams(ctx context.Context, c kubernetes.Interface, sc evaluate.Scenario, ns func(string) string, labels func(team string) map[string]string) error {
-	for _, t := range sc.Teams {
-		obj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns(t.Name), Labels: labels(t.Name)}}
-		if _, err := c.CoreV1().Namespaces().Create(ctx, obj, metav1.CreateOptions{}); err != nil {
-			return err
-		}
-	}
-	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: highPriority}, Value: 1000}
-	if _, err := c.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-	return nil
-}
 
 // ---- stock: kube-scheduler's default profile, whole GPUs, ResourceQuota.
 
@@ -107,15 +80,15 @@ func (s *stockStack) startCluster(ctx context.Context, sc evaluate.Scenario, dir
 		capacity := map[string]string{"cpu": strconv.FormatInt(sc.Cluster.CPUMilli/1000, 10),
 			"memory": fmt.Sprintf("%dMi", sc.Cluster.HostMiB), "pods": "110",
 			names.GPU: strconv.Itoa(sc.Cluster.GPUsPerNode)}
-		if _, err := c.CreateNode(ctx, nodeName(i), map[string]string{rackLabel: rackOf(sc, i), poolLabel: "gpu"}, capacity); err != nil {
+		if _, err := c.CreateNode(ctx, evalkit.NodeName(i), map[string]string{evalkit.RackLabel: evalkit.RackOf(sc, i), poolLabel: "gpu"}, capacity); err != nil {
 			return err
 		}
 	}
-	return createTeams(ctx, c.Client(), sc, s.namespace, func(string) map[string]string { return nil })
+	return evalkit.CreateTeams(ctx, c.Client(), sc, s.namespace, func(string) map[string]string { return nil })
 }
 
 func (s *stockStack) client() kubernetes.Interface { return s.c.Client() }
-func (s *stockStack) shape() shape                 { return shape{} }
+func (s *stockStack) shape() evalkit.Shape         { return evalkit.Shape{} }
 func (s *stockStack) namespace(team string) string { return "team-" + team }
 func (s *stockStack) pids() map[string]int         { return s.c.PIDs() }
 func (s *stockStack) auditFiles() ([]string, error) {
@@ -139,59 +112,32 @@ type rotaStack struct {
 	q   *quota.Config
 }
 
-// chartExtenderArgs are the chart's default rota-extender flags that the
-// harness does not set itself.
-var chartExtenderArgs = []string{"--policy=binpack", "--filter-best-only", "--max-preemptible-gang-size=8",
-	"--queue-narrow-candidates=3", "--reserve=true", "--reserve-large-gpus=64", "--reserve-max-age=30m",
-	"--reserve-max-hold=2h", "--reserve-cool-off=30m", "--reserve-max=4"}
-
-func (s *rotaStack) quotaDoc(sc evaluate.Scenario) string {
-	var b strings.Builder
-	b.WriteString("teams:\n")
-	per := sc.Cluster.GPUMemoryGiB
-	for _, t := range sc.Teams {
-		fmt.Fprintf(&b, "  %s: {gpus: %d, gpuMemoryGiB: %d, borrow: {gpus: %d, gpuMemoryGiB: %d}}\n",
-			t.Name, t.GPUs, t.GPUs*per, sc.Pool(), sc.Pool()*per)
-	}
-	fmt.Fprintf(&b, "sharedPool: {gpus: %d, gpuMemoryGiB: %d}\n", sc.Pool(), sc.Pool()*per)
-	// The harness checks the queue gate with a pod in a namespace of no
-	// team; every job of the evaluation runs in its team's namespace.
-	b.WriteString("unknownTeams: unlimited\n")
-	return b.String()
-}
-
 func (s *rotaStack) start(ctx context.Context, sc evaluate.Scenario, dir string) error {
-	doc := s.quotaDoc(sc)
+	doc := evalkit.RotaQuota(sc)
 	q, err := quota.ParseYAML([]byte(doc))
 	if err != nil {
 		return fmt.Errorf("the evaluation's quota: %w", err)
 	}
 	s.q = &q
 	s.env, err = harness.Start(ctx, harness.Options{Dir: dir, Quota: doc, Queueing: true, AuditLog: true,
-		AuditPolicy: writesPolicy, ExtenderArgs: chartExtenderArgs})
+		AuditPolicy: writesPolicy, ExtenderArgs: evalkit.ChartExtenderArgs})
 	if err != nil {
 		return err
 	}
 	if err := s.env.StartControllerManager(ctx, "job"); err != nil {
 		return err
 	}
-	var specs []harness.GPUNodeSpec
-	for i := range sc.Cluster.Nodes {
-		specs = append(specs, harness.GPUNodeSpec{Name: nodeName(i), Model: "NVIDIA H100 80GB HBM3",
-			Count: sc.Cluster.GPUsPerNode, MemoryMiB: contract.MiB(sc.Cluster.GPUMemoryGiB) * 1024,
-			Labels: map[string]string{rackLabel: rackOf(sc, i)},
-			CPU:    strconv.FormatInt(sc.Cluster.CPUMilli/1000, 10), Memory: fmt.Sprintf("%dMi", sc.Cluster.HostMiB)})
-	}
+	specs := evalkit.RotaNodes(sc, 0)
 	if _, err := s.env.AddGPUNodes(ctx, specs...); err != nil {
 		return err
 	}
-	return createTeams(ctx, s.env.Client, sc, s.namespace, func(team string) map[string]string {
+	return evalkit.CreateTeams(ctx, s.env.Client, sc, s.namespace, func(team string) map[string]string {
 		return map[string]string{names.TeamLabel: team}
 	})
 }
 
 func (s *rotaStack) client() kubernetes.Interface { return s.env.Client }
-func (s *rotaStack) shape() shape                 { return shape{shares: true, gangLabels: true} }
+func (s *rotaStack) shape() evalkit.Shape         { return evalkit.Shape{Shares: true, GangLabels: true} }
 func (s *rotaStack) namespace(team string) string { return "team-" + team }
 func (s *rotaStack) pids() map[string]int {
 	out := s.env.Cluster.PIDs()

@@ -1,4 +1,8 @@
-package main
+// Package evalkit holds what the evaluation (test/evaluate) and the soak
+// (test/soak) share: the Job a user submits for a generated job, the
+// scenario's nodes and teams, and Rota's quota and flags as the chart gives
+// them.
+package evalkit
 
 import (
 	"fmt"
@@ -17,39 +21,39 @@ import (
 
 // Labels the evaluation puts on what it creates.
 const (
-	jobLabel  = "evaluate.rota/job"
-	kindLabel = "evaluate.rota/kind"
-	// highPriority is the PriorityClass of the jobs drawn as urgent.
-	highPriority = "evaluate-high"
+	JobLabel  = "evaluate.rota/job"
+	KindLabel = "evaluate.rota/kind"
+	// HighPriority is the PriorityClass of the jobs drawn as urgent.
+	HighPriority = "evaluate-high"
 )
 
-// shape is how a stack asks for a job's GPUs: stacks without memory shares
+// Shape is how a stack asks for a job's GPUs: stacks without memory shares
 // ask for a whole GPU instead of a share, as NVIDIA's device plugin does.
-type shape struct {
-	shares bool
-	// gangLabels marks a gang's pods with Rota's gang label and size.
-	gangLabels bool
-	// labels and suspend are what the stack's queue wants on a Job.
-	labels  map[string]string
-	suspend bool
-	// gangAnnotations go on a gang's pod template (Kueue's topology
+type Shape struct {
+	Shares bool
+	// GangLabels marks a gang's pods with Rota's gang label and size.
+	GangLabels bool
+	// Labels and Suspend are what the stack's queue wants on a Job.
+	Labels  map[string]string
+	Suspend bool
+	// GangAnnotations go on a gang's pod template (Kueue's topology
 	// request).
-	gangAnnotations map[string]string
+	GangAnnotations map[string]string
 }
 
-// held is what one pod of j holds on a stack of this shape.
-func (s shape) held(j evaluate.Job) (gpus, memGiB int64) {
-	if j.MemoryGiB > 0 && !s.shares {
+// Held is what one pod of j holds on a stack of this shape.
+func (s Shape) Held(j evaluate.Job) (gpus, memGiB int64) {
+	if j.MemoryGiB > 0 && !s.Shares {
 		return 1, 0
 	}
 	return j.GPUs, j.MemoryGiB
 }
 
-// jobObject is the Job a user of the stack submits for j: Pods pods that
+// Object is the Job a user of the stack submits for j: Pods pods that
 // sleep for the runtime (whole seconds, at least one), in the team's
 // namespace.
-func jobObject(j evaluate.Job, namespace string, s shape, image string, names contract.Names) *batchv1.Job {
-	gpus, mem := s.held(j)
+func Object(j evaluate.Job, namespace string, s Shape, image string, names contract.Names) *batchv1.Job {
+	gpus, mem := s.Held(j)
 	res := corev1.ResourceList{
 		corev1.ResourceCPU:    *resource.NewMilliQuantity(j.CPUMilli, resource.DecimalSI),
 		corev1.ResourceMemory: *resource.NewQuantity(j.HostMiB<<20, resource.BinarySI),
@@ -61,17 +65,17 @@ func jobObject(j evaluate.Job, namespace string, s shape, image string, names co
 		res[corev1.ResourceName(names.GPUMemory)] = *resource.NewQuantity(mem, resource.DecimalSI)
 	}
 	secs := max(int64(math.Ceil(j.Runtime.Seconds())), 1)
-	labels := map[string]string{jobLabel: j.Name, kindLabel: string(j.Kind)}
-	podLabels := map[string]string{jobLabel: j.Name, kindLabel: string(j.Kind)}
+	labels := map[string]string{JobLabel: j.Name, KindLabel: string(j.Kind)}
+	podLabels := map[string]string{JobLabel: j.Name, KindLabel: string(j.Kind)}
 	var podAnn map[string]string
-	if j.Gang() && s.gangLabels {
+	if j.Gang() && s.GangLabels {
 		podLabels[names.GangLabel] = j.Name
 		podAnn = map[string]string{names.GangSizeAnnotation: strconv.Itoa(j.Pods)}
 	}
-	if j.Gang() && len(s.gangAnnotations) > 0 {
-		podAnn = maps.Clone(s.gangAnnotations)
+	if j.Gang() && len(s.GangAnnotations) > 0 {
+		podAnn = maps.Clone(s.GangAnnotations)
 	}
-	for k, v := range s.labels {
+	for k, v := range s.Labels {
 		labels[k] = v
 	}
 	n := int32(j.Pods)
@@ -104,10 +108,10 @@ func jobObject(j evaluate.Job, namespace string, s shape, image string, names co
 		obj.Spec.CompletionMode = &indexed
 	}
 	if j.High {
-		obj.Spec.Template.Spec.PriorityClassName = highPriority
+		obj.Spec.Template.Spec.PriorityClassName = HighPriority
 	}
-	if s.suspend {
-		obj.Spec.Suspend = &s.suspend
+	if s.Suspend {
+		obj.Spec.Suspend = &s.Suspend
 	}
 	return obj
 }

@@ -1,4 +1,4 @@
-package main
+package evalkit
 
 import (
 	"os"
@@ -10,7 +10,7 @@ import (
 // harness's is one deploy/rota.yaml (the chart rendered with its defaults)
 // gives rota-extender, with the same value.
 func TestRotaStackRunsTheChartDefaults(t *testing.T) {
-	raw, err := os.ReadFile("../../deploy/rota.yaml")
+	raw, err := os.ReadFile("../../../deploy/rota.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -20,7 +20,7 @@ func TestRotaStackRunsTheChartDefaults(t *testing.T) {
 			chart = append(chart, "--"+a)
 		}
 	}
-	for _, a := range chartExtenderArgs {
+	for _, a := range ChartExtenderArgs {
 		found := false
 		for _, c := range chart {
 			found = found || c == a
