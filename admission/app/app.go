@@ -33,6 +33,7 @@ import (
 	"github.com/rota-sched/rota/admission/config"
 	"github.com/rota-sched/rota/admission/view"
 	"github.com/rota-sched/rota/admission/webhook"
+	"github.com/rota-sched/rota/internal/profiling"
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/podreq"
 	"github.com/rota-sched/rota/pkg/quota"
@@ -245,8 +246,8 @@ func (a *App) Ready() error {
 }
 
 // Routes returns the HTTP routes: POST /validate (the validating webhook),
-// POST /mutate (the mutating webhook: the queue gate), /healthz, /readyz
-// and /metrics.
+// POST /mutate (the mutating webhook: the queue gate), /healthz, /readyz,
+// /metrics and, with cfg.Profiling, /debug/pprof/.
 func (a *App) Routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/validate", a.validating)
@@ -262,6 +263,9 @@ func (a *App) Routes() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
+	if a.cfg.Profiling {
+		mux.Handle("GET "+profiling.Prefix, profiling.Handler())
+	}
 	return mux
 }
 

@@ -8,7 +8,8 @@
 // the validating one on /validate, the mutating one on /mutate) read it.
 // Whether this replica admits GPU pods is one flag, made before the
 // webhooks that read it and set by leader election in Run. Run also
-// serves /healthz, /readyz and /metrics, over HTTPS with a serving
+// serves /healthz, /readyz, /metrics and, with --profiling, /debug/pprof/
+// (internal/profiling), over HTTPS with a serving
 // certificate re-read when its files change (extender/server/servingtls),
 // and shuts down gracefully.
 //

@@ -55,6 +55,9 @@ type Config struct {
 	RetryPeriod    time.Duration `json:"retryPeriod"`
 	// ShutdownTimeout bounds the graceful shutdown of the HTTPS server.
 	ShutdownTimeout time.Duration `json:"shutdownTimeout"`
+	// Profiling serves Go runtime profiles under /debug/pprof/ on the
+	// HTTPS listener, beside /metrics.
+	Profiling bool `json:"profiling,omitempty"`
 	// QueueControllers are the users (as the API server authenticates
 	// them) that may remove Rota's queue gate from a pod: the queue
 	// controller in rota-extender. Empty means the extender's

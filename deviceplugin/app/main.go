@@ -15,6 +15,7 @@ import (
 	"github.com/rota-sched/rota/deviceplugin/config"
 	"github.com/rota-sched/rota/deviceplugin/discovery"
 	"github.com/rota-sched/rota/deviceplugin/metrics"
+	"github.com/rota-sched/rota/internal/profiling"
 	"github.com/rota-sched/rota/pkg/version"
 )
 
@@ -75,16 +76,14 @@ func Main(ctx context.Context, cfg config.Config) int {
 			logger.Error(err, "Metrics listener failed", "address", cfg.MetricsListen)
 			return ExitRuntime
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", m.Handler())
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: MetricsRoutes(cfg, m), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				logger.Error(err, "Metrics server stopped")
 			}
 		}()
 		defer srv.Close()
-		logger.Info("Serving metrics", "address", lis.Addr().String())
+		logger.Info("Serving metrics", "address", lis.Addr().String(), "profiling", cfg.Profiling)
 	}
 
 	logger.Info("Starting rota-device-plugin", "version", version.Version, "backend", cfg.Backend, "domain", cfg.Domain,
@@ -95,6 +94,17 @@ func Main(ctx context.Context, cfg config.Config) int {
 	}
 	logger.Info("Device plugin stopped")
 	return ExitOK
+}
+
+// MetricsRoutes are the routes of the --metrics-listen listener: /metrics
+// and, with cfg.Profiling, Go's runtime profiles under /debug/pprof/.
+func MetricsRoutes(cfg config.Config, m *metrics.Metrics) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", m.Handler())
+	if cfg.Profiling {
+		mux.Handle("GET "+profiling.Prefix, profiling.Handler())
+	}
+	return mux
 }
 
 func openBackend(cfg config.Config) (discovery.Backend, error) {

@@ -78,6 +78,9 @@ type Config struct {
 
 	// MetricsListen is the Prometheus listen address; empty disables it.
 	MetricsListen string `json:"metricsListen,omitempty"`
+	// Profiling serves Go runtime profiles under /debug/pprof/ on
+	// MetricsListen, beside /metrics; it needs MetricsListen.
+	Profiling bool `json:"profiling,omitempty"`
 
 	// MPS runs a CUDA MPS control daemon for every GPU that holds memory
 	// shares (deviceplugin/mps); off, shares get the environment only.
@@ -254,6 +257,9 @@ func (c Config) Validate() error {
 		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
 			add("metrics-listen", "%q is not host:port", c.MetricsListen)
 		}
+	}
+	if c.Profiling && c.MetricsListen == "" {
+		add("profiling", "needs metrics-listen: the profiles are served on its listener")
 	}
 	return errors.Join(errs...)
 }

@@ -24,6 +24,14 @@ func TestValidateReportsEverything(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Errorf("defaults: %v", err)
 	}
+	c.Profiling = true
+	if err := c.Validate(); err != nil {
+		t.Errorf("profiling on the default metrics listener: %v", err)
+	}
+	c.MetricsListen = ""
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "profiling") {
+		t.Errorf("profiling without metrics-listen: Validate() = %v, want it to mention profiling", err)
+	}
 }
 
 func TestParseXIDs(t *testing.T) {

@@ -30,7 +30,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
@@ -44,6 +43,7 @@ import (
 	"github.com/rota-sched/rota/extender/scheduling"
 	"github.com/rota-sched/rota/extender/server/servingtls"
 	"github.com/rota-sched/rota/extender/ui"
+	"github.com/rota-sched/rota/internal/profiling"
 )
 
 // Verbs is what the server needs from the decision layer.
@@ -135,23 +135,7 @@ func (s *Server) routeOps(r *httprouter.Router) {
 		r.Handler(http.MethodGet, "/metrics", promhttp.HandlerFor(s.o.Metrics.Registry, promhttp.HandlerOpts{}))
 	}
 	if s.o.Profiling {
-		r.GET("/debug/pprof/*profile", servePprof)
-	}
-}
-
-// servePprof serves net/http/pprof's handlers under /debug/pprof/.
-func servePprof(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
-	switch ps.ByName("profile") {
-	case "/profile":
-		pprof.Profile(w, r)
-	case "/trace":
-		pprof.Trace(w, r)
-	case "/symbol":
-		pprof.Symbol(w, r)
-	case "/cmdline":
-		pprof.Cmdline(w, r)
-	default: // the index and the named profiles: heap, goroutine, allocs, ...
-		pprof.Index(w, r)
+		r.Handler(http.MethodGet, "/debug/pprof/*profile", profiling.Handler())
 	}
 }
 

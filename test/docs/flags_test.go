@@ -69,7 +69,7 @@ func TestFlagNamesShared(t *testing.T) {
 			t.Fatalf("%s: read only %d flags from %s; the reader is broken", bin, len(got[bin]), path)
 		}
 	}
-	every := []string{"kubeconfig", "kube-api-qps", "kube-api-burst", "domain", "memory-unit-mib"} // --version: pkg/version registers it for all three
+	every := []string{"kubeconfig", "kube-api-qps", "kube-api-burst", "domain", "memory-unit-mib", "profiling"} // --version: pkg/version registers it for all three
 	elected := []string{"leader-elect", "leader-elect-lease-duration", "leader-elect-renew-deadline",
 		"leader-elect-retry-period", "leader-elect-resource-name", "leader-elect-resource-namespace",
 		"quota-namespace", "quota-config-map", "quota-config-map-key", "listen", "tls-cert-file", "tls-key-file",

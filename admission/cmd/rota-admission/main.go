@@ -49,6 +49,7 @@ func main() {
 	fs.DurationVar(&cfg.RenewDeadline, "leader-elect-renew-deadline", cfg.RenewDeadline, "leader renew deadline")
 	fs.DurationVar(&cfg.RetryPeriod, "leader-elect-retry-period", cfg.RetryPeriod, "leader election retry period")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "how long to let requests in flight finish on shutdown")
+	fs.BoolVar(&cfg.Profiling, "profiling", cfg.Profiling, "serve Go runtime profiles under /debug/pprof/ (on --listen, beside /metrics)")
 	queueUsers := fs.String("queue-controller-users", "", "comma-separated users that may remove the queue gate from a pod "+
 		"(Rota's queue controller); empty means "+config.DefaultQueueController("<--namespace>"))
 	_ = fs.Parse(os.Args[1:]) // ExitOnError

@@ -63,6 +63,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (config.Config, error) {
 	fs.DurationVar(&c.KubeletPoll, "kubelet-poll", c.KubeletPoll, "period of the kubelet socket check (restart detection)")
 	fs.DurationVar(&c.AllocateWait, "allocate-wait", c.AllocateWait, "how long Allocate waits for the pod informer to show the pod")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", c.MetricsListen, "Prometheus listen address; empty disables")
+	fs.BoolVar(&c.Profiling, "profiling", c.Profiling, "serve Go runtime profiles under /debug/pprof/ on --metrics-listen, beside /metrics (needs --metrics-listen)")
 	fs.BoolVar(&c.MPS, "mps", c.MPS, "run a CUDA MPS control daemon for every GPU that holds memory shares (enforces their memory limit)")
 	fs.StringVar(&c.MPSBinary, "mps-binary", c.MPSBinary, "nvidia-cuda-mps-control, a path or a name in $PATH")
 	fs.StringVar(&c.MPSRoot, "mps-root", c.MPSRoot, "host folder of the MPS daemons' pipe and log folders (mounted at the same path)")
