@@ -32,25 +32,36 @@ type Admission struct {
 	// Signature is rota-extender's signature of the record for this pod
 	// (RecordKey), empty where the extender runs without a records key.
 	Signature string `json:"signature,omitempty"`
+	// Preview holds the next version's test fields (empty in a release).
+	Preview
+	// AsWritten is the record this value was parsed from, as for
+	// Assignment.AsWritten; VerifyAdmission reads it. Never written.
+	AsWritten []byte `json:"-"`
 }
 
 // MaxNarrowedTo bounds Admission.NarrowedTo.
 const MaxNarrowedTo = 16
 
-// ParseAdmission decodes and validates an admission record.
+// ParseAdmission decodes and validates an admission record, under the
+// version rule (versions.go).
 func ParseAdmission(data []byte) (Admission, error) {
-	var a Admission
-	if err := strictDecode(data, "admission", &a); err != nil {
+	a, err := decodeDoc[Admission](data, "admission")
+	if err != nil {
 		return Admission{}, err
 	}
 	if err := a.Validate(); err != nil {
 		return Admission{}, err
 	}
+	if a.AsWritten, err = signedAsWritten("admission", a.Version, a.Signature, data); err != nil {
+		return Admission{}, err
+	}
 	return a, nil
 }
 
-// Marshal encodes a after validating it.
+// Marshal encodes a after validating it; as Assignment.Marshal, without
+// the fields this build does not know.
 func (a Admission) Marshal() ([]byte, error) {
+	a.Preview.stamp(a.Version)
 	if err := a.Validate(); err != nil {
 		return nil, err
 	}
@@ -62,12 +73,22 @@ func (a Admission) Validate() error {
 	if err := checkVersion("admission.version", a.Version); err != nil {
 		return err
 	}
+	if err := a.Preview.check("admission", a.Version); err != nil {
+		return err
+	}
 	if a.AdmittedAt.IsZero() {
 		return fieldErr("admission.admittedAt", nil, "is missing", "write the time the pod was admitted")
 	}
 	if a.Hold != nil {
 		if err := a.Hold.Validate(); err != nil {
 			return err
+		}
+		// The record is read under the rule of its own version (strictly or
+		// leniently, versions.go), the hold in it included; a hold of
+		// another version would be read under the wrong rule.
+		if a.Hold.Version != a.Version {
+			return fieldErr("admission.hold.version", a.Hold.Version, "is not the record's version",
+				fmt.Sprintf("write the record's version, %q", a.Version))
 		}
 		if a.HoldUntil.IsZero() {
 			return fieldErr("admission.holdUntil", nil, "is missing", "write when the hold lapses")

@@ -21,6 +21,14 @@ type Assignment struct {
 	// Signature is rota-extender's signature of the record for this pod
 	// (RecordKey), empty where the extender runs without a records key.
 	Signature string `json:"signature,omitempty"`
+	// Preview holds the next version's test fields (empty in a release).
+	Preview
+	// AsWritten is the document this value was parsed from, in canonical
+	// form (canonicalJSON) without its signature, kept where a signature
+	// covers the document as written (a signed document of a version after
+	// v1) so that VerifyAssignment can check the fields this build does not
+	// know. Nil otherwise; never written (a writer leaves it nil).
+	AsWritten []byte `json:"-"`
 }
 
 // AssignedGPU is one GPU of an assignment.
@@ -32,20 +40,27 @@ type AssignedGPU struct {
 	MemoryMiB MiB `json:"memoryMiB"`
 }
 
-// ParseAssignment decodes and validates a pod assignment annotation.
+// ParseAssignment decodes and validates a pod assignment annotation, under
+// the version rule (versions.go).
 func ParseAssignment(data []byte) (Assignment, error) {
-	var a Assignment
-	if err := strictDecode(data, "assignment", &a); err != nil {
+	a, err := decodeDoc[Assignment](data, "assignment")
+	if err != nil {
 		return Assignment{}, err
 	}
 	if err := a.Validate(); err != nil {
 		return Assignment{}, err
 	}
+	if a.AsWritten, err = signedAsWritten("assignment", a.Version, a.Signature, data); err != nil {
+		return Assignment{}, err
+	}
 	return a, nil
 }
 
-// Marshal encodes a (after validating it) as the annotation value.
+// Marshal encodes a (after validating it) as the annotation value. A
+// document read leniently (NextVersion) is written without the fields this
+// build does not know, so a signature it carried no longer verifies.
 func (a Assignment) Marshal() ([]byte, error) {
+	a.Preview.stamp(a.Version)
 	if err := a.Validate(); err != nil {
 		return nil, err
 	}
@@ -55,6 +70,9 @@ func (a Assignment) Marshal() ([]byte, error) {
 // Validate checks every field and returns the first problem as a *FieldError.
 func (a Assignment) Validate() error {
 	if err := checkVersion("assignment.version", a.Version); err != nil {
+		return err
+	}
+	if err := a.Preview.check("assignment", a.Version); err != nil {
 		return err
 	}
 	if a.Node == "" {

@@ -18,13 +18,6 @@ const DefaultDomain = "example.com"
 // DefaultMemoryUnitMiB is the size of one example.com/gpu-memory unit: 1 GiB.
 const DefaultMemoryUnitMiB MiB = 1024
 
-// Version is the version written into every annotation document Rota writes.
-// Readers accept exactly the versions listed in SupportedVersions.
-const Version = "v1"
-
-// SupportedVersions lists the annotation versions this build can read.
-var SupportedVersions = []string{Version}
-
 // MaxGangSize bounds the member count of one gang.
 const MaxGangSize = 10000
 

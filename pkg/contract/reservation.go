@@ -24,12 +24,15 @@ type Reservation struct {
 	// CooledUntil: after a hold reached its maximum it is released and the
 	// job is not held for again before this time.
 	CooledUntil time.Time `json:"cooledUntil,omitzero"`
+	// Preview holds the next version's test fields (empty in a release).
+	Preview
 }
 
-// ParseReservation decodes and validates a reservation record.
+// ParseReservation decodes and validates a reservation record, under the
+// version rule (versions.go).
 func ParseReservation(data []byte) (Reservation, error) {
-	var r Reservation
-	if err := strictDecode(data, "reservation", &r); err != nil {
+	r, err := decodeDoc[Reservation](data, "reservation")
+	if err != nil {
 		return Reservation{}, err
 	}
 	if err := r.Validate(); err != nil {
@@ -40,6 +43,7 @@ func ParseReservation(data []byte) (Reservation, error) {
 
 // Marshal encodes r after validating it.
 func (r Reservation) Marshal() ([]byte, error) {
+	r.Preview.stamp(r.Version)
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
@@ -49,6 +53,9 @@ func (r Reservation) Marshal() ([]byte, error) {
 // Validate checks the record.
 func (r Reservation) Validate() error {
 	if err := checkVersion("reservation.version", r.Version); err != nil {
+		return err
+	}
+	if err := r.Preview.check("reservation", r.Version); err != nil {
 		return err
 	}
 	if r.Since.IsZero() != (r.Domain == "") {

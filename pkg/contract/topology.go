@@ -1,10 +1,8 @@
 package contract
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"slices"
 )
 
@@ -41,6 +39,8 @@ type Topology struct {
 	// the MPS server. Absent when the plugin does not manage MPS (documents
 	// written before this field existed read the same: nothing is said).
 	MPS *TopologyMPS `json:"mps,omitempty"`
+	// Preview holds the next version's test fields (empty in a release).
+	Preview
 }
 
 // TopologyMPS is the node's CUDA MPS state as the device plugin sees it.
@@ -82,10 +82,11 @@ type TopologyGPU struct {
 	LeakedMiB MiB `json:"leakedMiB,omitempty"`
 }
 
-// ParseTopology decodes and validates a node topology annotation.
+// ParseTopology decodes and validates a node topology annotation, under the
+// version rule (versions.go).
 func ParseTopology(data []byte) (Topology, error) {
-	var t Topology
-	if err := strictDecode(data, "topology", &t); err != nil {
+	t, err := decodeDoc[Topology](data, "topology")
+	if err != nil {
 		return Topology{}, err
 	}
 	if err := t.Validate(); err != nil {
@@ -96,6 +97,7 @@ func ParseTopology(data []byte) (Topology, error) {
 
 // Marshal encodes t (after validating it) as the annotation value.
 func (t Topology) Marshal() ([]byte, error) {
+	t.Preview.stamp(t.Version)
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
@@ -105,6 +107,9 @@ func (t Topology) Marshal() ([]byte, error) {
 // Validate checks every field and returns the first problem as a *FieldError.
 func (t Topology) Validate() error {
 	if err := checkVersion("topology.version", t.Version); err != nil {
+		return err
+	}
+	if err := t.Preview.check("topology", t.Version); err != nil {
 		return err
 	}
 	if t.MemoryUnitMiB <= 0 {
@@ -178,39 +183,4 @@ func (t Topology) GPUByIndex(idx int) (TopologyGPU, bool) {
 		return TopologyGPU{}, false
 	}
 	return t.GPUs[i], true
-}
-
-func checkVersion(field, v string) error {
-	if v == "" {
-		return fieldErr(field, nil, "is missing", fmt.Sprintf("write %q", Version))
-	}
-	if !slices.Contains(SupportedVersions, v) {
-		return fmt.Errorf("%w: %w", ErrUnsupportedVersion,
-			fieldErr(field, v, "is not a version this Rota reads", fmt.Sprintf("write one of %v", SupportedVersions)))
-	}
-	return nil
-}
-
-// strictDecode decodes one JSON object, rejecting unknown fields, trailing
-// data and oversized input, and reports errors with the document name.
-func strictDecode(data []byte, doc string, v any) error {
-	if len(data) == 0 {
-		return fieldErr(doc, nil, "is empty", "write a JSON object")
-	}
-	if len(data) > MaxAnnotationBytes {
-		return fieldErr(doc, fmt.Sprintf("%d bytes", len(data)), "is too large",
-			fmt.Sprintf("keep it under %d bytes", MaxAnnotationBytes))
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return &FieldError{Field: doc, Problem: "is not valid JSON: " + err.Error(),
-			Fix: "write the JSON document Rota documents for this annotation"}
-	}
-	// dec.More reports false for a stray '}' or ']', so read one more token:
-	// anything but the end of input is trailing data.
-	if _, err := dec.Token(); err != io.EOF {
-		return &FieldError{Field: doc, Problem: "has data after the JSON object", Fix: "write exactly one JSON object"}
-	}
-	return nil
 }

@@ -42,6 +42,18 @@ func assignmentDoc(t *testing.T, node string) string {
 	return string(data)
 }
 
+// assignmentRead is assignmentOn as a reader gets it back from the
+// annotation (with whatever Marshal adds, such as the rotanext build's
+// writer).
+func assignmentRead(t *testing.T, node string) *contract.Assignment {
+	t.Helper()
+	a, err := contract.ParseAssignment([]byte(assignmentDoc(t, node)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &a
+}
+
 func TestClassify(t *testing.T) {
 	onN1, onN2 := assignmentDoc(t, "n1"), assignmentDoc(t, "n2")
 	cpu := ctr("cpu", "2", "memory", "1Gi")
@@ -102,7 +114,7 @@ func TestClassify(t *testing.T) {
 		{
 			name:        "assignment for another node: nothing accounted",
 			give:        classifyPod("n1", onN2, share),
-			want:        Classification{Kind: KindWrongNode, Node: "n1", Assignment: assignmentOn("n2")},
+			want:        Classification{Kind: KindWrongNode, Node: "n1", Assignment: assignmentRead(t, "n2")},
 			wantProblem: "GPU assignment names another node than the pod is bound to; its GPUs are not accounted (assigned node n2, bound to n1)",
 		},
 		{
@@ -118,7 +130,7 @@ func TestClassify(t *testing.T) {
 		{
 			name: "allocated",
 			give: classifyPod("n1", onN1, share),
-			want: Classification{Kind: KindAllocated, Node: "n1", Assignment: assignmentOn("n1"),
+			want: Classification{Kind: KindAllocated, Node: "n1", Assignment: assignmentRead(t, "n1"),
 				Allocation: &ledger.Allocation{PodUID: "uid-1", Pod: "ns/p", Node: "n1", State: ledger.Committed,
 					GPUs: []ledger.Share{{Index: 1, UUID: "GPU-1", MemoryMiB: 8192}}, CPUMilli: 2000, HostMemoryMiB: 1024, Priority: 5}},
 		},
