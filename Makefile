@@ -19,7 +19,7 @@ BENCHCOUNT ?= 5
 CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 export CGO_CFLAGS
 
-.PHONY: help host-deps build test unit verify release-check e2e lint bench bench-sim replay load fuzz demo evaluate kueue k8s-tools helm promtool manifests clean
+.PHONY: help host-deps build test unit verify release-check e2e lint bench bench-sim replay load fuzz demo evaluate soak kueue k8s-tools helm promtool manifests clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -75,6 +75,10 @@ kueue: ## build Kueue's controller manager (the version in test/tools/versions.e
 	@bash hack/kueue.sh
 
 EVALUATE_ARGS ?=
+SOAK ?= 30m
+soak: k8s-tools build ## chaos soak: the mixed workload while every part is killed, paused and restarted at random; SOAK=30m, SEED=n, PLAN=out/soak/plan.json reruns a fault plan
+	$(GO) run ./test/soak -duration $(SOAK) -out out/soak $(if $(SEED),-seed $(SEED)) $(if $(PLAN),-plan $(PLAN))
+
 evaluate: k8s-tools kueue build ## the same seeded job set through kube-scheduler alone, Kueue and Rota: three scenarios, report in out/evaluate (about 40 minutes)
 	$(GO) run ./test/evaluate -size full $(EVALUATE_ARGS)
 

@@ -340,6 +340,14 @@ func (c *Cluster) StopScheduler() error {
 	return c.scheduler.Stop(stopGrace)
 }
 
+// KillScheduler kills kube-scheduler with SIGKILL (kill -9). Pods stay
+// Pending until StartScheduler.
+func (c *Cluster) KillScheduler() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.scheduler.Kill()
+}
+
 // SetSchedulerConfig renders tmpl as Options.SchedulerConfig is rendered
 // and writes it as kube-scheduler's configuration: the next StartScheduler
 // runs with it.

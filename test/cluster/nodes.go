@@ -11,10 +11,12 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 )
 
@@ -55,6 +57,7 @@ type NodeSimulator struct {
 	mu     sync.Mutex
 	nodes  map[string]netip.Addr // name -> InternalIP
 	nextIP netip.Addr
+	silent map[string]bool // nodes whose heartbeat is stopped
 }
 
 // NewNodeSimulator returns a NodeSimulator that writes through client.
@@ -64,6 +67,7 @@ func NewNodeSimulator(client kubernetes.Interface) *NodeSimulator {
 		client:        client,
 		nodes:         map[string]netip.Addr{},
 		nextIP:        netip.MustParseAddr("172.16.0.1"),
+		silent:        map[string]bool{},
 	}
 }
 
@@ -101,15 +105,8 @@ func (s *NodeSimulator) CreateNode(ctx context.Context, name string, labels, cap
 		s.forget(name)
 		return nil, fmt.Errorf("creating node %s: %w", name, err)
 	}
-	// An admission plugin or a controller may have added the not-ready taint.
-	if taints := withoutNotReady(node.Spec.Taints); len(taints) != len(node.Spec.Taints) {
-		node.Spec.Taints = taints
-		if node, err = s.client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
-			return nil, fmt.Errorf("removing the not-ready taint from node %s: %w", name, err)
-		}
-	}
 	now := metav1.Now()
-	node.Status = corev1.NodeStatus{
+	status := corev1.NodeStatus{
 		Capacity:    resources,
 		Allocatable: resources.DeepCopy(),
 		Phase:       corev1.NodeRunning,
@@ -130,14 +127,46 @@ func (s *NodeSimulator) CreateNode(ctx context.Context, name string, labels, cap
 			ContainerRuntimeVersion: "rota-simulated://0",
 		},
 	}
-	node, err = s.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+	// An admission plugin or a controller (node lifecycle, where it runs)
+	// may have added the not-ready taint or written the status meanwhile.
+	err = retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		if taints := withoutNotReady(node.Spec.Taints); len(taints) != len(node.Spec.Taints) {
+			node.Spec.Taints = taints
+			updated, err := s.client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+			if err != nil {
+				return s.refetch(ctx, node, err)
+			}
+			node = updated
+		}
+		node.Status = *status.DeepCopy()
+		updated, err := s.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+		if err != nil {
+			return s.refetch(ctx, node, err)
+		}
+		node = updated
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("writing status of node %s: %w", name, err)
+		return nil, fmt.Errorf("writing taints and status of node %s: %w", name, err)
 	}
 	if err := s.renewLease(ctx, node.Name, node.UID); err != nil {
 		return nil, err
 	}
 	return node, nil
+}
+
+// refetch reads node again after a conflict, so that the next try writes
+// over the latest version; it returns err (what RetryOnConflict judges).
+func (s *NodeSimulator) refetch(ctx context.Context, node *corev1.Node, err error) error {
+	if !apierrors.IsConflict(err) {
+		return err
+	}
+	cur, gerr := s.client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+	if gerr != nil {
+		return gerr
+	}
+	*node = *cur
+	return err
 }
 
 // CreateNode registers a simulated node; see NodeSimulator.CreateNode.
@@ -191,11 +220,68 @@ func (s *NodeSimulator) Run(ctx context.Context) {
 		case <-tick.C:
 		}
 		for _, name := range s.Names() {
+			if s.Silent(name) {
+				continue
+			}
 			if err := s.renewLease(ctx, name, ""); err != nil && ctx.Err() == nil {
 				klog.V(2).InfoS("Renewing simulated node lease", "node", name, "err", err)
 			}
 		}
 	}
+}
+
+// SetHeartbeat stops (on false) or resumes (on true) node name's
+// heartbeat, its Lease renewals, as a kubelet cut off from the API server
+// or a node powered off. With kube-controller-manager's node lifecycle
+// controller running, the node turns NotReady (Unknown) and is tainted
+// unreachable once its Lease is older than the controller's grace period.
+// Resuming renews the Lease at once and posts the Ready condition again,
+// as a kubelet does when it reaches the API server after a partition.
+func (s *NodeSimulator) SetHeartbeat(ctx context.Context, name string, on bool) error {
+	s.mu.Lock()
+	if _, ok := s.nodes[name]; !ok {
+		s.mu.Unlock()
+		return fmt.Errorf("node %s is not simulated", name)
+	}
+	if !on {
+		s.silent[name] = true
+		s.mu.Unlock()
+		return nil
+	}
+	delete(s.silent, name)
+	s.mu.Unlock()
+	if err := s.renewLease(ctx, name, ""); err != nil {
+		return err
+	}
+	node, err := s.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	now := metav1.Now()
+	ready := condition(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "simulated node is ready", now)
+	found := false
+	for i, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			if c.Status == corev1.ConditionTrue {
+				ready.LastTransitionTime = c.LastTransitionTime
+			}
+			node.Status.Conditions[i], found = ready, true
+		}
+	}
+	if !found {
+		node.Status.Conditions = append(node.Status.Conditions, ready)
+	}
+	if _, err := s.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("posting node %s ready: %w", name, err)
+	}
+	return nil
+}
+
+// Silent reports whether node name's heartbeat is stopped (SetHeartbeat).
+func (s *NodeSimulator) Silent(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.silent[name]
 }
 
 // renewLease creates or renews the node's Lease. uid, when known, makes the

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -120,8 +121,20 @@ func (s *Sleeper) seen(ctx context.Context, obj any) {
 	uid := pod.UID
 	s.timers[uid] = time.AfterFunc(max(start.Add(d).Sub(s.now()), 0), func() {
 		defer s.wg.Done()
-		if err := FinishPod(ctx, s.client, p, corev1.PodSucceeded); err != nil && ctx.Err() == nil {
-			klog.V(2).InfoS("Sleeper could not end a pod", "pod", klog.KObj(p), "err", err)
+		// As a kubelet does, it keeps reporting the exit until the API
+		// server takes it (it may be restarting); a pod gone or replaced
+		// needs no report.
+		for try := 0; ; try++ {
+			err := FinishPod(ctx, s.client, p, corev1.PodSucceeded)
+			if err == nil || ctx.Err() != nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+				return
+			}
+			klog.V(2).InfoS("Sleeper could not end a pod; retrying", "pod", klog.KObj(p), "try", try, "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(min(time.Duration(try+1)*500*time.Millisecond, 5*time.Second)):
+			}
 		}
 	})
 }

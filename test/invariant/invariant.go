@@ -10,7 +10,8 @@
 //     memory, and a GPU held whole is held by one pod and shared with none;
 //     assignments name GPUs that exist on their node;
 //   - gangs: all members of a gang are bound or none is (the gang size comes
-//     from the gang-size annotation);
+//     from the gang-size annotation), until a member has succeeded: then the
+//     gang is ending, and members that started later may still run;
 //   - quota (when a quota configuration is given): per team, pending +
 //     running use is within guarantee + borrow limit, and the teams together
 //     borrow no more than the shared pool;
@@ -346,11 +347,16 @@ func checkGangs(pods []corev1.Pod, o Options) []Violation {
 		size          int
 		bound, exists int
 		sizeErr       error
+		// finished counts members that ran and succeeded: a gang whose
+		// first members have finished is ending, not starting, and its
+		// others may run on for as long as they started later (a slow
+		// container start, a device plugin that answered late).
+		finished int
 	}
 	gangs := map[string]*gang{}
 	for i := range pods {
 		p := &pods[i]
-		if podreq.Terminal(p) || (o.Namespace != "" && p.Namespace != o.Namespace) {
+		if o.Namespace != "" && p.Namespace != o.Namespace {
 			continue
 		}
 		ref, err := podreq.GangOf(p, o.Names)
@@ -365,6 +371,12 @@ func checkGangs(pods []corev1.Pod, o Options) []Violation {
 		if g == nil {
 			g = &gang{}
 			gangs[key] = g
+		}
+		if podreq.Terminal(p) {
+			if p.Status.Phase == corev1.PodSucceeded && p.Spec.NodeName != "" {
+				g.finished++
+			}
+			continue
 		}
 		g.exists++
 		if p.Spec.NodeName != "" {
@@ -389,7 +401,7 @@ func checkGangs(pods []corev1.Pod, o Options) []Violation {
 		if size == 0 {
 			size = g.exists // pod-group gang without the annotation: all that exist
 		}
-		if g.bound > 0 && g.bound < size {
+		if g.bound > 0 && g.bound < size && g.finished == 0 {
 			out = append(out, Violation{Kind: PartialGang, Object: "gang " + k,
 				Message: fmt.Sprintf("%d of %d members bound (%d exist); a gang binds all or nothing", g.bound, size, g.exists)})
 		}

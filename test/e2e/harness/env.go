@@ -116,6 +116,14 @@ type Options struct {
 	// APIServerArgs and SchedulerArgs are appended to kube-apiserver's and
 	// kube-scheduler's flags (feature gates, runtime config).
 	APIServerArgs, SchedulerArgs []string
+	// Webhooks is how many rota-admission replicas run: 1 (0 means 1) or
+	// 2, leader-elected as the chart runs them, behind a Router that sends
+	// each connection to a ready replica (the stand-in for the Service).
+	Webhooks int
+	// Profiling serves Go's runtime profiles (/debug/pprof/) from every
+	// Rota process: the extenders' ops listeners, the webhooks' listeners
+	// and the device plugins' metrics listeners (GPUNode.MetricsURL).
+	Profiling bool
 	// Queueing also installs the chart's mutating webhook, which gates
 	// every new GPU pod for Rota's queue (Env.SetQueueing turns it on and
 	// off later). Off, GPU pods are created ungated and rota-admission
@@ -153,6 +161,10 @@ type Env struct {
 	// forwards to the replica holding the Lease.
 	Extenders []*Replica
 	Router    *Router
+	// Webhooks are the rota-admission replicas (Admission is Webhooks[0]'s
+	// process); with two, AdmissionURL is WebhookRouter's.
+	Webhooks      []*Webhook
+	WebhookRouter *Router
 	// Kubelet is the kubelet stand-in for every simulated node.
 	Kubelet *Kubelet
 	// Version is the API server's version, e.g. v1.37.2.
@@ -174,6 +186,7 @@ type Env struct {
 	kubeconfs map[string]string // binary -> kubeconfig
 	unitMiB   contract.MiB
 	admCA     []byte
+	admClient *http.Client
 	cancel    context.CancelFunc
 	mu        sync.Mutex
 	gpuNodes  map[string]*GPUNode
@@ -433,29 +446,68 @@ func (e *Env) startAdmission(ctx context.Context, port int) error {
 	}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	e.Admission = newProcess(e.binDir, "rota-admission", "rota-admission", e.Dir, append([]string{
-		"--kubeconfig=" + e.kubeconfs["rota-admission"],
-		"--listen=127.0.0.1:" + strconv.Itoa(port),
-		"--tls-cert-file=" + certFile,
-		"--tls-key-file=" + keyFile,
-		"--quota-namespace=" + SystemNamespace,
-		"--quota-config-map=" + QuotaConfigMap,
-		"--quota-config-map-key=" + QuotaKey,
-		"--leader-elect=false",
-		"--kube-api-qps=500", "--kube-api-burst=1000",
-		"--queue-controller-users=" + e.queueControllerUser(),
-		"--memory-unit-mib=" + strconv.FormatInt(int64(e.unitMiB), 10),
-		"--v=2",
-	}, e.opts.AdmissionArgs...))
-	if err := e.Admission.Start(); err != nil {
-		return err
+	n := max(e.opts.Webhooks, 1)
+	if n > 2 {
+		return fmt.Errorf("Options.Webhooks: %d replicas; the harness runs one or two", n)
+	}
+	ports := []int{port}
+	if n > 1 {
+		if ports, err = cluster.FreePorts(n); err != nil {
+			return err
+		}
+	}
+	for i := range n {
+		args := []string{
+			"--kubeconfig=" + e.kubeconfs["rota-admission"],
+			"--listen=127.0.0.1:" + strconv.Itoa(ports[i]),
+			"--tls-cert-file=" + certFile,
+			"--tls-key-file=" + keyFile,
+			"--quota-namespace=" + SystemNamespace,
+			"--quota-config-map=" + QuotaConfigMap,
+			"--quota-config-map-key=" + QuotaKey,
+			"--kube-api-qps=500", "--kube-api-burst=1000",
+			"--queue-controller-users=" + e.queueControllerUser(),
+			"--memory-unit-mib=" + strconv.FormatInt(int64(e.unitMiB), 10),
+			"--v=2",
+		}
+		name := "rota-admission"
+		if n > 1 {
+			// As the chart runs its replicas: one admits, the other
+			// stands by, not ready.
+			name = "rota-admission-" + strconv.Itoa(i)
+			args = append(args, "--leader-elect=true", "--leader-elect-resource-name="+WebhookName, "--identity="+name)
+		} else {
+			args = append(args, "--leader-elect=false")
+		}
+		if e.opts.Profiling {
+			args = append(args, "--profiling")
+		}
+		w := &Webhook{Process: newProcess(e.binDir, "rota-admission", name, e.Dir, append(args, e.opts.AdmissionArgs...)),
+			URL: "https://127.0.0.1:" + strconv.Itoa(ports[i])}
+		e.Webhooks = append(e.Webhooks, w)
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(serving.CAPEM)
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+	e.admClient = &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
-	if err := waitHTTP(ctx, e.Admission, e.AdmissionURL+"/readyz", client); err != nil {
-		return err
+	e.Admission = e.Webhooks[0].Process
+	if n > 1 {
+		if e.WebhookRouter, err = e.startWebhookRouter(port); err != nil {
+			return fmt.Errorf("routing stand-in: %w", err)
+		}
+	}
+	for i, w := range e.Webhooks {
+		if err := w.Start(); err != nil {
+			return err
+		}
+		// The first replica leads; a standby answers /healthz only.
+		path := "/readyz"
+		if i > 0 {
+			path = "/healthz"
+		}
+		if err := waitHTTP(ctx, w.Process, w.URL+path, e.admClient); err != nil {
+			return err
+		}
 	}
 	return e.registerWebhook(ctx)
 }
@@ -555,10 +607,12 @@ func (e *Env) Stop() error {
 			errs = append(errs, n.Stub.Close())
 		}
 	}
-	if e.Router != nil {
-		errs = append(errs, e.Router.Close())
+	for _, rt := range []*Router{e.Router, e.WebhookRouter} {
+		if rt != nil {
+			errs = append(errs, rt.Close())
+		}
 	}
-	for _, p := range append([]*Process{e.Admission}, e.extenderProcesses()...) {
+	for _, p := range append(e.webhookProcesses(), e.extenderProcesses()...) {
 		if p != nil {
 			errs = append(errs, p.Stop(5*time.Second))
 		}
@@ -575,7 +629,7 @@ func (e *Env) Stop() error {
 // LogTails returns the end of every Rota process log, for failure reports.
 func (e *Env) LogTails(n int) string {
 	var s string
-	for _, p := range append(e.extenderProcesses(), e.Admission) {
+	for _, p := range append(e.extenderProcesses(), e.webhookProcesses()...) {
 		if p != nil {
 			s += "\n" + p.LogTail(n)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/rota-sched/rota/deviceplugin/kubeletstub"
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/topology"
+	"github.com/rota-sched/rota/test/cluster"
 )
 
 // MaxPluginNodes bounds how many nodes run a real rota-device-plugin
@@ -55,7 +56,10 @@ type GPUNode struct {
 	Dir string
 	// Plugin and Stub are set for plugin nodes.
 	Plugin *Process
-	Stub   *kubeletstub.Stub
+	// MetricsURL is the plugin's metrics listener, http://127.0.0.1:PORT
+	// (with Options.Profiling; "" otherwise).
+	MetricsURL string
+	Stub       *kubeletstub.Stub
 }
 
 // UUID returns the UUID of GPU index i.
@@ -192,19 +196,27 @@ func (e *Env) addGPUNode(ctx context.Context, s GPUNodeSpec) (*GPUNode, error) {
 		return nil, err
 	}
 	n.Stub = stub
-	n.Plugin = newProcess(e.binDir, "rota-device-plugin", "rota-device-plugin-"+s.Name, e.Dir, []string{
+	metrics := []string{"--metrics-listen="}
+	if e.opts.Profiling {
+		ports, err := cluster.FreePorts(1)
+		if err != nil {
+			return nil, err
+		}
+		n.MetricsURL = "http://127.0.0.1:" + strconv.Itoa(ports[0])
+		metrics = []string{"--metrics-listen=" + hostPort(n.MetricsURL), "--profiling"}
+	}
+	n.Plugin = newProcess(e.binDir, "rota-device-plugin", "rota-device-plugin-"+s.Name, e.Dir, append([]string{
 		"--node-name=" + s.Name,
 		"--kubeconfig=" + e.kubeconfs["rota-device-plugin"],
 		"--device-plugin-dir=" + sockDir + "/",
 		"--pod-resources-socket=",
 		"--backend=fake",
 		"--fake-config=" + specPath,
-		"--metrics-listen=",
 		"--health-interval=1s",
 		"--recovery-quiet=5s",
 		"--memory-unit-mib=" + strconv.FormatInt(int64(e.unitMiB), 10),
 		"--v=2",
-	})
+	}, metrics...))
 	e.Kubelet.addNode(s.Name, stub)
 	e.mu.Lock()
 	e.gpuNodes[s.Name] = n

@@ -45,10 +45,13 @@ type Replica struct {
 func (r *Replica) Identity(id string) bool { return strings.HasPrefix(id, r.Pod+"_") }
 
 // Signal sends sig to the replica's process group (SIGSTOP, SIGCONT).
-func (r *Replica) Signal(sig syscall.Signal) error {
-	pid := r.PID()
-	if pid == 0 || !r.Running() {
-		return fmt.Errorf("%s is not running", r.Pod)
+func (r *Replica) Signal(sig syscall.Signal) error { return SignalGroup(r.Process, sig) }
+
+// SignalGroup sends sig to a running process's group.
+func SignalGroup(p *Process, sig syscall.Signal) error {
+	pid := p.PID()
+	if pid == 0 || !p.Running() {
+		return fmt.Errorf("%s (log %s) is not running", p.Name, p.LogPath)
 	}
 	return syscall.Kill(-pid, sig)
 }
@@ -153,17 +156,33 @@ func (e *Env) WaitLeading(ctx context.Context, r *Replica) error {
 // a cluster's endpoint updates (EndpointSlice, then kube-proxy) add about a
 // second after the label changes, which the harness does not have.
 type Router struct {
-	lns     []net.Listener
-	backend atomic.Pointer[Replica]
-	stop    context.CancelFunc
-	wg      sync.WaitGroup
-	mu      sync.Mutex
-	conns   map[net.Conn]struct{}
+	lns   []net.Listener
+	stop  context.CancelFunc
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
 }
 
 // startRouter listens on each address of listen and forwards to the same
 // listener (by index in addrs) of the Lease holder.
 func (e *Env) startRouter(listen []string, addrs func(*Replica) []string) (*Router, error) {
+	var backend atomic.Pointer[Replica]
+	return newRouter(listen, func(ctx context.Context) {
+		if r, err := e.Leader(ctx); err == nil {
+			backend.Store(r)
+		}
+	}, func(i int) string {
+		if r := backend.Load(); r != nil {
+			return addrs(r)[i]
+		}
+		return ""
+	})
+}
+
+// newRouter listens on each address of listen and sends each connection
+// accepted on listener i to pick(i) ("" refuses it); poll runs every 50 ms
+// to follow the backends.
+func newRouter(listen []string, poll func(context.Context), pick func(i int) string) (*Router, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	rt := &Router{stop: cancel, conns: map[net.Conn]struct{}{}}
 	for _, a := range listen {
@@ -176,9 +195,7 @@ func (e *Env) startRouter(listen []string, addrs func(*Replica) []string) (*Rout
 	}
 	rt.wg.Go(func() {
 		for ctx.Err() == nil {
-			if r, err := e.Leader(ctx); err == nil {
-				rt.backend.Store(r)
-			}
+			poll(ctx)
 			select {
 			case <-ctx.Done():
 			case <-time.After(50 * time.Millisecond):
@@ -192,14 +209,7 @@ func (e *Env) startRouter(listen []string, addrs func(*Replica) []string) (*Rout
 				if err != nil {
 					return
 				}
-				rt.wg.Go(func() {
-					rt.forward(c, func() string {
-						if r := rt.backend.Load(); r != nil {
-							return addrs(r)[i]
-						}
-						return ""
-					})
-				})
+				rt.wg.Go(func() { rt.forward(c, func() string { return pick(i) }) })
 			}
 		})
 	}
@@ -288,6 +298,9 @@ func (e *Env) startExtenders(ctx context.Context, verbsPort, opsPort int) error 
 			"--records-key-file=" + e.recordsKeyFile,
 			"--records-signed-since=" + e.recordsSince.UTC().Format(time.RFC3339),
 		}, extenderArgs(pod)...)
+		if e.opts.Profiling {
+			args = append(args, "--profiling")
+		}
 		args = append(append(args, e.ExtenderTLS.Args()...), e.opts.ExtenderArgs...)
 		e.Extenders = append(e.Extenders, &Replica{Process: newProcess(e.binDir, "rota-extender", logName, e.Dir, args),
 			Pod: pod, VerbsURL: "https://127.0.0.1:" + strconv.Itoa(verbs), OpsURL: "http://127.0.0.1:" + strconv.Itoa(ops)})
