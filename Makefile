@@ -19,7 +19,7 @@ BENCHCOUNT ?= 5
 CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 export CGO_CFLAGS
 
-.PHONY: help host-deps build test unit verify release-check e2e lint bench bench-sim replay load fuzz demo evaluate soak kueue k8s-tools helm promtool manifests clean
+.PHONY: help host-deps build build-next test unit verify release-check e2e lint bench bench-sim replay load fuzz demo evaluate soak kueue k8s-tools helm promtool manifests clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -44,7 +44,7 @@ test: host-deps lint unit e2e ## everything CI runs: lint, unit tests, scenario 
 host-deps: ## install (as root) or name (otherwise) the host packages the suites need: containerd, runc, CNI, iptables, chromium
 	@bash hack/host-deps.sh
 
-e2e: k8s-tools kueue helm promtool build ## scenario tests against a real etcd + kube-apiserver + kube-scheduler
+e2e: k8s-tools kueue helm promtool build build-next ## scenario tests against a real etcd + kube-apiserver + kube-scheduler
 	@mkdir -p $(BIN)
 	$(GO) test -tags e2e -count=1 -timeout 30m -v ./test/... 2>&1 | tee $(BIN)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|SUMMARY|panic|  passed:|  FAILED)' ; \
 	  rc=$${PIPESTATUS[0]}; if [[ $$rc != 0 ]]; then bash hack/failed-tests.sh $(BIN)/e2e.log; fi; exit $$rc
@@ -75,8 +75,11 @@ kueue: ## build Kueue's controller manager (the version in test/tools/versions.e
 	@bash hack/kueue.sh
 
 EVALUATE_ARGS ?=
+build-next: ## the next build (-tags rotanext: the next version of Rota's documents) into bin/next/, for the soak's rolling upgrade
+	$(GO) build -tags rotanext -ldflags "$(LDFLAGS)" -o $(BIN)/next/ ./extender/cmd/... ./deviceplugin/cmd/... ./admission/cmd/...
+
 SOAK ?= 30m
-soak: k8s-tools build ## chaos soak: the mixed workload while every part is killed, paused and restarted at random; SOAK=30m, SEED=n, PLAN=out/soak/plan.json reruns a fault plan
+soak: k8s-tools build build-next ## chaos soak: the mixed workload while every part is killed, paused and restarted at random; SOAK=30m, SEED=n, PLAN=out/soak/plan.json reruns a fault plan
 	$(GO) run ./test/soak -duration $(SOAK) -out out/soak $(if $(SEED),-seed $(SEED)) $(if $(PLAN),-plan $(PLAN))
 
 evaluate: k8s-tools kueue build ## the same seeded job set through kube-scheduler alone, Kueue and Rota: three scenarios, report in out/evaluate (about 40 minutes)

@@ -194,33 +194,39 @@ func (s *soak) extender(ctx context.Context, leader bool) (*harness.Replica, err
 
 // waitLeader waits until a replica leads and serves the verbs.
 func (s *soak) waitLeader(ctx context.Context) error {
-	return retry(ctx, func() error {
-		l, err := s.env.Leader(ctx)
-		if err != nil {
-			return err
-		}
-		if l == nil {
-			return errors.New("no extender replica holds the Lease")
-		}
-		ok, err := l.Leading(ctx)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return fmt.Errorf("%s holds the Lease but does not serve yet", l.Pod)
-		}
-		return nil
-	})
+	return retry(ctx, func() error { return s.leaderServing(ctx) })
+}
+
+// leaderServing says (nil) whether a replica holds the Lease and serves.
+func (s *soak) leaderServing(ctx context.Context) error {
+	l, err := s.env.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	if l == nil {
+		return errors.New("no extender replica holds the Lease")
+	}
+	ok, err := l.Leading(ctx)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%s holds the Lease but does not serve yet", l.Pod)
+	}
+	return nil
 }
 
 // waitWebhookReady waits until a webhook replica is ready (leads).
 func (s *soak) waitWebhookReady(ctx context.Context) error {
-	return retry(ctx, func() error {
-		for _, w := range s.env.Webhooks {
-			if w.Running() && s.env.WebhookReady(ctx, w) {
-				return nil
-			}
+	return retry(ctx, func() error { return s.webhookServing(ctx) })
+}
+
+// webhookServing says (nil) whether a webhook replica is ready.
+func (s *soak) webhookServing(ctx context.Context) error {
+	for _, w := range s.env.Webhooks {
+		if w.Running() && s.env.WebhookReady(ctx, w) {
+			return nil
 		}
-		return errors.New("no webhook replica is ready")
-	})
+	}
+	return errors.New("no webhook replica is ready")
 }

@@ -18,6 +18,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -35,6 +36,9 @@ type options struct {
 	// so that waves drain in minutes.
 	scale float64
 	keep  bool
+	// nextBin holds the next build's binaries (make build-next) for the
+	// rolling upgrade.
+	nextBin string
 }
 
 func main() {
@@ -45,7 +49,16 @@ func main() {
 	flag.StringVar(&o.out, "out", "out/soak", "folder for plan.json, report.md, samples.json and the heap plot")
 	flag.Float64Var(&o.scale, "runtime-scale", 0.4, "multiplies every job's runtime")
 	flag.BoolVar(&o.keep, "keep", false, "keep the control plane's folder (logs of every process)")
+	flag.StringVar(&o.nextBin, "next-bin", "bin/next", "the next build's binaries (make build-next: the next version of Rota's documents), for the rolling upgrade and back")
+	rerender := flag.String("rerender", "", "write the report again from this result.json into -out, and run nothing")
 	flag.Parse()
+	if *rerender != "" {
+		if err := rewrite(*rerender, o.out); err != nil {
+			fmt.Fprintln(os.Stderr, "soak:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	res, err := run(ctx, o, logf)
@@ -58,6 +71,23 @@ func main() {
 		os.Exit(1)
 	}
 	logf("PASSED")
+}
+
+// rewrite renders result.json's report again (after a change to the
+// report's code, or to look at an old run).
+func rewrite(path, out string) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var r Result
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	return r.write(out)
 }
 
 func logf(format string, args ...any) {

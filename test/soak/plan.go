@@ -65,6 +65,10 @@ var specs = map[Kind]kindSpec{
 	EtcdRestart:      {0, 0, "", "storage"},
 }
 
+// upgradeLength is the upgrade segment's load; the rolling upgrade and
+// back runs beside it and the segment lasts until both end.
+const upgradeLength = 2 * time.Minute
+
 // Fault is one fault of the plan.
 type Fault struct {
 	// Segment is the load segment it happens in; At is from its start.
@@ -97,6 +101,9 @@ type Segment struct {
 	// Chaos says whether faults are injected in it (not in the warm-up
 	// and the clean segment at the end).
 	Chaos bool `json:"chaos"`
+	// Upgrade says that every Rota part is rolled to the next build and
+	// back under the segment's load (no faults are injected in it).
+	Upgrade bool `json:"upgrade,omitempty"`
 }
 
 // Plan is a soak's fault schedule. A failing run can be rerun with the
@@ -112,7 +119,8 @@ type Plan struct {
 }
 
 // NewPlan draws the schedule of a soak of duration d: a warm-up segment,
-// chaos segments of about six minutes, and a clean segment; at least
+// chaos segments of about six minutes with the upgrade segment after the
+// first, and a clean segment; at least
 // one fault of every kind per four minutes of chaos, and at least one in
 // all. Faults of one group never overlap, and every fault ends inside its
 // segment.
@@ -127,15 +135,24 @@ func NewPlan(seed uint64, d time.Duration, nodes, plugins, webhooks int) Plan {
 	for range n {
 		p.Segments = append(p.Segments, Segment{Length: (chaos / time.Duration(n)).Round(time.Second), Chaos: true})
 	}
+	// Midway, after the first chaos segment, the rolling upgrade and back.
+	p.Segments = slices.Insert(p.Segments, 2, Segment{Length: upgradeLength})
+	p.Segments[2].Upgrade = true
 	p.Segments = append(p.Segments, Segment{Length: clean.Round(time.Second)})
 
 	perKind := max(int(chaos/(4*time.Minute)), 1)
 	byGroup := map[string]map[int][]Fault{} // group -> segment -> faults
+	var chaosSegs []int
+	for i, sg := range p.Segments {
+		if sg.Chaos {
+			chaosSegs = append(chaosSegs, i)
+		}
+	}
 	next := r.IntN(n)
 	for _, k := range Kinds {
 		sp := specs[k]
 		for range perKind {
-			seg := 1 + next%n
+			seg := chaosSegs[next%n]
 			next++
 			f := Fault{Segment: seg, Kind: k, Hold: sp.holdMin}
 			if sp.holdMax > sp.holdMin {
@@ -193,6 +210,15 @@ func NewPlan(seed uint64, d time.Duration, nodes, plugins, webhooks int) Plan {
 	return p
 }
 
+func (p Plan) hasUpgrade() bool {
+	for _, sg := range p.Segments {
+		if sg.Upgrade {
+			return true
+		}
+	}
+	return false
+}
+
 // Counts is the number of faults of each kind.
 func (p Plan) Counts() map[Kind]int {
 	out := map[Kind]int{}
@@ -218,6 +244,8 @@ func (p Plan) Check() error {
 		case f.Segment < 0 || f.Segment >= len(p.Segments):
 			errs = append(errs, fmt.Sprintf("fault %d: segment %d of %d", i, f.Segment, len(p.Segments)))
 			continue
+		case !p.Segments[f.Segment].Chaos:
+			errs = append(errs, fmt.Sprintf("fault %d: segment %d has no faults", i, f.Segment))
 		case f.At < 0 || f.Hold < 0:
 			errs = append(errs, fmt.Sprintf("fault %d: negative time", i))
 		}

@@ -22,6 +22,18 @@ func TestPlanCoversEveryKindInsideItsSegments(t *testing.T) {
 			if p.Segments[0].Chaos || p.Segments[len(p.Segments)-1].Chaos {
 				t.Fatalf("%s seed %d: the warm-up and the last segment must be clean: %+v", c.d, seed, p.Segments)
 			}
+			upgrades := 0
+			for i, sg := range p.Segments {
+				if sg.Upgrade {
+					upgrades++
+					if sg.Chaos || i == 0 || i == len(p.Segments)-1 {
+						t.Fatalf("%s seed %d: the upgrade must be midway and free of faults: %+v", c.d, seed, p.Segments)
+					}
+				}
+			}
+			if upgrades != 1 {
+				t.Fatalf("%s seed %d: %d upgrade segments, want 1", c.d, seed, upgrades)
+			}
 			counts := p.Counts()
 			for _, k := range Kinds {
 				if counts[k] < c.perKind {
@@ -81,11 +93,12 @@ func TestPlanRoundTripsAndRefusesBadOnes(t *testing.T) {
 		t.Fatal("the plan read back differs")
 	}
 	for name, mutate := range map[string]func(*Plan){
-		"unknown kind":     func(p *Plan) { p.Faults[0].Kind = "reboot" },
-		"target too high":  func(p *Plan) { p.Faults[0].Kind, p.Faults[0].Target = WebhookKill, 2 },
-		"segment too high": func(p *Plan) { p.Faults[0].Segment = len(p.Segments) },
-		"negative time":    func(p *Plan) { p.Faults[0].At = -time.Second },
-		"no segments":      func(p *Plan) { p.Segments = nil },
+		"unknown kind":             func(p *Plan) { p.Faults[0].Kind = "reboot" },
+		"target too high":          func(p *Plan) { p.Faults[0].Kind, p.Faults[0].Target = WebhookKill, 2 },
+		"segment too high":         func(p *Plan) { p.Faults[0].Segment = len(p.Segments) },
+		"negative time":            func(p *Plan) { p.Faults[0].At = -time.Second },
+		"fault in a clean segment": func(p *Plan) { p.Faults[0].Segment = 0 },
+		"no segments":              func(p *Plan) { p.Segments = nil },
 	} {
 		bad := NewPlan(3, 10*time.Minute, 4, 4, 2)
 		mutate(&bad)

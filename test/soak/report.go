@@ -127,6 +127,13 @@ func (r *Result) Summary() string {
 		}
 		fmt.Fprintf(&b, "| %s | %d | %.0f | %d |\n", k, n, worst, errs)
 	}
+	if len(r.Rolls) > 0 {
+		b.WriteString("\nRolling upgrade to the next build (it writes the next version of Rota's documents, with a field this build does not know) and back, under load:\n\n")
+		b.WriteString("| step | part | not serving (s) | error |\n|---|---|---:|---|\n")
+		for _, rl := range r.Rolls {
+			fmt.Fprintf(&b, "| %s | %s | %.1f | %s |\n", rl.Step, rl.Part, rl.DownSeconds, rl.Err)
+		}
+	}
 	j := r.Jobs
 	fmt.Fprintf(&b, "\nJobs: %d submitted, %d completed; of those that can never fit, %d queued with a reason and %d refused at creation with a reason; %d failed, %d lost. Job creations retried: %d.\n",
 		j.Submitted, j.Completed, j.QueuedWithReason, j.Refused, j.Failed, j.Lost, r.CreateRetries)
@@ -184,7 +191,7 @@ func (r *Result) write(dir string) error {
 // and the faults marked.
 func (r *Result) heapPlot(path string) error {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("Live heap after GC, every %s (seed %d)", sampleEvery, r.Seed)
+	p.Title.Text = fmt.Sprintf("Live heap after GC, every %s (seed %d); grey: quiet points, red: faults", sampleEvery, r.Seed)
 	p.X.Label.Text = "minutes from the start"
 	p.Y.Label.Text = "MiB"
 	byProc := map[string]plotter.XYs{}
@@ -225,12 +232,15 @@ func (r *Result) heapPlot(path string) error {
 		}
 	}
 	for _, f := range r.Faults {
-		if err := mark(f.StartSeconds/60, color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0x60}, true); err != nil {
+		if err := mark(f.StartSeconds/60, color.NRGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0x90}, true); err != nil {
 			return err
 		}
 	}
+	// Room above the curves for the legend.
+	p.Y.Min, p.Y.Max = 0, top*1.8
 	p.Legend.Top = true
 	p.Legend.Left = true
+	p.Legend.Padding = vg.Points(2)
 	p.Add(plotter.NewGrid())
 	return p.Save(9*vg.Inch, 5*vg.Inch, path)
 }

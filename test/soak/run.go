@@ -130,6 +130,9 @@ func run(ctx context.Context, o options, logf func(string, ...any)) (*Result, er
 		s.segment = i
 		s.mu.Unlock()
 		what := "clean"
+		if seg.Upgrade {
+			what = "the rolling upgrade to the next build and back"
+		}
 		if seg.Chaos {
 			what = fmt.Sprintf("chaos, %d faults", len(s.faultsOf(i)))
 		}
@@ -138,6 +141,9 @@ func run(ctx context.Context, o options, logf func(string, ...any)) (*Result, er
 		var wg sync.WaitGroup
 		wg.Go(func() { s.load(rctx, i, segStart.Add(seg.Length)) })
 		wg.Go(func() { s.runFaults(rctx, i, segStart) })
+		if seg.Upgrade {
+			wg.Go(func() { s.upgrade(rctx) })
+		}
 		wg.Wait()
 		s.quietPoint(rctx, i)
 	}
@@ -693,6 +699,7 @@ type Result struct {
 	Plan         Plan
 	Began, Ended time.Time
 	Faults       []FaultRecord
+	Rolls        []Roll
 	Jobs         struct{ Submitted, Completed, Failed, QueuedWithReason, Refused, Lost int }
 	Checks       struct{ Run, Unavailable, Transient int }
 	Violations   []Violation
@@ -740,6 +747,14 @@ func (r *Result) faultErrors() int {
 			n++
 		}
 	}
+	for _, rl := range r.Rolls {
+		if rl.Err != "" {
+			n++
+		}
+	}
+	if len(r.Rolls) == 0 && r.Plan.hasUpgrade() {
+		n++ // the upgrade never ran
+	}
 	return n
 }
 
@@ -753,7 +768,7 @@ func (r *Result) FailureSummary() string {
 		parts = append(parts, fmt.Sprintf("%d leaks, first: %s", n, r.Leaks[0]))
 	}
 	if n := r.faultErrors(); n > 0 {
-		parts = append(parts, fmt.Sprintf("%d faults not injected or not healed", n))
+		parts = append(parts, fmt.Sprintf("%d faults or upgrade steps not done or not healed", n))
 	}
 	if r.Jobs.Submitted == 0 {
 		parts = append(parts, "no job was submitted")

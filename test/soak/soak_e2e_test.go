@@ -21,7 +21,7 @@ func TestShortSoak(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	o := options{duration: 4 * time.Minute, seed: 1, out: t.TempDir(), scale: 0.4}
+	o := options{duration: 4 * time.Minute, seed: 1, out: t.TempDir(), scale: 0.4, nextBin: "../../bin/next"}
 	res, err := run(ctx, o, t.Logf)
 	if err != nil {
 		t.Fatal(err)
@@ -37,6 +37,9 @@ func TestShortSoak(t *testing.T) {
 	}
 	if res.Checks.Run-res.Checks.Unavailable < 10 {
 		t.Errorf("only %d invariant checks read the cluster", res.Checks.Run-res.Checks.Unavailable)
+	}
+	if want := 2 * (plugins + 2); len(res.Rolls) != want {
+		t.Errorf("%d parts rolled in the upgrade and back, want %d", len(res.Rolls), want)
 	}
 	if res.Jobs.Completed == 0 {
 		t.Error("no job completed")
