@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 	"time"
@@ -19,8 +20,15 @@ type Victim struct {
 	// Preemptible is false for work that must never be evicted; Protected
 	// marks members of gangs above the protected size.
 	Preemptible, Protected bool
-	// AdmittedAt orders victims: the newest admitted goes first.
+	// AdmittedAt breaks ties: the newest admitted goes first.
 	AdmittedAt time.Time
+	// LostWork is what evicting it now loses, in GPU-seconds since its
+	// members' last checkpoints (pkg/stopcost): the least goes first.
+	LostWork float64
+	// Young marks work inside its minimum runtime (pkg/stopcost.Young); it
+	// is never a victim. The caller leaves it false when the reclaiming
+	// workload is urgent.
+	Young bool
 }
 
 // Reclaim chooses what to evict so that workload w, charged to account a,
@@ -28,9 +36,17 @@ type Victim struct {
 // its guarantee with w admitted (a team borrowing itself reclaims
 // nothing). Victims are preemptible, unprotected work of other accounts on
 // the same pool of GPUs (the same model, or both model-agnostic) that are
-// above their guarantee, newest admitted first, and never so many that a
-// victim's account ends below its own guarantee. It returns nil when the
-// eligible victims cannot free w's need.
+// above their guarantee and past their minimum runtime, never so many that
+// a victim's account ends below its own guarantee, and each frees some of
+// what w needs. Among the sets of such victims that free w's need and hold
+// no victim they could do without, Reclaim takes the one that loses the
+// least work (GPU-seconds since the victims' checkpoints); between sets
+// that lose the same, the newest admitted work goes first, as before lost
+// work counted. It returns nil when no such set exists.
+//
+// Up to exactLimit candidates the search is exact; beyond, it is greedy in
+// the same order (least lost work, then newest), then gives back any victim
+// the others make unnecessary, most costly first.
 //
 // Because the reclaiming account never goes above its guarantee and every
 // victim's account stays at or above its own, two teams can never reclaim
@@ -43,48 +59,162 @@ func Reclaim(cfg quota.Config, admitted map[quota.Account]quota.Usage, w *Worklo
 	}
 	cands := make([]Victim, 0, len(victims))
 	for _, v := range victims {
-		if v.Preemptible && !v.Protected && v.Account.Team != a.Team && v.Account.Model == a.Model {
-			cands = append(cands, v)
-		}
-	}
-	slices.SortFunc(cands, func(x, y Victim) int {
-		if c := y.AdmittedAt.Compare(x.AdmittedAt); c != 0 {
-			return c
-		}
-		return strings.Compare(x.Key, y.Key)
-	})
-	left := map[quota.Account]quota.Amount{}
-	var chosen []Victim
-	var freed quota.Amount
-	for _, v := range cands {
-		if covers(freed, need) {
-			break
-		}
-		vg, _, _, ok := cfg.AccountLimits(v.Account)
-		if !ok {
+		if !v.Preemptible || v.Protected || v.Young || v.Account.Team == a.Team || v.Account.Model != a.Model {
 			continue
-		}
-		cur, seen := left[v.Account]
-		if !seen {
-			cur = admitted[v.Account].Total()
-		}
-		after := cur.Sub(v.Amount)
-		if !vg.Fits(after) {
-			continue // the victim's team would end below its guarantee
 		}
 		// Only what is useful: a victim that frees none of what w needs is
 		// not evicted.
 		if (need.GPUs == 0 || v.Amount.GPUs == 0) && (need.MemoryMiB == 0 || v.Amount.MemoryMiB == 0) {
 			continue
 		}
-		left[v.Account] = after
-		chosen = append(chosen, v)
-		freed = freed.Add(v.Amount)
+		if _, _, _, ok := cfg.AccountLimits(v.Account); !ok {
+			continue
+		}
+		cands = append(cands, v)
 	}
-	if !covers(freed, need) {
+	slices.SortFunc(cands, victimLess)
+	r := reclaimSearch{cfg: cfg, admitted: admitted, need: need, cands: cands, left: map[quota.Account]quota.Amount{}}
+	if len(cands) <= exactLimit {
+		r.exact(0, nil, quota.Amount{}, 0)
+		return r.best
+	}
+	return r.greedy()
+}
+
+// exactLimit bounds the exact search (2^n sets at worst, pruned by lost
+// work).
+const exactLimit = 16
+
+// victimLess orders victims: least lost work, then newest admitted.
+func victimLess(x, y Victim) int {
+	if c := cmp.Compare(x.LostWork, y.LostWork); c != 0 {
+		return c
+	}
+	if c := y.AdmittedAt.Compare(x.AdmittedAt); c != 0 {
+		return c
+	}
+	return strings.Compare(x.Key, y.Key)
+}
+
+type reclaimSearch struct {
+	cfg      quota.Config
+	admitted map[quota.Account]quota.Usage
+	need     quota.Amount
+	cands    []Victim
+	// left is each victim account's use with the chosen victims gone.
+	left     map[quota.Account]quota.Amount
+	best     []Victim
+	bestLost float64
+}
+
+// take tries to add v: false when its account would end below its
+// guarantee.
+func (r *reclaimSearch) take(v Victim) bool {
+	vg, _, _, _ := r.cfg.AccountLimits(v.Account)
+	cur, seen := r.left[v.Account]
+	if !seen {
+		cur = r.admitted[v.Account].Total()
+	}
+	after := cur.Sub(v.Amount)
+	if !vg.Fits(after) {
+		return false
+	}
+	r.left[v.Account] = after
+	return true
+}
+
+func (r *reclaimSearch) give(v Victim) {
+	r.left[v.Account] = r.left[v.Account].Add(v.Amount)
+}
+
+// exact searches the sets of candidates from i on, added to chosen.
+func (r *reclaimSearch) exact(i int, chosen []Victim, freed quota.Amount, lost float64) {
+	if r.best != nil && lost > r.bestLost {
+		return
+	}
+	if covers(freed, r.need) {
+		if minimal(chosen, r.need) && (r.best == nil || betterSet(chosen, lost, r.best, r.bestLost)) {
+			r.best, r.bestLost = slices.Clone(chosen), lost
+		}
+		return // adding more would not be minimal
+	}
+	for j := i; j < len(r.cands); j++ {
+		v := r.cands[j]
+		if !r.take(v) {
+			continue
+		}
+		r.exact(j+1, append(chosen, v), freed.Add(v.Amount), lost+v.LostWork)
+		r.give(v)
+	}
+}
+
+func (r *reclaimSearch) greedy() []Victim {
+	var chosen []Victim
+	var freed quota.Amount
+	for _, v := range r.cands {
+		if covers(freed, r.need) {
+			break
+		}
+		if r.take(v) {
+			chosen = append(chosen, v)
+			freed = freed.Add(v.Amount)
+		}
+	}
+	if !covers(freed, r.need) {
 		return nil
 	}
+	// Give back what the others make unnecessary, most costly first.
+	for i := len(chosen) - 1; i >= 0; i-- {
+		if covers(freed.Sub(chosen[i].Amount), r.need) {
+			freed = freed.Sub(chosen[i].Amount)
+			chosen = slices.Delete(chosen, i, i+1)
+		}
+	}
 	return chosen
+}
+
+// minimal reports whether no victim of set can be left out with the rest
+// still freeing need.
+func minimal(set []Victim, need quota.Amount) bool {
+	var freed quota.Amount
+	for _, v := range set {
+		freed = freed.Add(v.Amount)
+	}
+	for _, v := range set {
+		if covers(freed.Sub(v.Amount), need) {
+			return false
+		}
+	}
+	return true
+}
+
+// betterSet prefers less lost work, then the newer victims (compared newest
+// first, as the greedy order before lost work took them), then fewer.
+func betterSet(a []Victim, lostA float64, b []Victim, lostB float64) bool {
+	if lostA != lostB {
+		return lostA < lostB
+	}
+	x, y := newestFirst(a), newestFirst(b)
+	for i := range min(len(x), len(y)) {
+		if c := x[i].AdmittedAt.Compare(y[i].AdmittedAt); c != 0 {
+			return c > 0
+		}
+		if c := strings.Compare(x[i].Key, y[i].Key); c != 0 {
+			return c < 0
+		}
+	}
+	return len(x) < len(y)
+}
+
+func newestFirst(vs []Victim) []Victim {
+	out := slices.Clone(vs)
+	slices.SortFunc(out, func(x, y Victim) int {
+		if c := y.AdmittedAt.Compare(x.AdmittedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Key, y.Key)
+	})
+	return out
 }
 
 // covers reports whether freed is at least need in each resource need asks

@@ -1,0 +1,153 @@
+package queue
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/rota-sched/rota/pkg/quota"
+)
+
+// Between two victims that free the same, the one that loses less work
+// (a recent checkpoint) goes, whatever their ages; one inside its minimum
+// runtime never goes.
+func TestReclaimTakesLeastLostWork(t *testing.T) {
+	cfg := quota.Config{Teams: map[string]quota.Team{
+		"a": {GPUs: 8, Borrow: quota.Limits{GPUs: 8}},
+		"b": {GPUs: 2, Borrow: quota.Limits{GPUs: 8}},
+	}, SharedPool: quota.Limits{GPUs: 8}}
+	admitted := map[quota.Account]quota.Usage{{Team: "b"}: {Running: quota.Amount{GPUs: 8}}}
+	v := func(key string, ageMin int, lost float64, young bool) Victim {
+		return Victim{Key: key, Team: "b", Account: quota.Account{Team: "b"}, Amount: quota.Amount{GPUs: 2}, Preemptible: true,
+			AdmittedAt: t0.Add(-time.Duration(ageMin) * time.Minute), LostWork: lost, Young: young}
+	}
+	w := wl("a", "a/want", 2, 0, time.Minute)
+	for _, c := range []struct {
+		name    string
+		victims []Victim
+		want    string
+	}{
+		{"newest first when they lose alike", []Victim{v("b/old", 60, 0, false), v("b/new", 5, 0, false)}, "b/new"},
+		{"the recent checkpoint goes first", []Victim{v("b/old-ckpt", 60, 10, false), v("b/new-none", 5, 600, false)}, "b/old-ckpt"},
+		{"never inside its minimum runtime", []Victim{v("b/young", 1, 0, true), v("b/costly", 60, 9999, false)}, "b/costly"},
+	} {
+		got := Reclaim(cfg, admitted, &w, quota.Account{Team: "a"}, c.victims)
+		if len(got) != 1 || got[0].Key != c.want {
+			t.Errorf("%s: %v, want [%s]", c.name, got, c.want)
+		}
+	}
+	if got := Reclaim(cfg, admitted, &w, quota.Account{Team: "a"}, []Victim{v("b/young", 1, 0, true)}); got != nil {
+		t.Errorf("only young victims: %v, want none", got)
+	}
+}
+
+// Against brute force on small clusters: the chosen set is legal (each
+// victim eligible, no account below its guarantee, the need freed),
+// holds no victim it could do without, and loses no more work than any
+// other such set; none is chosen exactly when none exists.
+func TestReclaimLosesNoMoreThanAnyLegalSet(t *testing.T) {
+	for seed := range uint64(3000) {
+		r := rand.New(rand.NewPCG(seed, 41))
+		cfg := quota.Config{Teams: map[string]quota.Team{}, SharedPool: quota.Limits{GPUs: 64}}
+		admitted := map[quota.Account]quota.Usage{}
+		for _, tm := range []string{"a", "b", "c"} {
+			cfg.Teams[tm] = quota.Team{GPUs: int64(2 + r.IntN(6)), Borrow: quota.Limits{GPUs: 32}}
+		}
+		var victims []Victim
+		for i := range 1 + r.IntN(9) {
+			tm := []string{"b", "c"}[r.IntN(2)]
+			amt := quota.Amount{GPUs: int64(1 + r.IntN(4))}
+			victims = append(victims, Victim{Key: fmt.Sprintf("%s/%d", tm, i), Team: tm, Account: quota.Account{Team: tm},
+				Amount: amt, Preemptible: r.IntN(6) > 0, Young: r.IntN(8) == 0,
+				AdmittedAt: t0.Add(-time.Duration(r.IntN(100)) * time.Minute), LostWork: float64(r.IntN(5) * 100)})
+			u := admitted[quota.Account{Team: tm}]
+			u.Running = u.Running.Add(amt)
+			admitted[quota.Account{Team: tm}] = u
+		}
+		w := wl("a", "a/w", int64(1+r.IntN(6)), 0, time.Minute)
+		got := Reclaim(cfg, admitted, &w, quota.Account{Team: "a"}, victims)
+
+		legal := func(set []Victim) bool {
+			left := map[quota.Account]quota.Amount{}
+			var freed quota.Amount
+			for _, v := range set {
+				if !v.Preemptible || v.Young || v.Protected {
+					return false
+				}
+				cur, ok := left[v.Account]
+				if !ok {
+					cur = admitted[v.Account].Total()
+				}
+				left[v.Account] = cur.Sub(v.Amount)
+				if left[v.Account].GPUs < cfg.Teams[v.Team].GPUs {
+					return false
+				}
+				freed = freed.Add(v.Amount)
+			}
+			return covers(freed, w.Need()) && minimal(set, w.Need())
+		}
+		best := math.Inf(1)
+		for mask := 1; mask < 1<<len(victims); mask++ {
+			var set []Victim
+			lost := 0.0
+			for i, v := range victims {
+				if mask&(1<<i) != 0 {
+					set = append(set, v)
+					lost += v.LostWork
+				}
+			}
+			if legal(set) {
+				best = min(best, lost)
+			}
+		}
+		if admitted[quota.Account{Team: "a"}].Total().Add(w.Need()).GPUs > cfg.Teams["a"].GPUs {
+			best = math.Inf(1) // a team beyond its guarantee reclaims nothing
+		}
+		if math.IsInf(best, 1) {
+			if got != nil {
+				t.Fatalf("seed %d: chose %v where no legal set exists", seed, got)
+			}
+			continue
+		}
+		if got == nil {
+			t.Fatalf("seed %d: chose nothing; a legal set loses %v", seed, best)
+		}
+		if !legal(got) {
+			t.Fatalf("seed %d: chose an illegal or non-minimal set %v", seed, got)
+		}
+		lost := 0.0
+		for _, v := range got {
+			lost += v.LostWork
+		}
+		if lost > best {
+			t.Fatalf("seed %d: chose %v losing %v, a legal set loses %v", seed, got, lost, best)
+		}
+	}
+}
+
+// Beyond the exact search's limit the greedy order still gives a legal set
+// with nothing to spare.
+func TestReclaimGreedyBeyondTheExactLimit(t *testing.T) {
+	cfg := quota.Config{Teams: map[string]quota.Team{
+		"a": {GPUs: 40, Borrow: quota.Limits{GPUs: 8}},
+		"b": {GPUs: 2, Borrow: quota.Limits{GPUs: 64}},
+	}, SharedPool: quota.Limits{GPUs: 64}}
+	var victims []Victim
+	for i := range exactLimit + 10 {
+		victims = append(victims, Victim{Key: fmt.Sprintf("b/%02d", i), Team: "b", Account: quota.Account{Team: "b"},
+			Amount: quota.Amount{GPUs: int64(1 + i%3)}, Preemptible: true, LostWork: float64((i * 37) % 11),
+			AdmittedAt: t0.Add(-time.Duration(i) * time.Minute)})
+	}
+	admitted := map[quota.Account]quota.Usage{{Team: "b"}: {Running: quota.Amount{GPUs: 52}}}
+	w := wl("a", "a/w", 9, 0, time.Minute)
+	got := Reclaim(cfg, admitted, &w, quota.Account{Team: "a"}, victims)
+	var freed quota.Amount
+	for _, v := range got {
+		freed = freed.Add(v.Amount)
+	}
+	if !covers(freed, w.Need()) || !minimal(got, w.Need()) {
+		t.Fatalf("greedy chose %v freeing %v for %v", got, freed, w.Need())
+	}
+}
