@@ -42,6 +42,7 @@ import (
 	"github.com/rota-sched/rota/pkg/quota"
 	pkgremediation "github.com/rota-sched/rota/pkg/remediation"
 	"github.com/rota-sched/rota/pkg/reserve"
+	"github.com/rota-sched/rota/pkg/stopcost"
 	"github.com/rota-sched/rota/pkg/topology"
 )
 
@@ -636,7 +637,8 @@ func (a *App) addQueue(ctx context.Context, cfg config.Config, names contract.Na
 		TierLabels: tiers.Tiers, Recorder: recorder, Metrics: queue.NewMetrics(a.metrics.Registry),
 		Interval: q.Interval, AdmitConcurrency: q.AdmitConcurrency, HoldTTL: q.HoldTTL, Narrow: q.NarrowCandidates > 0, ConditionInterval: q.ConditionInterval, ConditionQPS: q.ConditionQPS,
 		UrgentPriority: q.UrgentPriority, Reclaim: q.Reclaim, MaxPreemptibleGangSize: cfg.MaxPreemptibleGangSize,
-		Quota: quotaFn, MemoryUnitMiB: contract.MiB(cfg.MemoryUnitMiB)}
+		StopCost: stopcost.Policy{DefaultInterval: cfg.DefaultCheckpointInterval, MaxPodMinRuntime: cfg.MaxPodMinRuntime},
+		Quota:    quotaFn, MemoryUnitMiB: contract.MiB(cfg.MemoryUnitMiB)}
 	if a.quotaSynced != nil {
 		o.Synced = append(o.Synced, a.quotaSynced)
 	}

@@ -101,6 +101,12 @@ type Config struct {
 	GangTTL time.Duration `json:"gangTTL"`
 	// MaxPreemptibleGangSize: members of larger gangs are never evicted.
 	MaxPreemptibleGangSize int `json:"maxPreemptibleGangSize"`
+	// DefaultCheckpointInterval is the checkpoint interval assumed for a
+	// running pod that declares none, for the work a stop loses
+	// (pkg/stopcost); MaxPodMinRuntime is the longest minimum runtime a
+	// pod's own annotation may ask (its team's applies anyway).
+	DefaultCheckpointInterval time.Duration `json:"defaultCheckpointInterval"`
+	MaxPodMinRuntime          time.Duration `json:"maxPodMinRuntime"`
 	// ExpireInterval is how often reservations are expired; CheckInterval
 	// how often the ledger's invariants are checked.
 	ExpireInterval time.Duration `json:"expireInterval"`
@@ -122,28 +128,29 @@ const DefaultSchedulerName = "rota-scheduler"
 // Default returns the configuration used when no flag is given.
 func Default() Config {
 	return Config{
-		QPS:                    1000,
-		Burst:                  2000,
-		APITimeout:             10 * time.Second,
-		Listen:                 "127.0.0.1:8888",
-		OpsListen:              "127.0.0.1:8889",
-		MaxBodyBytes:           16 << 20,
-		ReadTimeout:            30 * time.Second,
-		WriteTimeout:           30 * time.Second,
-		ShutdownTimeout:        10 * time.Second,
-		SchedulerNames:         []string{DefaultSchedulerName},
-		Domain:                 contract.DefaultDomain,
-		MemoryUnitMiB:          int64(contract.DefaultMemoryUnitMiB),
-		Policy:                 placement.DefaultPolicyName,
-		BindTTL:                30 * time.Second,
-		GangTTL:                2 * time.Minute,
-		MaxPreemptibleGangSize: 8,
-		ExpireInterval:         time.Second,
-		CheckInterval:          30 * time.Second,
-		DebugPods:              10000,
-		DebugTTL:               30 * time.Minute,
-		LeaderElection:         DefaultLeaderElection(),
-		Queue:                  DefaultQueue(),
+		QPS:                       1000,
+		Burst:                     2000,
+		APITimeout:                10 * time.Second,
+		Listen:                    "127.0.0.1:8888",
+		OpsListen:                 "127.0.0.1:8889",
+		MaxBodyBytes:              16 << 20,
+		ReadTimeout:               30 * time.Second,
+		WriteTimeout:              30 * time.Second,
+		ShutdownTimeout:           10 * time.Second,
+		SchedulerNames:            []string{DefaultSchedulerName},
+		Domain:                    contract.DefaultDomain,
+		MemoryUnitMiB:             int64(contract.DefaultMemoryUnitMiB),
+		Policy:                    placement.DefaultPolicyName,
+		BindTTL:                   30 * time.Second,
+		GangTTL:                   2 * time.Minute,
+		MaxPreemptibleGangSize:    8,
+		DefaultCheckpointInterval: 30 * time.Minute,
+		ExpireInterval:            time.Second,
+		CheckInterval:             30 * time.Second,
+		DebugPods:                 10000,
+		DebugTTL:                  30 * time.Minute,
+		LeaderElection:            DefaultLeaderElection(),
+		Queue:                     DefaultQueue(),
 	}
 }
 
@@ -250,6 +257,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxPreemptibleGangSize < 0 {
 		add("max-preemptible-gang-size: %d is negative", c.MaxPreemptibleGangSize)
+	}
+	if c.DefaultCheckpointInterval < 0 {
+		add("default-checkpoint-interval: %v is negative", c.DefaultCheckpointInterval)
+	}
+	if c.MaxPodMinRuntime < 0 {
+		add("max-pod-min-runtime: %v is negative", c.MaxPodMinRuntime)
 	}
 	if c.DebugPods < 0 {
 		add("debug-pods: %d is negative", c.DebugPods)

@@ -22,6 +22,7 @@ import (
 	"github.com/rota-sched/rota/pkg/podreq"
 	"github.com/rota-sched/rota/pkg/quota"
 	"github.com/rota-sched/rota/pkg/reserve"
+	"github.com/rota-sched/rota/pkg/stopcost"
 )
 
 // Holder holds room in the ledger for pods about to be admitted
@@ -100,6 +101,10 @@ type Options struct {
 	Reclaim                bool
 	MaxPreemptibleGangSize int
 	ReclaimCooldown        time.Duration
+	// StopCost weighs what a reclaim loses (the default checkpoint
+	// interval, the cap on a pod's own minimum runtime; the team's comes
+	// from the quota).
+	StopCost stopcost.Policy
 	// Reserve, when set, holds room for queue heads that wait for room
 	// (reservations and backfill, pkg/reserve) through Reserver.
 	Reserve  *reserve.Policy

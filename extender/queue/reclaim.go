@@ -12,9 +12,11 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/podreq"
 	pkgqueue "github.com/rota-sched/rota/pkg/queue"
 	"github.com/rota-sched/rota/pkg/quota"
+	"github.com/rota-sched/rota/pkg/stopcost"
 )
 
 // addVictim records a running admitted pod as reclaimable work: a pod
@@ -52,7 +54,7 @@ func (c *Controller) reclaim(ctx context.Context, in pkgqueue.Input, res pkgqueu
 	logger := klog.FromContext(ctx)
 	vs := make([]pkgqueue.Victim, 0, len(victims))
 	for _, v := range victims {
-		vs = append(vs, *v)
+		vs = append(vs, c.stopCost(logger, *v, victimPods[v.Key], in.Config, now))
 	}
 	keys := make([]string, 0, len(res.Waiting))
 	for k, st := range res.Waiting {
@@ -69,8 +71,16 @@ func (c *Controller) reclaim(ctx context.Context, in pkgqueue.Input, res pkgqueu
 		if recent && now.Sub(last) < c.o.ReclaimCooldown {
 			continue
 		}
+		cands := vs
+		if c.o.UrgentPriority > 0 && wl.w.Priority >= c.o.UrgentPriority {
+			// Urgent work may take what is inside its minimum runtime.
+			cands = slices.Clone(vs)
+			for i := range cands {
+				cands[i].Young = false
+			}
+		}
 		for _, a := range wl.w.Accounts {
-			chosen := pkgqueue.Reclaim(in.Config, in.Admitted, &wl.w, a, vs)
+			chosen := pkgqueue.Reclaim(in.Config, in.Admitted, &wl.w, a, cands)
 			if len(chosen) == 0 {
 				continue
 			}
@@ -79,7 +89,8 @@ func (c *Controller) reclaim(ctx context.Context, in pkgqueue.Input, res pkgqueu
 			c.mu.Unlock()
 			for _, v := range chosen {
 				for _, p := range victimPods[v.Key] {
-					msg := fmt.Sprintf("evicted to return team %s's guarantee (team %s borrows above its own)", a.Team, v.Team)
+					msg := fmt.Sprintf("evicted for %s to return team %s's guarantee (team %s borrows above its own); of the work that could go, this loses the least since its last checkpoint: about %.0f GPU-minutes",
+						k, a.Team, v.Team, v.LostWork/60)
 					if err := c.evict(ctx, p); err != nil {
 						logger.Error(err, "Reclaim eviction failed", "pod", klog.KObj(p))
 						continue
@@ -95,6 +106,61 @@ func (c *Controller) reclaim(ctx context.Context, in pkgqueue.Input, res pkgqueu
 			return
 		}
 	}
+}
+
+// stopCost fills a victim's LostWork (its pods' GPUs times the time since
+// their last checkpoints) and Young (some pod inside its minimum runtime).
+// A pod's unreadable declaration counts as not made, and is logged.
+func (c *Controller) stopCost(logger klog.Logger, v pkgqueue.Victim, pods []*corev1.Pod, cfg quota.Config, now time.Time) pkgqueue.Victim {
+	p := c.o.StopCost
+	p.TeamMinRuntime = cfg.TeamMinRuntime(v.Team)
+	snap := c.snapshot()
+	for _, pod := range pods {
+		f, err := podreq.StopFacts(pod, c.o.Names)
+		if err != nil {
+			logger.V(2).Info("Ignoring a pod's unreadable checkpoint or minimum runtime", "pod", klog.KObj(pod), "err", err)
+		}
+		f.GPUs = heldGPUs(snap, pod)
+		v.LostWork += stopcost.LostWork(f, now, p)
+		v.Young = v.Young || stopcost.Young(f, now, p)
+	}
+	return v
+}
+
+// snapshot is the ledger's snapshot, nil without one.
+func (c *Controller) snapshot() *ledger.Snapshot {
+	if c.o.Snapshot == nil {
+		return nil
+	}
+	return c.o.Snapshot()
+}
+
+// heldGPUs is how many GPUs a bound pod holds in the ledger: one per whole
+// GPU, a share's fraction of its GPU's memory.
+func heldGPUs(s *ledger.Snapshot, pod *corev1.Pod) float64 {
+	if s == nil {
+		return 0
+	}
+	ni := s.Node(pod.Spec.NodeName)
+	if ni == nil || ni.Node == nil {
+		return 0
+	}
+	a := ni.Allocs[string(pod.UID)]
+	if a == nil {
+		return 0
+	}
+	if a.Whole {
+		return float64(len(a.GPUs))
+	}
+	total := 0.0
+	for _, sh := range a.GPUs {
+		for _, g := range ni.Node.GPUs {
+			if g.Index == sh.Index && g.MemoryMiB > 0 {
+				total += float64(sh.MemoryMiB) / float64(g.MemoryMiB)
+			}
+		}
+	}
+	return total
 }
 
 // evict asks the API server to evict a pod (policy/v1), with the pod's own

@@ -78,6 +78,29 @@ func TestPodTransformKeepsWhatPodreqReads(t *testing.T) {
 	}
 }
 
+// What a stop costs reads the same from a trimmed pod: the checkpoint and
+// minimum runtime declarations and the current run's start.
+func TestPodTransformKeepsStopFacts(t *testing.T) {
+	_, n := gpuNode()
+	full := boundPod(n)
+	start := time.Date(2026, 12, 6, 8, 0, 0, 0, time.UTC)
+	full.Annotations[names.CheckpointIntervalAnnotation] = "20m"
+	full.Annotations[names.LastCheckpointAnnotation] = "2026-12-06T09:00:00Z"
+	full.Annotations[names.MinRuntimeAnnotation] = "10m"
+	full.Status.StartTime = &metav1.Time{Time: start}
+	full.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", RestartCount: 3, State: corev1.ContainerState{
+		Running: &corev1.ContainerStateRunning{StartedAt: metav1.Time{Time: start.Add(time.Hour)}}}}}
+	obj, err := PodTransform(names)(full.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err1 := podreq.StopFacts(full, names)
+	got, err2 := podreq.StopFacts(obj.(*corev1.Pod), names)
+	if err1 != nil || err2 != nil || !reflect.DeepEqual(want, got) || !got.Started.Equal(start.Add(time.Hour)) {
+		t.Errorf("StopFacts(trimmed) = %+v, %v; want %+v, %v", got, err2, want, err1)
+	}
+}
+
 // TestPodTransformSharesContainers: pods whose containers ask the same
 // share one trimmed container list; a pod asking differently (another
 // quantity, another container name) gets its own, with its own values.

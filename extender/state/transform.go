@@ -31,7 +31,8 @@ func PodTransform(names contract.Names) cache.TransformFunc {
 	annotations := []string{names.AssignmentAnnotation, names.GangSizeAnnotation,
 		names.CheckpointSignalAnnotation, names.CheckpointGraceAnnotation,
 		names.AdmissionAnnotation, names.GPUModelsAnnotation, names.MaxRuntimeAnnotation, names.ReservationAnnotation,
-		names.ShareWithoutMPSAnnotation, names.IdleSinceAnnotation}
+		names.ShareWithoutMPSAnnotation, names.IdleSinceAnnotation,
+		names.CheckpointIntervalAnnotation, names.LastCheckpointAnnotation, names.MinRuntimeAnnotation}
 	resources := []corev1.ResourceName{corev1.ResourceName(names.GPU), corev1.ResourceName(names.GPUMemory)}
 	requests := &nodeRequests{}
 	constraints := &placementConstraints{}
@@ -59,6 +60,12 @@ func PodTransform(names contract.Names) cache.TransformFunc {
 			},
 			// StartTime: a declared runtime counts from the pod's start.
 			Status: corev1.PodStatus{Phase: pod.Status.Phase, StartTime: pod.Status.StartTime},
+		}
+		// What a stop loses counts from the current run's start: the last
+		// restart of a container that restarted (podreq.RunStarted).
+		if t := podreq.RunStarted(pod); pod.Status.StartTime != nil && t.After(pod.Status.StartTime.Time) {
+			out.Status.ContainerStatuses = []corev1.ContainerStatus{{RestartCount: 1,
+				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Time{Time: t}}}}}
 		}
 		if pod.Spec.NodeName == "" {
 			// The queue narrows, and requeues, only pods a controller owns.

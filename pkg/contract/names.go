@@ -112,6 +112,16 @@ type Names struct {
 	// "90m"); Rota writes it into activeDeadlineSeconds at admission and uses
 	// it to plan reservations and backfill.
 	MaxRuntimeAnnotation string
+	// CheckpointIntervalAnnotation on a Pod declares how often it
+	// checkpoints (a Go duration, "20m"); LastCheckpointAnnotation is the
+	// time of its last checkpoint (RFC 3339), which the job updates on its
+	// own pods. Rota stops the work that loses least first (pkg/stopcost).
+	CheckpointIntervalAnnotation string
+	LastCheckpointAnnotation     string
+	// MinRuntimeAnnotation on a Pod asks that it run at least this long (a
+	// Go duration) before any reclaim or preemption, up to the cluster's
+	// maximum; its team's minimum runtime applies anyway.
+	MinRuntimeAnnotation string
 	// ShareWithoutMPSAnnotation on a Pod ("true") lets its memory share be
 	// placed on a node whose device plugin cannot run CUDA MPS (the
 	// topology's mps.available false), where the share's memory limit is
@@ -205,18 +215,21 @@ func NewNames(domain string) (Names, error) {
 		QuarantineAnnotation:       domain + "/quarantine",
 		QuarantineTaint:            domain + "/quarantined",
 
-		QueueGate:                 domain + "/queue",
-		QueuedCondition:           domain + "/Queued",
-		AdmissionAnnotation:       domain + "/admission",
-		QueueingLabel:             domain + "/queueing",
-		GPUModelsAnnotation:       domain + "/gpu-models",
-		MaxRuntimeAnnotation:      domain + "/max-runtime",
-		LeaderLabel:               domain + "/extender-leader",
-		ReservationAnnotation:     domain + "/reservation",
-		ShareWithoutMPSAnnotation: domain + "/share-without-mps",
-		IdleSinceAnnotation:       domain + "/idle-since",
-		GPUIdleCondition:          domain + "/GPUIdle",
-		GPUUtilizationAnnotation:  domain + "/gpu-utilization",
+		QueueGate:                    domain + "/queue",
+		QueuedCondition:              domain + "/Queued",
+		AdmissionAnnotation:          domain + "/admission",
+		QueueingLabel:                domain + "/queueing",
+		GPUModelsAnnotation:          domain + "/gpu-models",
+		MaxRuntimeAnnotation:         domain + "/max-runtime",
+		CheckpointIntervalAnnotation: domain + "/checkpoint-interval",
+		LastCheckpointAnnotation:     domain + "/last-checkpoint",
+		MinRuntimeAnnotation:         domain + "/min-runtime",
+		LeaderLabel:                  domain + "/extender-leader",
+		ReservationAnnotation:        domain + "/reservation",
+		ShareWithoutMPSAnnotation:    domain + "/share-without-mps",
+		IdleSinceAnnotation:          domain + "/idle-since",
+		GPUIdleCondition:             domain + "/GPUIdle",
+		GPUUtilizationAnnotation:     domain + "/gpu-utilization",
 	}, nil
 }
 

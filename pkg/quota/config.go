@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"time"
 
 	"github.com/rota-sched/rota/pkg/contract"
 )
@@ -100,6 +101,10 @@ type Team struct {
 	// MaxQueuedPods caps the team's queued pods (default
 	// DefaultMaxQueuedPods); a pod beyond it is refused at creation.
 	MaxQueuedPods int `json:"maxQueuedPods,omitempty"`
+	// MinRuntime is how long the team's running pods are safe from reclaim
+	// and preemption (except by urgent work): a Go duration such as "30m".
+	// Empty is none.
+	MinRuntime string `json:"minRuntime,omitempty"`
 	// Models, when set, makes the team's quota per GPU model: GPUs, GPU
 	// memory and borrowing count per model, and the team-wide gpus,
 	// gpuMemoryGiB and borrow above are not used.
@@ -189,8 +194,30 @@ func (c Config) Validate() error {
 		limits(f, Limits{GPUs: t.GPUs, GPUMemoryGiB: t.GPUMemoryGiB})
 		limits(f+".borrow", t.Borrow)
 		validateModels(f, t, add, limits)
+		if t.MinRuntime != "" {
+			if d, err := time.ParseDuration(t.MinRuntime); err != nil || d < 0 || d > maxMinRuntime {
+				add(f+".minRuntime", t.MinRuntime, "is not a duration from 0 to 30 days", `write a duration such as "30m"`)
+			}
+		}
 	}
 	return errors.Join(errs...)
+}
+
+// maxMinRuntime bounds a team's minimum runtime.
+const maxMinRuntime = 30 * 24 * time.Hour
+
+// TeamMinRuntime is team's minimum runtime (0 for none or an unknown
+// team; Validate refused a bad one).
+func (c Config) TeamMinRuntime(team string) time.Duration {
+	t, ok := c.Teams[team]
+	if !ok || t.MinRuntime == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(t.MinRuntime)
+	if err != nil || d < 0 {
+		return 0
+	}
+	return d
 }
 
 // Policy returns the effective unknown-team policy.

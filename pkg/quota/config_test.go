@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -159,4 +160,22 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestTeamMinRuntime(t *testing.T) {
+	c, err := ParseYAML([]byte("teams:\n  a: {gpus: 4, minRuntime: 30m}\n  b: {gpus: 4}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.TeamMinRuntime("a"); got != 30*time.Minute {
+		t.Errorf("a: %v", got)
+	}
+	if got := c.TeamMinRuntime("b") + c.TeamMinRuntime("nobody"); got != 0 {
+		t.Errorf("b and an unknown team: %v", got)
+	}
+	for _, bad := range []string{"soon", "-5m", "900h0m1s"} {
+		if _, err := ParseYAML([]byte("teams:\n  a: {gpus: 4, minRuntime: " + bad + "}\n")); err == nil {
+			t.Errorf("minRuntime %q accepted", bad)
+		}
+	}
 }

@@ -79,6 +79,15 @@ const quotaDoc = `teams:
     models: {"Rota Reclaim GPU": {gpus: 4}}
   qreclaim-b:
     models: {"Rota Reclaim GPU": {gpus: 0, borrow: {gpus: 4}}}
+  qlost-g:
+    models: {"Rota Lost GPU": {gpus: 4}}
+  qlost-b:
+    models: {"Rota Lost GPU": {gpus: 0, borrow: {gpus: 4}}}
+  qyoung-g:
+    models: {"Rota Young GPU": {gpus: 4}}
+  qyoung-b:
+    minRuntime: 1h
+    models: {"Rota Young GPU": {gpus: 0, borrow: {gpus: 4}}}
   qguard-a:
     models: {"Rota Guard GPU": {gpus: 2, borrow: {gpus: 2}}}
   qguard-u:
@@ -88,6 +97,8 @@ sharedPool: {gpus: 2, gpuMemoryGiB: 0}
 modelPools:
   "Rota Queue GPU": {gpus: 8}
   "Rota Reclaim GPU": {gpus: 4}
+  "Rota Lost GPU": {gpus: 4}
+  "Rota Young GPU": {gpus: 4}
   "Rota Guard GPU": {gpus: 2}
 unknownTeams: unlimited
 `

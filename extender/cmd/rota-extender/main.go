@@ -91,6 +91,8 @@ func parseFlags(args []string) (config.Config, remediation.Config, error) {
 	fs.DurationVar(&cfg.BindTTL, "bind-ttl", cfg.BindTTL, "how long the GPUs chosen for a pod stay reserved while it binds")
 	fs.DurationVar(&cfg.GangTTL, "gang-ttl", cfg.GangTTL, "lifetime of a gang plan's reserved slots (each bind extends it)")
 	fs.IntVar(&cfg.MaxPreemptibleGangSize, "max-preemptible-gang-size", cfg.MaxPreemptibleGangSize, "members of larger gangs are never preempted")
+	fs.DurationVar(&cfg.DefaultCheckpointInterval, "default-checkpoint-interval", cfg.DefaultCheckpointInterval, "checkpoint interval assumed for a running pod that declares none, when reclaim weighs the work a stop loses (0: such a pod loses its whole run)")
+	fs.DurationVar(&cfg.MaxPodMinRuntime, "max-pod-min-runtime", cfg.MaxPodMinRuntime, "the longest minimum runtime a pod's own example.com/min-runtime annotation may ask; its team's minRuntime applies anyway (0: pods cannot ask)")
 	fs.DurationVar(&cfg.ExpireInterval, "expire-interval", cfg.ExpireInterval, "how often expired reservations are released")
 	fs.DurationVar(&cfg.CheckInterval, "check-interval", cfg.CheckInterval, "how often the ledger invariants are checked")
 	fs.IntVar(&cfg.DebugPods, "debug-pods", cfg.DebugPods, "pods whose recent decisions /debug/pods keeps")

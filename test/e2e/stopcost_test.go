@@ -1,0 +1,115 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/rota-sched/rota/test/e2e/harness"
+)
+
+// borrowers starts four 1-GPU pods of team b (model's pool, no guarantee)
+// in nsB, in the order of pods, each over a second after the one before
+// (so that their admissions differ in age), and waits until they run; it
+// removes them at the end.
+func borrowers(ctx context.Context, t *testing.T, name, team, nsB, model string, pods ...string) {
+	t.Helper()
+	if err := env.CreateNamespace(ctx, nsB, team); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = env.DeletePods(dctx, nsB)
+	})
+	queueing(ctx, t)
+	nodes(ctx, t, name, name, 1, harness.GPUNodeSpec{Model: model, MemoryMiB: h100.MemoryMiB, Count: 4})
+	for _, p := range pods {
+		create(ctx, t, pod(nsB, p, name).GPUs(1).Obj())
+		time.Sleep(1100 * time.Millisecond)
+	}
+	waitPods(ctx, t, nsB, "the borrower running", func(p []corev1.Pod) bool { return harness.Running(p) == 4 })
+}
+
+// TestQueueReclaimLeastLostWork: reclaim stops the borrowed work that
+// loses least. The two oldest borrowers (ckpt0, ckpt1) report a checkpoint
+// just now; the two newest (plain0, plain1) declare nothing (checkpointing
+// every 30 min by default, so a stop loses their whole run so far). Before
+// lost work counted, the newest went; now the two that just checkpointed
+// go, and their events say so.
+func TestQueueReclaimLeastLostWork(t *testing.T) {
+	const name = "qlost"
+	ctx, nsG := setup(t, name, "qlost-g", 3*time.Minute)
+	nsB := "e2e-qlost-b"
+	borrowers(ctx, t, name, "qlost-b", nsB, "Rota Lost GPU", "ckpt0", "ckpt1", "plain0", "plain1")
+	time.Sleep(3 * time.Second) // the newest has run a while too
+	now := time.Now().UTC().Format(time.RFC3339)
+	for _, p := range []string{"ckpt0", "ckpt1"} {
+		patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, env.Names.LastCheckpointAnnotation, now)
+		if _, err := env.Client.CoreV1().Pods(nsB).Patch(ctx, p, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create(ctx, t, pod(nsG, "mine", name).GPUs(2).Obj())
+	waitPods(ctx, t, nsG, "the guaranteed pod running", func(p []corev1.Pod) bool { return running(p, "mine") })
+	evs, err := env.NamespaceEvents(ctx, nsB, "Reclaimed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for pod, es := range evs {
+		got = append(got, pod)
+		if !strings.Contains(es[0].Message, "loses the least since its last checkpoint") || !strings.Contains(es[0].Message, nsG+"/mine") {
+			t.Errorf("%s's event does not say who took its GPUs and why: %q", pod, es[0].Message)
+		}
+	}
+	if len(got) != 2 || evs["ckpt0"] == nil || evs["ckpt1"] == nil {
+		t.Errorf("reclaimed %v, want ckpt0 and ckpt1 (they checkpointed just now)", got)
+	}
+	note(name, "reclaimed the two that checkpointed just now, kept the two newest that declared nothing")
+	checkInvariants(ctx, t, nil)
+}
+
+// TestQueueReclaimSparesMinRuntime: team qyoung-b's minimum runtime is an
+// hour (quota minRuntime), so its borrowed pods are not reclaimed for a
+// team below its guarantee; the guaranteed pod waits, saying why.
+func TestQueueReclaimSparesMinRuntime(t *testing.T) {
+	const name = "qyoung"
+	ctx, nsG := setup(t, name, "qyoung-g", 3*time.Minute)
+	nsB := "e2e-qyoung-b"
+	borrowers(ctx, t, name, "qyoung-b", nsB, "Rota Young GPU", "borrow0", "borrow1", "borrow2", "borrow3")
+	create(ctx, t, pod(nsG, "mine", name).GPUs(2).Obj())
+	// Three queue passes and more; a reclaim would have evicted by now.
+	time.Sleep(8 * time.Second)
+	evs, err := env.NamespaceEvents(ctx, nsB, "Reclaimed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 0 {
+		t.Errorf("reclaimed %v inside the team's minimum runtime", evs)
+	}
+	pods, err := env.Pods(ctx, nsB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := harness.Running(pods); r != 4 {
+		t.Errorf("the borrower runs %d pods, want all 4", r)
+	}
+	mine, err := env.Pods(ctx, nsG)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if running(mine, "mine") {
+		t.Error("the guaranteed pod runs: something made room inside the minimum runtime")
+	}
+	note(name, "no reclaim inside the team's 1h minimum runtime")
+	checkInvariants(ctx, t, nil)
+}
