@@ -228,12 +228,14 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 			return nil, err
 		}
 		guard = queue.NewGuard(queue.GuardOptions{Names: names, Records: records, Parser: a.parser, Pods: pods, Quota: quotaFn, MemoryUnitMiB: contract.MiB(cfg.MemoryUnitMiB),
+			StopCost: stopCost(cfg), UrgentPriority: cfg.Queue.UrgentPriority,
 			Namespaces: a.nodeFactory.Core().V1().Namespaces().Informer()})
 	}
 	a.extender, err = scheduling.New(scheduling.Options{Records: records, Parser: a.parser,
 		Names: names, SchedulerNames: cfg.SchedulerNames, Tiers: len(tiers.Tiers), Policy: policy, Cache: a.cache, Ledger: a.ledger, Binder: b,
 		Recorder: recorder, Metrics: a.metrics, PodGroups: pg, Guard: guard,
 		BindTTL: cfg.BindTTL, GangTTL: cfg.GangTTL, MaxPreemptibleGangSize: cfg.MaxPreemptibleGangSize,
+		StopCost: stopCost(cfg), UrgentPriority: cfg.Queue.UrgentPriority,
 		FilterBestOnly: cfg.FilterBestOnly, DebugPods: cfg.DebugPods, DebugTTL: cfg.DebugTTL, HoldCandidates: cfg.Queue.NarrowCandidates,
 	})
 	if err != nil {
@@ -637,7 +639,7 @@ func (a *App) addQueue(ctx context.Context, cfg config.Config, names contract.Na
 		TierLabels: tiers.Tiers, Recorder: recorder, Metrics: queue.NewMetrics(a.metrics.Registry),
 		Interval: q.Interval, AdmitConcurrency: q.AdmitConcurrency, HoldTTL: q.HoldTTL, Narrow: q.NarrowCandidates > 0, ConditionInterval: q.ConditionInterval, ConditionQPS: q.ConditionQPS,
 		UrgentPriority: q.UrgentPriority, Reclaim: q.Reclaim, MaxPreemptibleGangSize: cfg.MaxPreemptibleGangSize,
-		StopCost: stopcost.Policy{DefaultInterval: cfg.DefaultCheckpointInterval, MaxPodMinRuntime: cfg.MaxPodMinRuntime},
+		StopCost: stopCost(cfg),
 		Quota:    quotaFn, MemoryUnitMiB: contract.MiB(cfg.MemoryUnitMiB)}
 	if a.quotaSynced != nil {
 		o.Synced = append(o.Synced, a.quotaSynced)
@@ -667,4 +669,10 @@ func protobuf(c *rest.Config) *rest.Config {
 	c.ContentType = runtime.ContentTypeProtobuf
 	c.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	return c
+}
+
+// stopCost is the cluster's side of what a stop costs (pkg/stopcost); a
+// team's minimum runtime comes from the quota where it is read.
+func stopCost(cfg config.Config) stopcost.Policy {
+	return stopcost.Policy{DefaultInterval: cfg.DefaultCheckpointInterval, MaxPodMinRuntime: cfg.MaxPodMinRuntime}
 }

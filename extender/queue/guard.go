@@ -1,7 +1,9 @@
 package queue
 
 import (
+	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -11,6 +13,7 @@ import (
 	"github.com/rota-sched/rota/pkg/podreq"
 	pkgqueue "github.com/rota-sched/rota/pkg/queue"
 	"github.com/rota-sched/rota/pkg/quota"
+	"github.com/rota-sched/rota/pkg/stopcost"
 )
 
 // GuardOptions configures a Guard: the same pods, namespaces and quota the
@@ -26,6 +29,12 @@ type GuardOptions struct {
 	Pods       cache.SharedIndexInformer
 	Namespaces cache.SharedIndexInformer
 	Quota      func() (cfg *quota.Config, ok bool)
+	// StopCost and UrgentPriority keep a team's pods inside its minimum
+	// runtime (quota minRuntime) from a preemptor below UrgentPriority (0:
+	// none is urgent); Now is the clock (nil: time.Now).
+	StopCost       stopcost.Policy
+	UrgentPriority int32
+	Now            func() time.Time
 }
 
 // Guard keeps the queue's guarantees in kube-scheduler's own priority
@@ -42,6 +51,9 @@ func NewGuard(o GuardOptions) *Guard {
 	}
 	if o.Parser == nil {
 		o.Parser = podreq.NewParser(podreq.Options{Names: o.Names, MemoryUnitMiB: o.MemoryUnitMiB}, o.Records, 0)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 	return &Guard{o: o}
 }
@@ -78,16 +90,27 @@ func (g *Guard) For(preemptor *corev1.Pod) func(victims []*ledger.Allocation) (m
 		}
 	}
 	preemptorTeam := teamOf(preemptor)
+	urgent := g.o.UrgentPriority > 0 && preemptor.Spec.Priority != nil && *preemptor.Spec.Priority >= g.o.UrgentPriority
+	now := g.o.Now()
 	return func(victims []*ledger.Allocation) (map[string]bool, string) {
 		var vs []pkgqueue.Victim
 		uidsOf := map[quota.Account][]string{}
+		keep := map[string]bool{}
+		var whys []string
 		for _, a := range victims {
 			obj, exists, err := g.o.Pods.GetStore().GetByKey(a.Pod)
 			p, isPod := obj.(*corev1.Pod)
 			if err != nil || !exists || !isPod {
 				continue
 			}
-			acct, amt, ok := g.charge(cfg, p, teamOf(p))
+			team := teamOf(p)
+			pol := g.o.StopCost
+			if pol.TeamMinRuntime = cfg.TeamMinRuntime(team); !urgent && stopcost.Young(a.Stop, now, pol) {
+				keep[a.PodUID] = true
+				whys = append(whys, fmt.Sprintf("%s runs less than team %s's minimum runtime %s", a.Pod, team, stopcost.MinRuntime(a.Stop, pol)))
+				continue
+			}
+			acct, amt, ok := g.charge(cfg, p, team)
 			if !ok {
 				continue
 			}
@@ -95,11 +118,9 @@ func (g *Guard) For(preemptor *corev1.Pod) func(victims []*ledger.Allocation) (m
 			uidsOf[acct] = append(uidsOf[acct], a.PodUID)
 		}
 		spared := pkgqueue.Spared(cfg, admitted, preemptorTeam, vs)
-		if len(spared) == 0 {
+		if len(spared) == 0 && len(keep) == 0 {
 			return nil, ""
 		}
-		keep := map[string]bool{}
-		whys := make([]string, 0, len(spared))
 		for _, s := range spared {
 			for _, uid := range uidsOf[s.Account] {
 				keep[uid] = true

@@ -135,8 +135,7 @@ func (c *Controller) snapshot() *ledger.Snapshot {
 	return c.o.Snapshot()
 }
 
-// heldGPUs is how many GPUs a bound pod holds in the ledger: one per whole
-// GPU, a share's fraction of its GPU's memory.
+// heldGPUs is how many GPUs a bound pod holds in the ledger.
 func heldGPUs(s *ledger.Snapshot, pod *corev1.Pod) float64 {
 	if s == nil {
 		return 0
@@ -145,22 +144,10 @@ func heldGPUs(s *ledger.Snapshot, pod *corev1.Pod) float64 {
 	if ni == nil || ni.Node == nil {
 		return 0
 	}
-	a := ni.Allocs[string(pod.UID)]
-	if a == nil {
-		return 0
+	if a := ni.Allocs[string(pod.UID)]; a != nil {
+		return ni.GPUsOf(a)
 	}
-	if a.Whole {
-		return float64(len(a.GPUs))
-	}
-	total := 0.0
-	for _, sh := range a.GPUs {
-		for _, g := range ni.Node.GPUs {
-			if g.Index == sh.Index && g.MemoryMiB > 0 {
-				total += float64(sh.MemoryMiB) / float64(g.MemoryMiB)
-			}
-		}
-	}
-	return total
+	return 0
 }
 
 // evict asks the API server to evict a pod (policy/v1), with the pod's own

@@ -20,6 +20,7 @@ import (
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/placement"
 	"github.com/rota-sched/rota/pkg/podreq"
+	"github.com/rota-sched/rota/pkg/stopcost"
 )
 
 // PodGroups reads scheduler-plugins' PodGroup objects.
@@ -63,7 +64,14 @@ type Options struct {
 	BindTTL                time.Duration
 	GangTTL                time.Duration
 	MaxPreemptibleGangSize int
-	FilterBestOnly         bool
+	// StopCost weighs the work a preemption loses (pkg/stopcost): between
+	// victims the verb's rules leave equal, the cheaper goes; a pod inside
+	// its own minimum runtime is not a victim unless the preemptor's
+	// priority is at least UrgentPriority (0: never urgent). Teams'
+	// minimum runtimes are the Guard's.
+	StopCost       stopcost.Policy
+	UrgentPriority int32
+	FilterBestOnly bool
 	// Room plans and holds room in the ledger, for the queue's holds and
 	// this extender's gang plans alike; nil makes one from the options
 	// above (room.Options.Candidates from HoldCandidates).

@@ -13,6 +13,7 @@ import (
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/placement"
 	"github.com/rota-sched/rota/pkg/podreq"
+	"github.com/rota-sched/rota/pkg/stopcost"
 )
 
 var errNoPod = errors.New("the request names no pod")
@@ -191,7 +192,8 @@ func (e *Extender) guardedVictims(spare spareFunc, req placement.Request, prio i
 	keep := map[string]bool{}
 	var whys []string
 	for {
-		extra, ok := placement.Victims(req, ni, func(a *ledger.Allocation) bool { return !keep[a.PodUID] && e.evictable(a, prio, ni) })
+		extra, ok := placement.VictimsByCost(req, ni, func(a *ledger.Allocation) bool { return !keep[a.PodUID] && e.evictable(a, prio, ni) },
+			e.lostWork(ni))
 		if !ok || spare == nil || len(extra) == 0 {
 			return extra, strings.Join(whys, "; "), ok
 		}
@@ -215,6 +217,9 @@ func (e *Extender) evictable(a *ledger.Allocation, prio int32, ni *ledger.NodeIn
 	if a.State != ledger.Committed || a.Priority >= prio || !a.Preemptible {
 		return false
 	}
+	if (e.o.UrgentPriority <= 0 || prio < e.o.UrgentPriority) && stopcost.Young(a.Stop, e.now(), e.o.StopCost) {
+		return false // inside its own minimum runtime
+	}
 	if a.Gang == "" {
 		return true
 	}
@@ -231,4 +236,15 @@ func (e *Extender) evictable(a *ledger.Allocation, prio int32, ni *ledger.NodeIn
 		}
 	}
 	return true
+}
+
+// lostWork is the work stopping an allocation on ni loses now, in
+// GPU-seconds (pkg/stopcost).
+func (e *Extender) lostWork(ni *ledger.NodeInfo) func(*ledger.Allocation) float64 {
+	now := e.now()
+	return func(a *ledger.Allocation) float64 {
+		f := a.Stop
+		f.GPUs = ni.GPUsOf(a)
+		return stopcost.LostWork(f, now, e.o.StopCost)
+	}
 }

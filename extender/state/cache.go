@@ -507,6 +507,7 @@ func (c *Cache) podChanged(oldObj, obj any) {
 	}
 	a := *cl.Allocation
 	c.setEnds(&a, pod)
+	a.Stop, _ = podreq.StopFacts(pod, c.names) // an unreadable declaration counts as not made
 	if err := c.ledger.Restore(a); err != nil {
 		c.restoreConflicts.Add(1)
 		logger.Error(err, "GPU assignment conflicts with the ledger; not accounted")

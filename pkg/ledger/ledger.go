@@ -15,6 +15,8 @@ import (
 
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/topology"
+
+	"github.com/rota-sched/rota/pkg/stopcost"
 )
 
 // MiB re-exports the contract's memory type.
@@ -77,6 +79,10 @@ type Allocation struct {
 	// known, which reservations read as "never". Claims read it (see Claim).
 	Ends          time.Time
 	EndsEstimated bool
+	// Stop is what the pod says about stopping it (its run's start, its
+	// checkpoints, its own minimum runtime; GPUs left 0): preemption weighs
+	// the work a stop loses by it (pkg/stopcost).
+	Stop stopcost.Facts
 }
 
 // Errors returned by ledger operations; match them with errors.Is.
@@ -508,11 +514,12 @@ func (l *Ledger) Restore(a Allocation) error {
 		old, ok = l.orphans[a.PodUID]
 	}
 	if ok && sameGPUs(old, &a) {
-		if old.State != Committed || !old.Ends.Equal(a.Ends) || old.EndsEstimated != a.EndsEstimated || old.Idle != a.Idle {
+		if old.State != Committed || !old.Ends.Equal(a.Ends) || old.EndsEstimated != a.EndsEstimated || old.Idle != a.Idle || old.Stop != a.Stop {
 			c := *old
 			c.State, c.Expires = Committed, time.Time{}
 			c.Ends, c.EndsEstimated = a.Ends, a.EndsEstimated
 			c.Idle = a.Idle
+			c.Stop = a.Stop
 			l.replace(&c)
 			l.changed()
 		}
@@ -758,4 +765,21 @@ func (l *Ledger) Rebuild(nodes []*topology.Node, allocs []Allocation) []error {
 
 func sortAllocs(as []Allocation) {
 	sort.Slice(as, func(i, j int) bool { return as[i].PodUID < as[j].PodUID })
+}
+
+// GPUsOf is how many of ni's GPUs a holds: one per whole GPU, a share's
+// fraction of its GPU's memory.
+func (ni *NodeInfo) GPUsOf(a *Allocation) float64 {
+	if a.Whole {
+		return float64(len(a.GPUs))
+	}
+	total := 0.0
+	for _, sh := range a.GPUs {
+		for _, g := range ni.Node.GPUs {
+			if g.Index == sh.Index && g.MemoryMiB > 0 {
+				total += float64(sh.MemoryMiB) / float64(g.MemoryMiB)
+			}
+		}
+	}
+	return total
 }

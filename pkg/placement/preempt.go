@@ -14,6 +14,18 @@ import (
 // returns any victim whose eviction turned out unnecessary. It reports false
 // when no eligible set makes room.
 func Victims(r Request, ni *ledger.NodeInfo, eligible func(*ledger.Allocation) bool) ([]*ledger.Allocation, bool) {
+	return VictimsByCost(r, ni, eligible, nil)
+}
+
+// VictimsByCost is Victims where cost, the work stopping an allocation
+// loses (pkg/stopcost; nil: none), breaks the ties Victims' rules leave:
+// between allocations of equal priority, idleness and size the cheaper
+// goes first, and between share victim sets equal by those rules the
+// cheaper set.
+func VictimsByCost(r Request, ni *ledger.NodeInfo, eligible func(*ledger.Allocation) bool, cost func(*ledger.Allocation) float64) ([]*ledger.Allocation, bool) {
+	if cost == nil {
+		cost = func(*ledger.Allocation) float64 { return 0 }
+	}
 	if _, reason := Fit(r, ni); reason == nil {
 		return nil, true
 	}
@@ -23,11 +35,11 @@ func Victims(r Request, ni *ledger.NodeInfo, eligible func(*ledger.Allocation) b
 			cands = append(cands, a)
 		}
 	}
-	slices.SortFunc(cands, victimOrder)
+	slices.SortFunc(cands, victimOrder(cost))
 	if !r.Whole() && !r.GPUFree() {
 		// Free one GPU; when the pod still does not fit (CPU or host memory
 		// on nodes that track them), fall back to the general search.
-		if set, ok := shareVictims(r, ni, cands); ok {
+		if set, ok := shareVictims(r, ni, cands, cost); ok {
 			if _, reason := Fit(r, without(ni, set)); reason == nil {
 				return set, true
 			}
@@ -63,20 +75,25 @@ func without(ni *ledger.NodeInfo, as []*ledger.Allocation) *ledger.NodeInfo {
 	return ni.Without(uids...)
 }
 
-func victimOrder(a, b *ledger.Allocation) int {
-	if c := cmp.Compare(a.Priority, b.Priority); c != 0 {
-		return c
-	}
-	if a.Idle != b.Idle { // idle pods first among equal priority
-		if a.Idle {
-			return -1
+func victimOrder(cost func(*ledger.Allocation) float64) func(a, b *ledger.Allocation) int {
+	return func(a, b *ledger.Allocation) int {
+		if c := cmp.Compare(a.Priority, b.Priority); c != 0 {
+			return c
 		}
-		return 1
+		if a.Idle != b.Idle { // idle pods first among equal priority
+			if a.Idle {
+				return -1
+			}
+			return 1
+		}
+		if c := cmp.Compare(held(a), held(b)); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(cost(a), cost(b)); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.PodUID, b.PodUID)
 	}
-	if c := cmp.Compare(held(a), held(b)); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.PodUID, b.PodUID)
 }
 
 func held(a *ledger.Allocation) MiB {
@@ -98,7 +115,7 @@ func heldOn(a *ledger.Allocation, idx int) MiB {
 }
 
 // shareVictims frees enough memory on one GPU.
-func shareVictims(r Request, ni *ledger.NodeInfo, cands []*ledger.Allocation) ([]*ledger.Allocation, bool) {
+func shareVictims(r Request, ni *ledger.NodeInfo, cands []*ledger.Allocation, cost func(*ledger.Allocation) float64) ([]*ledger.Allocation, bool) {
 	need := r.NeedMiB(ni.Node.MemoryUnitMiB)
 	var best []*ledger.Allocation
 	found := false
@@ -136,7 +153,7 @@ func shareVictims(r Request, ni *ledger.NodeInfo, cands []*ledger.Allocation) ([
 				set = slices.Delete(set, i, i+1)
 			}
 		}
-		if !found || better(set, best) {
+		if !found || better(set, best, cost) {
 			best, found = set, true
 		}
 	}
@@ -144,15 +161,26 @@ func shareVictims(r Request, ni *ledger.NodeInfo, cands []*ledger.Allocation) ([
 }
 
 // better prefers fewer victims, then a lower highest priority, then fewer
-// busy (not idle) victims.
-func better(a, b []*ledger.Allocation) bool {
+// busy (not idle) victims, then less lost work.
+func better(a, b []*ledger.Allocation, cost func(*ledger.Allocation) float64) bool {
 	if len(a) != len(b) {
 		return len(a) < len(b)
 	}
 	if pa, pb := maxPriority(a), maxPriority(b); pa != pb {
 		return pa < pb
 	}
-	return busy(a) < busy(b)
+	if ba, bb := busy(a), busy(b); ba != bb {
+		return ba < bb
+	}
+	return total(a, cost) < total(b, cost)
+}
+
+func total(as []*ledger.Allocation, cost func(*ledger.Allocation) float64) float64 {
+	s := 0.0
+	for _, a := range as {
+		s += cost(a)
+	}
+	return s
 }
 
 // busy counts the victims not marked idle.

@@ -156,3 +156,40 @@ func TestVictimsCPU(t *testing.T) {
 	}
 	checkVictims(t, r, ni, got, anyPod)
 }
+
+// TestVictimsByCost: between victims the rules leave equal (priority,
+// idleness, size), the one whose stop loses less work goes; the rules
+// still come first.
+func TestVictimsByCost(t *testing.T) {
+	c := newCluster(t)
+	c.add(topology.FromSpec(topology.Spec{Name: "n", Model: "H100", Count: 3, MemoryMiB: 80 * gib}))
+	a := c.whole("n", []int{0}, prio(0)) // pod-01
+	b := c.whole("n", []int{1}, prio(0)) // pod-02
+	hi := c.whole("n", []int{2}, prio(5))
+	lost := map[string]float64{a: 900, b: 10, hi: 0}
+	cost := func(x *ledger.Allocation) float64 { return lost[x.PodUID] }
+	r := placement.Request{UID: "new", GPUs: 1}
+	got, ok := placement.VictimsByCost(r, c.ni("n"), anyPod, cost)
+	if !ok || !slices.Equal(uids(got), []string{b}) {
+		t.Fatalf("VictimsByCost = %v, %v; want [%s], the one that loses less", uids(got), ok, b)
+	}
+	if got, _ := placement.Victims(r, c.ni("n"), anyPod); !slices.Equal(uids(got), []string{a}) {
+		t.Fatalf("without costs = %v; want [%s], by UID", uids(got), a)
+	}
+	// Priority still comes first: the higher-priority pod is never taken
+	// for being cheap.
+	lost[a], lost[b] = 5000, 5000
+	if got, _ := placement.VictimsByCost(r, c.ni("n"), anyPod, cost); slices.Contains(uids(got), hi) {
+		t.Fatalf("took the higher-priority pod %s for its cost: %v", hi, uids(got))
+	}
+	// Shares: of two GPUs whose shares must go, the cheaper set.
+	s := newCluster(t)
+	s.add(topology.FromSpec(topology.Spec{Name: "m", Model: "H100", Count: 2, MemoryMiB: 80 * gib}))
+	x := s.share("m", 0, 70, prio(0))
+	y := s.share("m", 1, 70, prio(0))
+	lost = map[string]float64{x: 50, y: 5}
+	got, ok = placement.VictimsByCost(placement.Request{UID: "share", MemoryUnits: 40}, s.ni("m"), anyPod, cost)
+	if !ok || !slices.Equal(uids(got), []string{y}) {
+		t.Fatalf("share victims = %v, %v; want [%s]", uids(got), ok, y)
+	}
+}
