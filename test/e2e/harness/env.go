@@ -9,7 +9,10 @@
 // rota-device-plugin process (fake GPU backend) behind a kubeletstub, the
 // others publish their topology annotation directly. A kubelet stand-in
 // (Kubelet) allocates devices for bound pods through the stubs exactly as
-// the kubelet's device manager does, and records every Allocate response.
+// the kubelet's device manager does, and records every Allocate response;
+// it also serves each plugin node's kubelet PodResources API (List of the
+// active pods, podresources.go), which the plugin is given as
+// --pod-resources-socket, as the chart does.
 //
 // Rota's binaries come from bin/ (make build); the control plane's from
 // .cache/k8s/bin (make k8s-tools). Every process runs in its own process
@@ -605,6 +608,9 @@ func (e *Env) Stop() error {
 		}
 		if n.Stub != nil {
 			errs = append(errs, n.Stub.Close())
+		}
+		if n.podRes != nil {
+			errs = append(errs, n.podRes.Close())
 		}
 	}
 	for _, rt := range []*Router{e.Router, e.WebhookRouter} {

@@ -77,7 +77,11 @@ type Kubelet struct {
 
 type kubeletNode struct {
 	stub *kubeletstub.Stub // nil: no device plugin
-	mu   sync.Mutex        // the kubelet admits one pod at a time per node
+	// podRes is the node's PodResources API (plugin nodes; else nil). It
+	// has its own lock: the plugin lists from inside the calls admit makes
+	// holding mu.
+	podRes *podResources
+	mu     sync.Mutex // the kubelet admits one pod at a time per node
 }
 
 type heldDevices struct {
@@ -91,11 +95,12 @@ func newKubelet(client kubernetes.Interface, names contract.Names) *Kubelet {
 		nextIP: netip.MustParseAddr("10.128.0.1"), changed: make(chan struct{})}
 }
 
-// addNode makes the stand-in serve node; stub is nil for nodes without a device plugin.
-func (k *Kubelet) addNode(name string, stub *kubeletstub.Stub) {
+// addNode makes the stand-in serve node; stub and podRes are nil for nodes
+// without a device plugin.
+func (k *Kubelet) addNode(name string, stub *kubeletstub.Stub, podRes *podResources) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.nodes[name] = &kubeletNode{stub: stub}
+	k.nodes[name] = &kubeletNode{stub: stub, podRes: podRes}
 }
 
 func (k *Kubelet) node(name string) *kubeletNode {
@@ -185,7 +190,7 @@ func (k *Kubelet) start(ctx context.Context) error {
 				obj = t.Obj
 			}
 			if pod, ok := obj.(*corev1.Pod); ok {
-				k.release(pod.UID)
+				k.release(pod.UID, pod.Spec.NodeName)
 			}
 		},
 	}); err != nil {
@@ -203,9 +208,10 @@ func (k *Kubelet) start(ctx context.Context) error {
 	// One worker: the kubelet admits the pods bound to it one at a time, in
 	// the order its watch delivers them. With several, two pods bound to one
 	// node in a row could be admitted out of that order, which no kubelet
-	// does, and the device plugin (which, without the PodResources API,
-	// takes the pending pods of one shape in the order they were bound) would
-	// hand each the other's GPU.
+	// does. (The device plugin tells same-shape pending pods apart by the
+	// node's PodResources List, which shows the pod being admitted; without
+	// it, it would take them in the order they were bound, and hand each the
+	// other's GPU whenever that order is not the admission order.)
 	k.wg.Go(func() {
 		for k.processNext(ctx) {
 		}
@@ -249,7 +255,7 @@ func (k *Kubelet) sync(ctx context.Context, key types.NamespacedName) error {
 	}
 	pods := k.client.CoreV1().Pods(pod.Namespace)
 	if pod.DeletionTimestamp != nil {
-		k.release(pod.UID)
+		k.release(pod.UID, pod.Spec.NodeName)
 		err := pods.Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64),
 			Preconditions: &metav1.Preconditions{UID: &pod.UID}})
 		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
@@ -261,7 +267,7 @@ func (k *Kubelet) sync(ctx context.Context, key types.NamespacedName) error {
 		// The kubelet's device manager frees the devices of a pod whose
 		// containers have ended (it is no longer an active pod), before the
 		// pod is deleted: the next pod bound there gets them.
-		k.release(pod.UID)
+		k.release(pod.UID, pod.Spec.NodeName)
 		return nil
 	}
 	if pod.Status.Phase != corev1.PodPending && pod.Status.Phase != "" {
@@ -277,6 +283,11 @@ func (k *Kubelet) sync(ctx context.Context, key types.NamespacedName) error {
 			return k.fail(ctx, pod, fmt.Errorf("%s", a.Err))
 		}
 	}
+	if n.podRes != nil {
+		// An admitted pod is active: PodResources lists it (a Rota pod
+		// since its admission began).
+		n.podRes.add(pod)
+	}
 	patch, err := runningPatch(pod, k.podIP(), time.Now())
 	if err != nil {
 		return err
@@ -288,10 +299,16 @@ func (k *Kubelet) sync(ctx context.Context, key types.NamespacedName) error {
 	return err
 }
 
-// admit allocates the pod's Rota devices container by container.
+// admit allocates the pod's Rota devices container by container. As in the
+// kubelet (which adds the pod to its pod manager before admitting it), the
+// node's PodResources List shows the pod from the start of its admission,
+// with the devices its containers got so far, and not once it failed.
 func (k *Kubelet) admit(ctx context.Context, n *kubeletNode, pod *corev1.Pod) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.podRes != nil {
+		n.podRes.add(pod)
+	}
 	a := &PodAllocation{Pod: pod.Namespace + "/" + pod.Name, UID: pod.UID, Node: pod.Spec.NodeName, At: time.Now()}
 	held := heldDevices{node: pod.Spec.NodeName, ids: map[string][]string{}}
 	type req struct {
@@ -328,6 +345,9 @@ func (k *Kubelet) admit(ctx context.Context, n *kubeletNode, pod *corev1.Pod) er
 			break
 		}
 		held.ids[r.res] = append(held.ids[r.res], got.DeviceIDs...)
+		if n.podRes != nil {
+			n.podRes.allocated(pod.UID, r.c.Name, r.res, got.DeviceIDs)
+		}
 		a.Containers = append(a.Containers, ContainerAllocation{Container: r.c.Name, Resource: r.res,
 			DeviceIDs: got.DeviceIDs, Preferred: got.Preferred, Envs: got.Response.GetEnvs()})
 	}
@@ -337,6 +357,10 @@ func (k *Kubelet) admit(ctx context.Context, n *kubeletNode, pod *corev1.Pod) er
 		}
 		a.Err = firstErr.Error()
 		a.Containers = nil
+		if n.podRes != nil {
+			// The kubelet fails a pod it cannot admit: no longer active.
+			n.podRes.remove(pod.UID)
+		}
 	} else {
 		k.mu.Lock()
 		k.devices[pod.UID] = held
@@ -365,13 +389,21 @@ func (k *Kubelet) fail(ctx context.Context, pod *corev1.Pod, err error) error {
 	return perr
 }
 
-// release frees the pod's devices on its node's stub.
-func (k *Kubelet) release(uid types.UID) {
+// release frees the pod's devices on its node's stub, and drops the pod
+// from the PodResources list of node (the node it is bound to).
+func (k *Kubelet) release(uid types.UID, node string) {
 	k.mu.Lock()
 	held, ok := k.devices[uid]
 	delete(k.devices, uid)
 	n := k.nodes[held.node]
+	bound := k.nodes[node]
 	k.mu.Unlock()
+	if bound != nil && bound.podRes != nil {
+		bound.podRes.remove(uid)
+	}
+	if n != nil && n != bound && n.podRes != nil {
+		n.podRes.remove(uid)
+	}
 	if !ok || n == nil || n.stub == nil {
 		return
 	}

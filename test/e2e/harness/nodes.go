@@ -60,6 +60,11 @@ type GPUNode struct {
 	// (with Options.Profiling; "" otherwise).
 	MetricsURL string
 	Stub       *kubeletstub.Stub
+	// PodResourcesSocket is the kubelet PodResources API the stand-in
+	// serves for this node (Dir/podres.sock; plugin nodes), passed to the
+	// plugin as --pod-resources-socket.
+	PodResourcesSocket string
+	podRes             *podResources
 }
 
 // UUID returns the UUID of GPU index i.
@@ -161,7 +166,7 @@ func (e *Env) addGPUNode(ctx context.Context, s GPUNodeSpec) (*GPUNode, error) {
 		if err := e.annotateNode(ctx, s.Name, map[string]string{e.Names.TopologyAnnotation: string(data)}); err != nil {
 			return nil, err
 		}
-		e.Kubelet.addNode(s.Name, nil)
+		e.Kubelet.addNode(s.Name, nil, nil)
 		e.mu.Lock()
 		e.gpuNodes[s.Name] = n
 		e.mu.Unlock()
@@ -196,6 +201,14 @@ func (e *Env) addGPUNode(ctx context.Context, s GPUNodeSpec) (*GPUNode, error) {
 		return nil, err
 	}
 	n.Stub = stub
+	// The kubelet's PodResources API, which the plugin asks which pod an
+	// Allocate is for; outside sockDir, which a kubelet restart
+	// (Stub.Restart) empties of sockets.
+	n.PodResourcesSocket = filepath.Join(n.Dir, PodResourcesSocketName)
+	if n.podRes, err = startPodResources(n.PodResourcesSocket, stub, e.Names.GPU, e.Names.GPUMemory); err != nil {
+		_ = stub.Close()
+		return nil, err
+	}
 	metrics := []string{"--metrics-listen="}
 	if e.opts.Profiling {
 		ports, err := cluster.FreePorts(1)
@@ -209,7 +222,7 @@ func (e *Env) addGPUNode(ctx context.Context, s GPUNodeSpec) (*GPUNode, error) {
 		"--node-name=" + s.Name,
 		"--kubeconfig=" + e.kubeconfs["rota-device-plugin"],
 		"--device-plugin-dir=" + sockDir + "/",
-		"--pod-resources-socket=",
+		"--pod-resources-socket=" + n.PodResourcesSocket,
 		"--backend=fake",
 		"--fake-config=" + specPath,
 		"--health-interval=1s",
@@ -217,7 +230,7 @@ func (e *Env) addGPUNode(ctx context.Context, s GPUNodeSpec) (*GPUNode, error) {
 		"--memory-unit-mib=" + strconv.FormatInt(int64(e.unitMiB), 10),
 		"--v=2",
 	}, metrics...))
-	e.Kubelet.addNode(s.Name, stub)
+	e.Kubelet.addNode(s.Name, stub, n.podRes)
 	e.mu.Lock()
 	e.gpuNodes[s.Name] = n
 	e.mu.Unlock()
@@ -235,7 +248,7 @@ func (e *Env) AddPlainNode(ctx context.Context, name string, labels map[string]s
 	if _, err := e.Cluster.CreateNode(ctx, name, labels, capacity); err != nil {
 		return err
 	}
-	e.Kubelet.addNode(name, nil)
+	e.Kubelet.addNode(name, nil, nil)
 	return nil
 }
 
