@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -39,7 +40,7 @@ func (c *Controller) act(ctx context.Context, f remediation.Fault, d remediation
 		c.deferDeletion(logger, d, marked)
 		return
 	case remediation.Delete:
-		if !c.delete(ctx, f, d, grace) {
+		if !c.evict(ctx, f, d, grace) {
 			return
 		}
 	}
@@ -86,28 +87,39 @@ func (c *Controller) deferDeletion(logger klog.Logger, d remediation.Decision, m
 	logger.V(2).Info("Deletion deferred by the rate limit")
 }
 
-// delete deletes the pod (this UID only) with the grace period; it reports
-// false when the deletion failed and is retried on the next pass.
-func (c *Controller) delete(ctx context.Context, f remediation.Fault, d remediation.Decision, grace time.Duration) bool {
+// evict evicts the pod (this UID only) through the Eviction API with the
+// grace period, so that PodDisruptionBudgets hold and the pod's controller
+// sees a disruption. It reports false when the eviction did not happen and
+// is retried on the next pass: a budget that allows no disruption now (the
+// API server's 429) is reported on the pod as RemediationBlocked.
+func (c *Controller) evict(ctx context.Context, f remediation.Fault, d remediation.Decision, grace time.Duration) bool {
 	logger := klog.FromContext(ctx)
 	uid := types.UID(d.Pod.UID)
 	secs := int64(grace / time.Second)
-	err := c.client.CoreV1().Pods(d.Pod.Namespace).Delete(ctx, d.Pod.Name, metav1.DeleteOptions{
-		GracePeriodSeconds: &secs, Preconditions: &metav1.Preconditions{UID: &uid}})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		logger.Error(err, "Deleting the pod failed; retried on the next pass")
+	err := c.client.PolicyV1().Evictions(d.Pod.Namespace).Evict(ctx, &policyv1.Eviction{
+		ObjectMeta:    metav1.ObjectMeta{Name: d.Pod.Name, Namespace: d.Pod.Namespace},
+		DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: &secs, Preconditions: &metav1.Preconditions{UID: &uid}}})
+	switch {
+	case err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+	case apierrors.IsTooManyRequests(err):
+		c.recorder.Eventf(podRef(d.Pod), corev1.EventTypeWarning, ReasonBlocked,
+			"Eviction for the GPU fault refused by a PodDisruptionBudget (%v); retried shortly", err)
+		logger.Info("Eviction refused by a PodDisruptionBudget; retried on the next pass", "err", err)
+		return false
+	default:
+		logger.Error(err, "Evicting the pod failed; retried on the next pass")
 		return false
 	}
 	c.done(uid, remediation.Delete)
 	c.metrics.FaultToDelete.Observe(c.now().Sub(f.Since).Seconds())
-	logger.Info("Pod deleted for a fault", "reason", d.Reason, "grace", grace)
+	logger.Info("Pod evicted for a fault", "reason", d.Reason, "grace", grace)
 	return true
 }
 
 func verb(a remediation.Action, grace time.Duration) string {
 	switch a {
 	case remediation.Delete, remediation.Deferred:
-		return fmt.Sprintf("deleting the pod (grace %s) so its controller recreates it elsewhere", grace)
+		return fmt.Sprintf("evicting the pod (grace %s; disruption budgets hold) so its controller recreates it elsewhere", grace)
 	}
 	return "marking the pod only (label " + contract.RemediationMarkOnly + " or a mark-only gang member)"
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -57,17 +59,39 @@ func TestCheckpointGraceBecomesDeletionGrace(t *testing.T) {
 	p.Annotations[names.CheckpointGraceAnnotation] = "90s"
 	p.Annotations[names.CheckpointSignalAnnotation] = "SIGUSR1"
 	f := newFixture(t, onConfig(), nodeObj("n1"), p)
-	var grace int64 = -1
-	f.client.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if d, ok := a.(k8stesting.DeleteActionImpl); ok && d.DeleteOptions.GracePeriodSeconds != nil {
-			grace = *d.DeleteOptions.GracePeriodSeconds
+	f.setNode(nodeObj("n1", 0))
+	f.ctl.Sync(f.ctx)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.evicted) != 1 || f.evicted[0].options.GracePeriodSeconds == nil || *f.evicted[0].options.GracePeriodSeconds != 90 {
+		t.Errorf("evictions %+v, want one with grace 90 s (from %s)", f.evicted, names.CheckpointGraceAnnotation)
+	}
+}
+
+// A PodDisruptionBudget that allows no disruption (the API server's 429)
+// holds the eviction back: the pod stays, the refusal is reported on it,
+// and the next pass tries again.
+func TestDisruptionBudgetHoldsTheEviction(t *testing.T) {
+	f := newFixture(t, onConfig(), nodeObj("n1"), podOn("guarded", "n1", 0, nil))
+	refuse := true
+	f.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "eviction" && refuse {
+			return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
 		}
 		return false, nil, nil
 	})
 	f.setNode(nodeObj("n1", 0))
 	f.ctl.Sync(f.ctx)
-	if grace != 90 {
-		t.Errorf("deletion grace = %d s, want 90 (from %s)", grace, names.CheckpointGraceAnnotation)
+	if _, err := f.client.CoreV1().Pods("ns").Get(f.ctx, "guarded", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the pod is gone although its budget refused: %v", err)
+	}
+	if evs := strings.Join(f.events(), "\n"); !strings.Contains(evs, ReasonBlocked) {
+		t.Errorf("no %s event says why the pod stays", ReasonBlocked)
+	}
+	refuse = false
+	f.ctl.Sync(f.ctx)
+	if _, err := f.client.CoreV1().Pods("ns").Get(f.ctx, "guarded", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("once the budget allows it the pod is still there: %v", err)
 	}
 }
 

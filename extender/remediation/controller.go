@@ -25,6 +25,7 @@ const (
 	ReasonGPUFailure  = "GPUFailure"
 	ReasonDryRun      = "RemediationDryRun"
 	ReasonDeferred    = "RemediationDeferred"
+	ReasonBlocked     = "RemediationBlocked"
 	ReasonQuarantined = "Quarantined"
 	ReasonReleased    = "QuarantineReleased"
 )

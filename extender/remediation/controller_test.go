@@ -2,6 +2,7 @@ package remediation
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -16,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/ktesting"
@@ -77,6 +80,8 @@ type fixture struct {
 	rec    *record.FakeRecorder
 	mu     sync.Mutex
 	now    time.Time
+	// evicted are the evictions carried out, in order.
+	evicted []eviction
 }
 
 func (f *fixture) clock() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }
@@ -93,7 +98,37 @@ func newFixture(t testing.TB, cfg Config, objs ...runtime.Object) *fixture {
 	t.Cleanup(cancel)
 	client := fake.NewClientset(objs...)
 	f := &fixture{t: t, ctx: ctx, client: client, led: ledger.New(), rec: record.NewFakeRecorder(1000), now: t0}
+	client.PrependReactor("create", "pods", f.evictions)
 	return f.start(cfg)
+}
+
+// evictions carries out the Eviction API in the fake client as the API
+// server does when no budget refuses: it deletes the pod (with the
+// eviction's options).
+func (f *fixture) evictions(a k8stesting.Action) (bool, runtime.Object, error) {
+	c, ok := a.(k8stesting.CreateAction)
+	if !ok || a.GetSubresource() != "eviction" {
+		return false, nil, nil
+	}
+	ev, ok := c.GetObject().(*policyv1.Eviction)
+	if !ok {
+		return true, nil, fmt.Errorf("not an Eviction: %T", c.GetObject())
+	}
+	var opts metav1.DeleteOptions
+	if ev.DeleteOptions != nil {
+		opts = *ev.DeleteOptions
+	}
+	f.mu.Lock()
+	f.evicted = append(f.evicted, eviction{pod: ev.Name, options: opts})
+	f.mu.Unlock()
+	err := f.client.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), ev.Namespace, ev.Name)
+	return true, nil, err
+}
+
+// eviction is one eviction the fixture carried out.
+type eviction struct {
+	pod     string
+	options metav1.DeleteOptions
 }
 
 func (f *fixture) start(cfg Config) *fixture {
