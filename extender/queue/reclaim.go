@@ -2,12 +2,14 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
@@ -92,6 +94,13 @@ func (c *Controller) reclaim(ctx context.Context, in pkgqueue.Input, res pkgqueu
 					msg := fmt.Sprintf("evicted for %s to return team %s's guarantee (team %s borrows above its own); of the work that could go, this loses the least since its last checkpoint: about %.0f GPU-minutes",
 						k, a.Team, v.Team, v.LostWork/60)
 					if err := c.evict(ctx, p); err != nil {
+						if why := blocked(err); why != "" {
+							// Said on the pod, and tried again after the cooldown.
+							c.event(p, corev1.EventTypeWarning, "ReclaimBlocked", fmt.Sprintf(
+								"not evicted for %s: %s (%v); tried again in %s", k, why, err, c.o.ReclaimCooldown))
+							logger.Info("Reclaim eviction held back", "pod", klog.KObj(p), "why", why, "err", err)
+							continue
+						}
 						logger.Error(err, "Reclaim eviction failed", "pod", klog.KObj(p))
 						continue
 					}
@@ -150,9 +159,29 @@ func heldGPUs(s *ledger.Snapshot, pod *corev1.Pod) float64 {
 	return 0
 }
 
+// evictTimeout bounds one eviction call: the API server holds an eviction
+// while the pod's disruption budget is not yet computed, and the queue's
+// pass must not wait with it.
+const evictTimeout = 5 * time.Second
+
+// blocked says why an eviction error means "not now" rather than a
+// failure: a PodDisruptionBudget that allows no disruption (429), or an
+// API server that held the eviction past evictTimeout.
+func blocked(err error) string {
+	switch {
+	case apierrors.IsTooManyRequests(err):
+		return "its PodDisruptionBudget allows no disruption now"
+	case errors.Is(err, context.DeadlineExceeded) || apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err):
+		return fmt.Sprintf("the API server held the eviction past %s (a disruption budget it has not computed yet?)", evictTimeout)
+	}
+	return ""
+}
+
 // evict asks the API server to evict a pod (policy/v1), with the pod's own
-// grace period.
+// grace period, waiting at most evictTimeout.
 func (c *Controller) evict(ctx context.Context, pod *corev1.Pod) error {
+	ctx, cancel := context.WithTimeout(ctx, evictTimeout)
+	defer cancel()
 	return c.o.Client.PolicyV1().Evictions(pod.Namespace).Evict(ctx, &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}},

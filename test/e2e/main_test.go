@@ -88,6 +88,10 @@ const quotaDoc = `teams:
   qyoung-b:
     minRuntime: 1h
     models: {"Rota Young GPU": {gpus: 0, borrow: {gpus: 4}}}
+  qpdb-g:
+    models: {"Rota PDB GPU": {gpus: 4}}
+  qpdb-b:
+    models: {"Rota PDB GPU": {gpus: 0, borrow: {gpus: 4}}}
   qguard-a:
     models: {"Rota Guard GPU": {gpus: 2, borrow: {gpus: 2}}}
   qguard-u:
@@ -99,6 +103,7 @@ modelPools:
   "Rota Reclaim GPU": {gpus: 4}
   "Rota Lost GPU": {gpus: 4}
   "Rota Young GPU": {gpus: 4}
+  "Rota PDB GPU": {gpus: 4}
   "Rota Guard GPU": {gpus: 2}
 unknownTeams: unlimited
 `

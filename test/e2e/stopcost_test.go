@@ -10,8 +10,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/rota-sched/rota/test/e2e/harness"
 )
@@ -111,5 +113,54 @@ func TestQueueReclaimSparesMinRuntime(t *testing.T) {
 		t.Error("the guaranteed pod runs: something made room inside the minimum runtime")
 	}
 	note(name, "no reclaim inside the team's 1h minimum runtime")
+	checkInvariants(ctx, t, nil)
+}
+
+// TestQueueReclaimRespectsPDB: the borrower's pods are covered by a
+// PodDisruptionBudget that allows no disruption, so reclaim's evictions
+// are refused (429): the pods keep running, each refusal is reported on
+// the pod (ReclaimBlocked), and the guaranteed pod waits.
+func TestQueueReclaimRespectsPDB(t *testing.T) {
+	const name = "qpdb"
+	ctx, nsG := setup(t, name, "qpdb-g", 3*time.Minute)
+	nsB := "e2e-qpdb-b"
+	borrowers(ctx, t, name, "qpdb-b", nsB, "Rota PDB GPU", "borrow0", "borrow1", "borrow2", "borrow3")
+	all := intstr.FromInt32(4)
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "keep-all", Namespace: nsB},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &all, Selector: &metav1.LabelSelector{}}}
+	if _, err := env.Client.PolicyV1().PodDisruptionBudgets(nsB).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	create(ctx, t, pod(nsG, "mine", name).GPUs(2).Obj())
+	var blocked map[string][]corev1.Event
+	deadline := time.Now().Add(30 * time.Second)
+	for len(blocked) == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Second)
+		var err error
+		if blocked, err = env.NamespaceEvents(ctx, nsB, "ReclaimBlocked"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(blocked) == 0 {
+		mine, _ := env.Pods(ctx, nsG)
+		for _, p := range mine {
+			t.Logf("%s: gates %v, conditions %+v", p.Name, p.Spec.SchedulingGates, p.Status.Conditions)
+		}
+		t.Fatal("no ReclaimBlocked event: the budget's refusal was not reported")
+	}
+	for p, es := range blocked {
+		if !strings.Contains(es[0].Message, "disruption budget") && !strings.Contains(es[0].Message, "PodDisruptionBudget") ||
+			!strings.Contains(es[0].Message, nsG+"/mine") {
+			t.Errorf("%s's event does not say what blocked it and for whom: %q", p, es[0].Message)
+		}
+	}
+	pods, err := env.Pods(ctx, nsB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := harness.Running(pods); r != 4 {
+		t.Errorf("the borrower runs %d pods, want all 4 (its budget allows no disruption)", r)
+	}
+	note(name, "reclaim refused by a PodDisruptionBudget: %d pods reported ReclaimBlocked, all 4 still run", len(blocked))
 	checkInvariants(ctx, t, nil)
 }
