@@ -276,21 +276,7 @@ func TestQueueReclaim(t *testing.T) {
 	const name = "qreclaim"
 	ctx, nsG := setup(t, name, "qreclaim-g", 3*time.Minute)
 	nsB := "e2e-qreclaim-b"
-	if err := env.CreateNamespace(ctx, nsB, "qreclaim-b"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = env.DeletePods(dctx, nsB)
-	})
-	queueing(ctx, t)
-	nodes(ctx, t, name, "qreclaim", 1, harness.GPUNodeSpec{Model: "Rota Reclaim GPU", MemoryMiB: h100.MemoryMiB, Count: 4})
-	for i := range 4 {
-		create(ctx, t, pod(nsB, fmt.Sprintf("borrow%d", i), name).GPUs(1).Obj())
-		time.Sleep(50 * time.Millisecond)
-	}
-	waitPods(ctx, t, nsB, "the borrower running", func(p []corev1.Pod) bool { return harness.Running(p) == 4 })
+	borrowers(ctx, t, name, "qreclaim-b", nsB, "Rota Reclaim GPU", "borrow0", "borrow1", "borrow2", "borrow3")
 	created := time.Now()
 	create(ctx, t, pod(nsG, "mine", name).GPUs(2).Obj())
 	waitPods(ctx, t, nsG, "the guaranteed pod running", func(p []corev1.Pod) bool { return running(p, "mine") })

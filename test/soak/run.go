@@ -639,14 +639,7 @@ func (s *soak) removeJobs(ctx context.Context) error {
 // the next check, checkEvery later, still sees it.
 func (s *soak) checkLoop(ctx context.Context) {
 	var prev map[string]bool
-	t := time.NewTicker(checkEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, checkEvery, func() {
 		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		vs, err := s.env.CheckInvariants(cctx, s.q)
 		cancel()
@@ -655,7 +648,7 @@ func (s *soak) checkLoop(ctx context.Context) {
 		if err != nil {
 			s.res.Checks.Unavailable++
 			s.mu.Unlock()
-			continue
+			return
 		}
 		seen := map[string]bool{}
 		at := time.Since(s.start)
@@ -670,12 +663,12 @@ func (s *soak) checkLoop(ctx context.Context) {
 		}
 		prev = seen
 		s.mu.Unlock()
-	}
+	})
 }
 
-// sampleLoop measures every Rota process every sampleEvery.
-func (s *soak) sampleLoop(ctx context.Context) {
-	t := time.NewTicker(sampleEvery)
+// every calls fn every d until ctx ends.
+func every(ctx context.Context, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
@@ -683,6 +676,13 @@ func (s *soak) sampleLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		fn()
+	}
+}
+
+// sampleLoop measures every Rota process every sampleEvery.
+func (s *soak) sampleLoop(ctx context.Context) {
+	every(ctx, sampleEvery, func() {
 		for _, p := range s.processes() {
 			if sm, err := s.sample(ctx, p); err == nil {
 				s.mu.Lock()
@@ -690,7 +690,7 @@ func (s *soak) sampleLoop(ctx context.Context) {
 				s.mu.Unlock()
 			}
 		}
-	}
+	})
 }
 
 // Result is what a soak found.
