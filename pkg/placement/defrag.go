@@ -80,6 +80,9 @@ func Defrag(r Request, snap *ledger.Snapshot, o DefragOptions) (DefragPlan, bool
 		if ok && (!found || len(p.Moves) < len(best.Moves) || (len(p.Moves) == len(best.Moves) && p.Cost < best.Cost)) {
 			best, found = p, true
 		}
+		if found && len(best.Moves) == 1 && best.Cost <= 0 {
+			break // nothing can do better, and later nodes lose the tie by name
+		}
 	}
 	return best, found
 }
@@ -136,6 +139,22 @@ func movableUnits(ni *ledger.NodeInfo, gangs map[string][]*ledger.Allocation, o 
 // increasing size, for the cheapest that frees r's room and can be placed
 // elsewhere.
 func defragNode(r Request, snap *ledger.Snapshot, ni *ledger.NodeInfo, units []unit, limit int, o DefragOptions) (DefragPlan, bool) {
+	if !couldFree(r, ni, units) {
+		return DefragPlan{}, false
+	}
+	// Most nodes cannot host r even with every candidate gone.
+	var all []string
+	for _, u := range units {
+		for _, a := range u.allocs {
+			all = append(all, a.PodUID)
+		}
+	}
+	if len(all) == 0 {
+		return DefragPlan{}, false
+	}
+	if _, reason := Fit(r, ni.Without(all...)); reason != nil {
+		return DefragPlan{}, false
+	}
 	var best DefragPlan
 	found := false
 	var chosen []int
@@ -228,4 +247,42 @@ func requestOf(a *ledger.Allocation, ni *ledger.NodeInfo) Request {
 		r.MemoryUnits = int64((a.GPUs[0].MemoryMiB + unit - 1) / unit)
 	}
 	return r
+}
+
+// couldFree is a quick upper bound, without copying the node: whether
+// moving every candidate could free r's GPUs (by count of GPUs that would
+// be idle, or memory on one GPU). Fit on the node without them decides.
+func couldFree(r Request, ni *ledger.NodeInfo, units []unit) bool {
+	slot := map[int]int{}
+	for s, g := range ni.Node.GPUs {
+		slot[g.Index] = s
+	}
+	pods := make([]int, len(ni.Use))
+	mem := make([]MiB, len(ni.Use))
+	for _, u := range units {
+		for _, a := range u.allocs {
+			for _, sh := range a.GPUs {
+				if s, ok := slot[sh.Index]; ok {
+					pods[s]++
+					mem[s] += sh.MemoryMiB
+				}
+			}
+		}
+	}
+	need := r.NeedMiB(ni.Node.MemoryUnitMiB)
+	idle := 0
+	for s, g := range ni.Node.GPUs {
+		if !g.Healthy || !r.modelOK(g.Model) || g.LeakedMiB > 0 {
+			continue
+		}
+		u := ni.Use[s]
+		freed := u.Pods == pods[s] // every allocation on it would go
+		if freed {
+			idle++
+		}
+		if !r.Whole() && g.MemoryMiB >= need && (freed || (!u.Exclusive && g.MemoryMiB-u.UsedMiB+mem[s] >= need)) {
+			return true
+		}
+	}
+	return r.Whole() && idle >= r.GPUs
 }
