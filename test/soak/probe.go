@@ -21,6 +21,10 @@ type proc struct {
 	// base is the listener serving /debug/pprof/; client reaches it.
 	base   string
 	client *http.Client
+	// role says what the replica does now ("leader" or "standby"); nil
+	// for device plugins. A leader holds more (the queue, its informers)
+	// than a standby, so leaks are judged within one role.
+	role func(context.Context) string
 }
 
 // processes lists every running Rota process: both extender replicas, both
@@ -29,10 +33,13 @@ func (s *soak) processes() []proc {
 	plain := &http.Client{Timeout: 3 * time.Second}
 	var out []proc
 	for _, r := range s.env.Extenders {
-		out = append(out, proc{name: r.Pod, pid: r.PID(), base: r.OpsURL, client: plain})
+		out = append(out, proc{name: r.Pod, pid: r.PID(), base: r.OpsURL, client: plain, role: func(ctx context.Context) string {
+			return roleOf(r.Leading(ctx))
+		}})
 	}
 	for i, w := range s.env.Webhooks {
-		out = append(out, proc{name: fmt.Sprintf("rota-admission-%d", i), pid: w.PID(), base: w.URL, client: s.env.WebhookHTTPClient()})
+		out = append(out, proc{name: fmt.Sprintf("rota-admission-%d", i), pid: w.PID(), base: w.URL, client: s.env.WebhookHTTPClient(),
+			role: func(ctx context.Context) string { return roleOf(s.env.WebhookReady(ctx, w), nil) }})
 	}
 	for i := range plugins {
 		if n := s.env.GPUNode(evalkit.NodeName(i)); n != nil && n.Plugin != nil {
@@ -52,6 +59,18 @@ type Sample struct {
 	HeapMiB    float64
 	Goroutines int
 	FDs        int
+	// Role is "leader" or "standby" for the replicated services.
+	Role string `json:",omitempty"`
+}
+
+func roleOf(leading bool, err error) string {
+	switch {
+	case err != nil:
+		return "unknown"
+	case leading:
+		return "leader"
+	}
+	return "standby"
 }
 
 var (
@@ -90,6 +109,9 @@ func (s *soak) sample(ctx context.Context, p proc) (Sample, error) {
 		return sm, err
 	}
 	sm.FDs = len(fds)
+	if p.role != nil {
+		sm.Role = p.role(ctx)
+	}
 	return sm, nil
 }
 

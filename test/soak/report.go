@@ -43,7 +43,8 @@ const (
 type ProcessVerdict struct {
 	Process string
 	// Incarnations is how many PIDs it had (each kill starts a new one);
-	// Judged how many of them spanned two quiet points or more.
+	// Judged how many of its stints (one incarnation in one role) spanned
+	// two quiet points or more.
 	Incarnations, Judged int
 	// SpanMinutes is the longest judged span; HeapGrowthMiB the live heap's
 	// growth over it, HeapMiBPerHour as a rate.
@@ -63,13 +64,28 @@ func (r *Result) judgeLeaks() {
 	}
 	for _, name := range slices.Sorted(maps.Keys(byProc)) {
 		v := ProcessVerdict{Process: name}
-		byPID := map[int][]Sample{}
-		for _, sm := range byProc[name] {
-			byPID[sm.PID] = append(byPID[sm.PID], sm)
+		// An incarnation is a PID; within it, samples are compared only
+		// with those of the same role (a standby that became the leader
+		// holds the queue's state and more goroutines, by design).
+		type stint struct {
+			pid  int
+			role string
 		}
-		v.Incarnations = len(byPID)
-		for _, pid := range slices.Sorted(maps.Keys(byPID)) {
-			ss := byPID[pid]
+		byStint := map[stint][]Sample{}
+		pids := map[int]bool{}
+		for _, sm := range byProc[name] {
+			byStint[stint{sm.PID, sm.Role}] = append(byStint[stint{sm.PID, sm.Role}], sm)
+			pids[sm.PID] = true
+		}
+		v.Incarnations = len(pids)
+		keys := slices.SortedFunc(maps.Keys(byStint), func(a, b stint) int {
+			if a.pid != b.pid {
+				return a.pid - b.pid
+			}
+			return strings.Compare(a.role, b.role)
+		})
+		for _, k := range keys {
+			pid, ss := k.pid, byStint[k]
 			if len(ss) < 2 {
 				continue
 			}
