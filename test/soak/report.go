@@ -161,8 +161,8 @@ func (r *Result) Summary() string {
 		fmt.Fprintf(&b, "Pods failed (their Jobs retried them or failed): %s.\n", strings.Join(parts, ", "))
 	}
 	c := r.Checks
-	fmt.Fprintf(&b, "Invariant checks: %d run every %s, %d while the API server was away, %d partial gangs seen once (between two binds) and gone at the next check; violations: %d.\n",
-		c.Run, checkEvery, c.Unavailable, c.Transient, len(r.Violations))
+	fmt.Fprintf(&b, "Invariant checks: %d run every %s, %d while the API server was away; %d gangs seen partly bound (between two binds), the longest for %.0f s (allowed: %s); violations: %d.\n",
+		c.Run, checkEvery, c.Unavailable, c.Transient, c.LongestPartialGang, partialGangGrace, len(r.Violations))
 	for _, v := range r.Violations {
 		fmt.Fprintf(&b, "- at %.0fs %s: %s\n", v.AtSeconds, v.What, v.Detail)
 	}

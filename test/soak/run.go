@@ -632,13 +632,19 @@ func (s *soak) removeJobs(ctx context.Context) error {
 	return nil
 }
 
+// partialGangGrace is how long a gang may stay partly bound: kube-scheduler
+// binds a gang's members one by one, and when the extender leader or
+// kube-scheduler dies between two binds the rest wait for the new leader
+// and the scheduler's backoff; the extender's gang plan holds their slots
+// for its gang TTL (2 min, the chart's). Longer is a broken gang.
+const partialGangGrace = 2*time.Minute + 30*time.Second
+
 // checkLoop runs the invariant checker every checkEvery. A single reading
 // of the API is one consistent snapshot, so any violation in it counts at
-// once, except a gang partly bound: kube-scheduler binds a gang's members
-// one by one, so a snapshot can fall between two binds; it counts when
-// the next check, checkEvery later, still sees it.
+// once, except a gang partly bound, which counts once it has stayed so for
+// partialGangGrace.
 func (s *soak) checkLoop(ctx context.Context) {
-	var prev map[string]bool
+	partialSince := map[string]time.Time{}
 	every(ctx, checkEvery, func() {
 		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		vs, err := s.env.CheckInvariants(cctx, s.q)
@@ -650,18 +656,31 @@ func (s *soak) checkLoop(ctx context.Context) {
 			s.mu.Unlock()
 			return
 		}
-		seen := map[string]bool{}
 		at := time.Since(s.start)
+		now := time.Now()
+		partial := map[string]bool{}
 		for _, v := range vs {
-			key := string(v.Kind) + " " + v.Object
-			seen[key] = true
-			if v.Kind == "PartialGang" && !prev[key] {
-				s.res.Checks.Transient++
+			if v.Kind != "PartialGang" {
+				s.res.addViolationLocked(at, "invariant "+string(v.Kind), v.Object+": "+v.Message)
 				continue
 			}
-			s.res.addViolationLocked(at, "invariant "+string(v.Kind), v.Object+": "+v.Message)
+			partial[v.Object] = true
+			since, seen := partialSince[v.Object]
+			if !seen {
+				partialSince[v.Object], since = now, now
+				s.res.Checks.Transient++
+			}
+			d := now.Sub(since)
+			s.res.Checks.LongestPartialGang = max(s.res.Checks.LongestPartialGang, d.Round(time.Second).Seconds())
+			if d > partialGangGrace {
+				s.res.addViolationLocked(at, "invariant PartialGang", fmt.Sprintf("%s: %s, for %s", v.Object, v.Message, d.Round(time.Second)))
+			}
 		}
-		prev = seen
+		for k := range partialSince {
+			if !partial[k] {
+				delete(partialSince, k)
+			}
+		}
 		s.mu.Unlock()
 	})
 }
@@ -701,8 +720,14 @@ type Result struct {
 	Faults       []FaultRecord
 	Rolls        []Roll
 	Jobs         struct{ Submitted, Completed, Failed, QueuedWithReason, Refused, Lost int }
-	Checks       struct{ Run, Unavailable, Transient int }
-	Violations   []Violation
+	Checks       struct {
+		Run, Unavailable int
+		// Transient counts gangs seen partly bound; LongestPartialGang is
+		// the longest any stayed so, in seconds.
+		Transient          int
+		LongestPartialGang float64
+	}
+	Violations []Violation
 	// CreateRetries counts Job creations retried (API server away).
 	CreateRetries int
 	PodFailures   map[string]int
