@@ -85,8 +85,10 @@ type kubeletNode struct {
 }
 
 type heldDevices struct {
-	node string
-	ids  map[string][]string // resource -> device IDs
+	node      string
+	namespace string
+	name      string
+	ids       map[string][]string // resource -> device IDs
 }
 
 func newKubelet(client kubernetes.Interface, names contract.Names) *Kubelet {
@@ -310,7 +312,11 @@ func (k *Kubelet) admit(ctx context.Context, n *kubeletNode, pod *corev1.Pod) er
 		n.podRes.add(pod)
 	}
 	a := &PodAllocation{Pod: pod.Namespace + "/" + pod.Name, UID: pod.UID, Node: pod.Spec.NodeName, At: time.Now()}
-	held := heldDevices{node: pod.Spec.NodeName, ids: map[string][]string{}}
+	// As the kubelet's device manager does before each allocation, free
+	// what pods that are no longer active hold: one that ended may not have
+	// been synced yet.
+	k.releaseInactive(pod.Spec.NodeName)
+	held := heldDevices{node: pod.Spec.NodeName, namespace: pod.Namespace, name: pod.Name, ids: map[string][]string{}}
 	type req struct {
 		c   corev1.Container
 		res string
@@ -391,6 +397,31 @@ func (k *Kubelet) fail(ctx context.Context, pod *corev1.Pod, err error) error {
 
 // release frees the pod's devices on its node's stub, and drops the pod
 // from the PodResources list of node (the node it is bound to).
+// releaseInactive releases the devices of node's pods that have ended, are
+// being deleted or are gone.
+func (k *Kubelet) releaseInactive(node string) {
+	if k.lister == nil {
+		return // not started: nothing has been synced
+	}
+	k.mu.Lock()
+	var held []types.UID
+	keys := map[types.UID]types.NamespacedName{}
+	for uid, h := range k.devices {
+		if h.node == node {
+			held = append(held, uid)
+			keys[uid] = types.NamespacedName{Namespace: h.namespace, Name: h.name}
+		}
+	}
+	k.mu.Unlock()
+	for _, uid := range held {
+		key := keys[uid]
+		p, err := k.lister(key.Namespace, key.Name)
+		if (err != nil && apierrors.IsNotFound(err)) || (err == nil && (p.UID != uid || p.DeletionTimestamp != nil || podreq.Terminal(p))) {
+			k.release(uid, node)
+		}
+	}
+}
+
 func (k *Kubelet) release(uid types.UID, node string) {
 	k.mu.Lock()
 	held, ok := k.devices[uid]
