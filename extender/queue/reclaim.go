@@ -55,8 +55,9 @@ func (c *Controller) reclaim(ctx context.Context, in pkgqueue.Input, res pkgqueu
 	victims map[string]*pkgqueue.Victim, victimPods map[string][]*corev1.Pod, now time.Time) {
 	logger := klog.FromContext(ctx)
 	vs := make([]pkgqueue.Victim, 0, len(victims))
+	snap := c.snapshot() // once per pass, not per victim
 	for _, v := range victims {
-		vs = append(vs, c.stopCost(logger, *v, victimPods[v.Key], in.Config, now))
+		vs = append(vs, c.stopCost(logger, *v, victimPods[v.Key], in.Config, snap, now))
 	}
 	keys := make([]string, 0, len(res.Waiting))
 	for k, st := range res.Waiting {
@@ -120,10 +121,9 @@ func (c *Controller) reclaim(ctx context.Context, in pkgqueue.Input, res pkgqueu
 // stopCost fills a victim's LostWork (its pods' GPUs times the time since
 // their last checkpoints) and Young (some pod inside its minimum runtime).
 // A pod's unreadable declaration counts as not made, and is logged.
-func (c *Controller) stopCost(logger klog.Logger, v pkgqueue.Victim, pods []*corev1.Pod, cfg quota.Config, now time.Time) pkgqueue.Victim {
+func (c *Controller) stopCost(logger klog.Logger, v pkgqueue.Victim, pods []*corev1.Pod, cfg quota.Config, snap *ledger.Snapshot, now time.Time) pkgqueue.Victim {
 	p := c.o.StopCost
 	p.TeamMinRuntime = cfg.TeamMinRuntime(v.Team)
-	snap := c.snapshot()
 	for _, pod := range pods {
 		f, err := podreq.StopFacts(pod, c.o.Names)
 		if err != nil {
