@@ -261,6 +261,10 @@ func (s *soak) load(ctx context.Context, seg int, end time.Time) {
 func (s *soak) submit(ctx context.Context, j evaluate.Job, seg int) {
 	ns := namespace(j.Team)
 	obj := evalkit.Object(j, ns, evalkit.Shape{Shares: true, GangLabels: true}, "soak", s.env.Names)
+	// As jobs on a cluster with faults do, a pod that fails is retried a
+	// few times; every failure is still counted by reason in the report.
+	retries := int32(3)
+	obj.Spec.BackoffLimit = &retries
 	for try := 0; ; try++ {
 		cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		_, err := s.env.Client.BatchV1().Jobs(ns).Create(cctx, obj, metav1.CreateOptions{})
