@@ -117,15 +117,23 @@ func (s *existingStack) shape() evalkit.Shape {
 }
 
 // stop deletes the namespaces it made (their Jobs and pods with them) and
-// waits up to a minute for them to go.
+// waits up to three minutes for them to go. Its pods only sleep, so they are
+// deleted first with a one-second grace: the namespace controller otherwise
+// waits out each pod's default grace (30 s) before it looks again, and a
+// namespace with running pods takes about a minute to go.
 func (s *existingStack) stop() error {
 	if s.c == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var errs []error
+	grace := int64(1)
 	for _, ns := range s.created {
+		err := s.c.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &grace}, metav1.ListOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
 		if err := s.c.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, err)
 		}
