@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -111,6 +113,10 @@ func Run(ctx context.Context, d Deps) error {
 		if sock := cfg.PodResourcesSocket; sock != "" {
 			// Tells apart same-shape pods the kubelet admits in one batch.
 			matcher.SetPodLister(func(ctx context.Context) ([]handoff.PodDevices, error) { return podwatch.List(ctx, sock) })
+			// Reads a pod the kubelet admits before the informer has it.
+			matcher.SetPodGetter(func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+				return d.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			})
 		}
 		ensureShareDaemons(ctx, daemons, matcher)
 		wg.Go(func() { runLeaks(ctx, cfg, d.Backend, state, matcher, d.Client, cfg.NodeName, d.Metrics) })

@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"k8s.io/apimachinery/pkg/util/wait"
 )
@@ -23,6 +27,65 @@ func (m *Matcher) SetPodLister(l PodLister) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.lister = l
+}
+
+// PodGetter reads one pod from the API server.
+type PodGetter func(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+
+// SetPodGetter lets the matcher read from the API server a pod the kubelet
+// is admitting that its informer has not delivered yet. The kubelet learns
+// of a pod from its own watch; after a broken watch (an API server restart)
+// the plugin's informer can relist seconds later than the kubelet, and
+// without this the kubelet's admission fails with UnexpectedAdmissionError.
+// nil turns it off. Call before serving.
+func (m *Matcher) SetPodGetter(g PodGetter) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.getter = g
+}
+
+// refreshEvery is how often one wait reads missing pods from the API
+// server; refreshMax bounds the pods read at once.
+const (
+	refreshEvery = time.Second
+	refreshMax   = 8
+)
+
+// refresh reads the pods the kubelet's list names that the matcher does not
+// know (the informer only holds pods bound to this node, and the kubelet
+// lists only those), and records those bound to this node. It returns how many
+// it recorded. The pod read is the API server's, as authoritative as the
+// informer's; a later informer event overwrites it.
+func (m *Matcher) refresh(ctx context.Context, get PodGetter, a *admission) int {
+	if !a.usable() {
+		return 0
+	}
+	m.mu.Lock()
+	known := make(map[string]bool, len(m.pods))
+	for _, e := range m.pods {
+		known[e.key] = true
+	}
+	m.mu.Unlock()
+	var missing []string
+	for key := range a.pods {
+		if !known[key] {
+			missing = append(missing, key)
+		}
+	}
+	slices.Sort(missing)
+	got := 0
+	for _, key := range missing[:min(len(missing), refreshMax)] {
+		ns, name, _ := strings.Cut(key, "/")
+		gctx, cancel := context.WithTimeout(ctx, listTimeout)
+		pod, err := get(gctx, ns, name)
+		cancel()
+		if err != nil || pod.Spec.NodeName != m.node {
+			continue
+		}
+		m.Upsert(pod)
+		got++
+	}
+	return got
 }
 
 // listTimeout bounds one PodResources List call; listTries and listBackoff

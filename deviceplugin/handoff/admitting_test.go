@@ -3,6 +3,7 @@ package handoff
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -273,5 +274,91 @@ func TestPodResourcesListedWithoutTheLock(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Allocate hung: PodResources was listed with the matcher's lock held")
+	}
+}
+
+// apiServer is a PodGetter over a fixed set of pods, counting reads.
+type apiServer struct {
+	pods  map[string]*corev1.Pod // by namespace/name
+	reads atomic.Int32
+}
+
+func (s *apiServer) get(_ context.Context, ns, name string) (*corev1.Pod, error) {
+	s.reads.Add(1)
+	if p, ok := s.pods[ns+"/"+name]; ok {
+		return p.DeepCopy(), nil
+	}
+	return nil, errors.New("not found")
+}
+
+func TestPodResourcesReadsAMissingPodFromTheAPIServer(t *testing.T) {
+	// After a broken watch the informer never delivers c while the kubelet
+	// admits it (it is the only pod asking for 8 whole GPUs). Without a
+	// getter the wait runs out and the kubelet fails the pod; with one, the
+	// matcher reads c from the API server and grants its devices.
+	c := pod("c", 3, container(names.GPU, 2, false), assigned(true, 81920, 2, 3))
+	api := &apiServer{pods: map[string]*corev1.Pod{"ns/c": c,
+		"ns/elsewhere": pod("elsewhere", 4, func(p *corev1.Pod) { p.Spec.NodeName = "other" })}}
+	avail := []string{uuid(0), uuid(1), uuid(2), uuid(3)}
+	kubelet := func() *fakeKubelet {
+		return &fakeKubelet{pods: []PodDevices{
+			listed("running", names.GPU, map[string][]string{"c0": {uuid(0)}}),
+			listed("c", names.GPU, nil), listed("elsewhere", names.GPU, nil), listed("gone", names.GPU, nil)}}
+	}
+	newMatcher := func(k *fakeKubelet) *Matcher {
+		m := NewMatcher(node, names, 1024)
+		m.Upsert(pod("running", 1, container(names.GPU, 1, false), assigned(true, 81920, 0), phase(corev1.PodRunning)))
+		m.SetPodLister(k.list)
+		return m
+	}
+
+	m := newMatcher(kubelet())
+	if _, err := m.Preferred(context.Background(), KindGPU, avail, nil, 2, 50*time.Millisecond); !errors.Is(err, ErrNoMatch) {
+		t.Fatalf("without a getter Preferred = %v, want ErrNoMatch", err)
+	}
+
+	m = newMatcher(kubelet())
+	m.SetPodGetter(api.get)
+	pref, err := m.Preferred(context.Background(), KindGPU, avail, nil, 2, 3*time.Second)
+	if err != nil || pref.Pod != "ns/c" || !slices.Equal(pref.IDs, []string{uuid(2), uuid(3)}) {
+		t.Fatalf("Preferred = %+v, %v; want c's GPUs read from the API server", pref, err)
+	}
+	// running is known (not read); c, elsewhere and gone are read once.
+	if got := api.reads.Load(); got != 3 {
+		t.Errorf("API reads = %d, want 3 (the pods the matcher did not know)", got)
+	}
+	g, err := m.Allocate(context.Background(), KindGPU, pref.IDs, time.Second)
+	if err != nil || g.Pod != "ns/c" {
+		t.Fatalf("Allocate = %+v, %v", g, err)
+	}
+	// A pod the API server places on another node is not recorded.
+	m.mu.Lock()
+	for _, e := range m.pods {
+		if e.key == "ns/elsewhere" {
+			t.Error("a pod bound to another node was recorded")
+		}
+	}
+	m.mu.Unlock()
+}
+
+func TestPodResourcesAPIReadsAreBounded(t *testing.T) {
+	// A kubelet listing many unknown pods, none of which asks for the
+	// request: at most refreshMax reads a second, and the wait still ends.
+	k := &fakeKubelet{}
+	for i := range 40 {
+		k.pods = append(k.pods, listed(fmt.Sprintf("p%02d", i), names.GPU, nil))
+	}
+	api := &apiServer{pods: map[string]*corev1.Pod{}}
+	m := NewMatcher(node, names, 1024)
+	m.SetPodLister(k.list)
+	m.SetPodGetter(api.get)
+	start := time.Now()
+	_, err := m.Preferred(context.Background(), KindGPU, []string{uuid(0)}, nil, 1, 1500*time.Millisecond)
+	if !errors.Is(err, ErrNoMatch) {
+		t.Fatalf("Preferred = %v, want ErrNoMatch", err)
+	}
+	secs := int32(time.Since(start)/refreshEvery) + 1
+	if got := api.reads.Load(); got > secs*refreshMax {
+		t.Errorf("%d API reads in %v, want at most %d a second", got, time.Since(start), refreshMax)
 	}
 }

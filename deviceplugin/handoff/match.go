@@ -226,16 +226,19 @@ func (m *Matcher) pickLocked(e *entry, k Kind, avail map[string]bool, mustInclud
 // waitLocked runs try under the lock until it reports done or the wait
 // (bounded by ctx) runs out, re-running it after every pod update. When try
 // asks for the kubelet's PodResources list (errNeedAdmission), it is fetched
-// once, without the lock, and try runs again at once. It returns try's last
-// error.
+// once, without the lock, and try runs again at once. When try finds no pod
+// and a PodGetter is set, the pods the kubelet lists that the informer has
+// not shown pending are read from the API server, at most once a second
+// (refresh). It returns try's last error.
 func (m *Matcher) waitLocked(ctx context.Context, wait time.Duration, try func(*admission) (bool, error)) error {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	var a admission
+	var refreshed time.Time
 	for {
 		m.mu.Lock()
 		done, err := try(&a)
-		ch, lister := m.changed, m.lister
+		ch, lister, getter := m.changed, m.lister, m.getter
 		m.mu.Unlock()
 		if errors.Is(err, errNeedAdmission) && !a.fetched {
 			a.fetch(ctx, lister)
@@ -244,8 +247,18 @@ func (m *Matcher) waitLocked(ctx context.Context, wait time.Duration, try func(*
 		if done || err == nil {
 			return err
 		}
+		if getter != nil && lister != nil && time.Since(refreshed) >= refreshEvery {
+			refreshed = time.Now()
+			if !a.fetched {
+				a.fetch(ctx, lister)
+			}
+			if m.refresh(ctx, getter, &a) > 0 {
+				continue
+			}
+		}
 		select {
 		case <-ch:
+		case <-time.After(refreshEvery):
 		case <-timer.C:
 			return err
 		case <-ctx.Done():

@@ -33,6 +33,7 @@ type Matcher struct {
 	seq     uint64
 	changed chan struct{} // closed and replaced on every update
 	lister  PodLister     // the kubelet's PodResources List; nil when unavailable
+	getter  PodGetter     // reads a pod from the API server; nil when unavailable
 }
 
 // entry is one pod bound to the node.
