@@ -149,7 +149,12 @@ func Run(ctx context.Context, d Deps) error {
 	for _, p := range plugins {
 		p.SetContainers(conts)
 	}
-	err = server.NewManager(cfg.DevicePluginDir, cfg.KubeletPoll, d.Metrics, plugins...).Run(ctx)
+	mgr := server.NewManager(cfg.DevicePluginDir, cfg.KubeletPoll, d.Metrics, plugins...)
+	if d.Client != nil {
+		err = serveUnlessDRA(ctx, newDRACheck(cfg, d.Client, names, uuids), cfg.DRACheck, mgr.Run)
+	} else {
+		err = mgr.Run(ctx)
+	}
 	cancel()
 	return err
 }

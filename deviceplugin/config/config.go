@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/dra"
 )
 
 // Backend names the GPU discovery backend.
@@ -75,6 +76,13 @@ type Config struct {
 	// AllocateWait bounds how long Allocate waits for the pod informer to
 	// show a matching pod (the kubelet can see a binding before we do).
 	AllocateWait time.Duration `json:"allocateWait"`
+
+	// DRAGPUDrivers are the Dynamic Resource Allocation drivers whose
+	// devices are GPUs; DRACheck is how often the plugin checks whether
+	// DRA manages this node's GPUs (pkg/dra), and while it does, the plugin
+	// does not advertise them to the kubelet.
+	DRAGPUDrivers []string      `json:"draGPUDrivers"`
+	DRACheck      time.Duration `json:"draCheck"`
 
 	// MetricsListen is the Prometheus listen address; empty disables it.
 	MetricsListen string `json:"metricsListen,omitempty"`
@@ -154,6 +162,8 @@ func Default() Config {
 		RecoveryQuiet:       5 * time.Minute,
 		KubeletPoll:         500 * time.Millisecond,
 		AllocateWait:        5 * time.Second,
+		DRAGPUDrivers:       []string{"gpu.nvidia.com"},
+		DRACheck:            30 * time.Second,
 		MetricsListen:       "127.0.0.1:9400",
 		MPSBinary:           "nvidia-cuda-mps-control",
 		MPSRoot:             "/run/rota/mps",
@@ -200,10 +210,14 @@ func (c Config) Validate() error {
 	}
 	for name, d := range map[string]time.Duration{
 		"health-interval": c.HealthInterval, "kubelet-poll": c.KubeletPoll, "allocate-wait": c.AllocateWait,
+		"dra-check": c.DRACheck,
 	} {
 		if d <= 0 {
 			add(name, "%s is not positive", d)
 		}
+	}
+	if _, err := dra.ParseDrivers(strings.Join(c.DRAGPUDrivers, ",")); err != nil {
+		add("dra-gpu-drivers", "%v", err)
 	}
 	if c.RecoveryQuiet < 0 {
 		add("recovery-quiet", "%s is negative", c.RecoveryQuiet)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +29,7 @@ import (
 
 	"github.com/rota-sched/rota/extender/binder"
 	"github.com/rota-sched/rota/extender/config"
+	"github.com/rota-sched/rota/extender/dra"
 	"github.com/rota-sched/rota/extender/metrics"
 	"github.com/rota-sched/rota/extender/queue"
 	"github.com/rota-sched/rota/extender/remediation"
@@ -36,6 +38,7 @@ import (
 	"github.com/rota-sched/rota/extender/state"
 	"github.com/rota-sched/rota/extender/ui"
 	"github.com/rota-sched/rota/pkg/contract"
+	pkgdra "github.com/rota-sched/rota/pkg/dra"
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/placement"
 	"github.com/rota-sched/rota/pkg/podreq"
@@ -202,6 +205,9 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 		return nil, err
 	}
 	a.addMetrics(hub, workload)
+	if err := a.addDRA(ctx, cfg, names, hub); err != nil {
+		return nil, err
+	}
 
 	b := binder.New(client, names, cfg.APITimeout)
 	b.OnConflict = a.metrics.BindConflicts.Inc
@@ -565,6 +571,7 @@ type events struct {
 	serving     func() bool
 	extender    *scheduling.Extender
 	remediation *remediation.Controller // nil when remediation is off
+	dra         *dra.Watch              // nil when the API server does not serve DRA
 	podFailures *prometheus.CounterVec
 	recorder    record.EventRecorder
 	names       contract.Names
@@ -599,9 +606,20 @@ func (h *events) podFailed(node string) {
 	}
 }
 
-// adjust lets remediation take quarantined and recovering GPUs out of
-// placement.
+// adjust closes a node whose GPUs DRA manages and lets remediation take
+// quarantined and recovering GPUs out of placement.
 func (h *events) adjust(n *topology.Node) *topology.Node {
+	if h.dra != nil {
+		uuids := make([]string, len(n.GPUs))
+		for i, g := range n.GPUs {
+			uuids[i] = g.UUID
+		}
+		if why := h.dra.Why(n.Name, uuids); why != "" {
+			c := *n
+			c.Closed = strings.TrimPrefix(n.Closed+"; "+why, "; ")
+			n = &c
+		}
+	}
 	if h.remediation == nil {
 		return n
 	}
@@ -609,6 +627,33 @@ func (h *events) adjust(n *topology.Node) *topology.Node {
 }
 
 func (h *events) gangsWaiting() int { return h.extender.GangsWaiting() }
+
+// addDRA watches DRA's ResourceSlices and DeviceClasses, where the API
+// server serves them, so that nodes whose GPUs DRA manages take no GPU
+// work from Rota (extender/dra).
+func (a *App) addDRA(ctx context.Context, cfg config.Config, names contract.Names, hub *events) error {
+	logger := klog.FromContext(ctx)
+	served, err := dra.Served(a.client.Discovery())
+	switch {
+	case err != nil:
+		return err
+	case !served:
+		logger.Info("The API server does not serve " + dra.GroupVersion + " ResourceSlices and DeviceClasses; no node is DRA-managed")
+		return nil
+	}
+	rules := pkgdra.Rules{GPUDrivers: cfg.DRAGPUDrivers, Resources: []string{names.GPU, names.GPUMemory}}
+	hub.dra, err = dra.New(ctx, a.nodeFactory, rules, func(nodes []string) {
+		for _, n := range nodes {
+			a.cache.Reapply(n)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	a.cache.AlsoWaitFor(hub.dra.HasSynced)
+	logger.Info("Watching DRA ResourceSlices and DeviceClasses", "gpuDrivers", cfg.DRAGPUDrivers)
+	return nil
+}
 
 // quotaSource returns the quota configuration's reader: the ConfigMap's
 // informer when one is named (started with the other informers), else no

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/dra"
 	"github.com/rota-sched/rota/pkg/placement"
 	"github.com/rota-sched/rota/pkg/topology"
 )
@@ -107,6 +108,10 @@ type Config struct {
 	// pod's own annotation may ask (its team's applies anyway).
 	DefaultCheckpointInterval time.Duration `json:"defaultCheckpointInterval"`
 	MaxPodMinRuntime          time.Duration `json:"maxPodMinRuntime"`
+	// DRAGPUDrivers are the Dynamic Resource Allocation drivers whose
+	// devices are GPUs: a node with their ResourceSlices takes no GPU work
+	// from Rota (pkg/dra).
+	DRAGPUDrivers []string `json:"draGPUDrivers"`
 	// ExpireInterval is how often reservations are expired; CheckInterval
 	// how often the ledger's invariants are checked.
 	ExpireInterval time.Duration `json:"expireInterval"`
@@ -145,6 +150,7 @@ func Default() Config {
 		GangTTL:                   2 * time.Minute,
 		MaxPreemptibleGangSize:    8,
 		DefaultCheckpointInterval: 30 * time.Minute,
+		DRAGPUDrivers:             []string{"gpu.nvidia.com"},
 		ExpireInterval:            time.Second,
 		CheckInterval:             30 * time.Second,
 		DebugPods:                 10000,
@@ -260,6 +266,9 @@ func (c Config) Validate() error {
 	}
 	if c.DefaultCheckpointInterval < 0 {
 		add("default-checkpoint-interval: %v is negative", c.DefaultCheckpointInterval)
+	}
+	if _, err := dra.ParseDrivers(strings.Join(c.DRAGPUDrivers, ",")); err != nil {
+		add("dra-gpu-drivers: %w", err)
 	}
 	if c.MaxPodMinRuntime < 0 {
 		add("max-pod-min-runtime: %v is negative", c.MaxPodMinRuntime)

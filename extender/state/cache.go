@@ -126,6 +126,8 @@ type Cache struct {
 	// assignment closed the node (closeFor).
 	closed map[string]map[string]string
 	now    func() time.Time
+	// extraSynced: see AlsoWaitFor.
+	extraSynced []cache.InformerSynced
 	// defaultRuntime: see Options.DefaultRuntime.
 	defaultRuntime time.Duration
 
@@ -192,12 +194,32 @@ func (c *Cache) Ledger() *ledger.Ledger { return c.ledger }
 // Ready reports whether both informers have synced and the handlers have
 // applied their initial lists to the ledger (the ledger is rebuilt).
 func (c *Cache) Ready() bool {
-	return c.nodes.HasSynced() && c.pods.HasSynced() && c.nodeReg.HasSynced() && c.podReg.HasSynced()
+	for _, f := range c.synced() {
+		if !f() {
+			return false
+		}
+	}
+	return true
 }
 
 // WaitReady blocks until Ready or ctx ends; it reports Ready.
 func (c *Cache) WaitReady(ctx context.Context) bool {
-	return cache.WaitForCacheSync(ctx.Done(), c.nodes.HasSynced, c.pods.HasSynced, c.nodeReg.HasSynced, c.podReg.HasSynced)
+	return cache.WaitForCacheSync(ctx.Done(), c.synced()...)
+}
+
+// AlsoWaitFor makes Ready wait for more sources that adjust nodes (through
+// Options.Adjust and Reapply) to have synced too. Call before the
+// informers start.
+func (c *Cache) AlsoWaitFor(synced ...cache.InformerSynced) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.extraSynced = append(c.extraSynced, synced...)
+}
+
+func (c *Cache) synced() []cache.InformerSynced {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]cache.InformerSynced{c.nodes.HasSynced, c.pods.HasSynced, c.nodeReg.HasSynced, c.podReg.HasSynced}, c.extraSynced...)
 }
 
 // Stats returns the problem counters.

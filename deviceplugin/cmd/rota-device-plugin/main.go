@@ -22,6 +22,7 @@ import (
 	"github.com/rota-sched/rota/deviceplugin/app"
 	"github.com/rota-sched/rota/deviceplugin/config"
 	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/dra"
 	"github.com/rota-sched/rota/pkg/version"
 )
 
@@ -62,6 +63,12 @@ func parseFlags(fs *flag.FlagSet, args []string) (config.Config, error) {
 	fs.DurationVar(&c.RecoveryQuiet, "recovery-quiet", c.RecoveryQuiet, "quiet time before an unhealthy GPU that probes fine is healthy again")
 	fs.DurationVar(&c.KubeletPoll, "kubelet-poll", c.KubeletPoll, "period of the kubelet socket check (restart detection)")
 	fs.DurationVar(&c.AllocateWait, "allocate-wait", c.AllocateWait, "how long Allocate waits for the pod informer to show the pod")
+	fs.Func("dra-gpu-drivers", "comma-separated DRA drivers whose devices are GPUs (default gpu.nvidia.com): while this node has their ResourceSlices, its GPUs are not advertised", func(v string) error {
+		ds, err := dra.ParseDrivers(v)
+		c.DRAGPUDrivers = ds
+		return err
+	})
+	fs.DurationVar(&c.DRACheck, "dra-check", c.DRACheck, "how often to check whether DRA manages this node's GPUs")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", c.MetricsListen, "Prometheus listen address; empty disables")
 	fs.BoolVar(&c.Profiling, "profiling", c.Profiling, "serve Go runtime profiles under /debug/pprof/ on --metrics-listen, beside /metrics (needs --metrics-listen)")
 	fs.BoolVar(&c.MPS, "mps", c.MPS, "run a CUDA MPS control daemon for every GPU that holds memory shares (enforces their memory limit)")

@@ -20,6 +20,7 @@ import (
 	"github.com/rota-sched/rota/extender/app"
 	"github.com/rota-sched/rota/extender/config"
 	"github.com/rota-sched/rota/extender/remediation"
+	"github.com/rota-sched/rota/pkg/dra"
 	"github.com/rota-sched/rota/pkg/placement"
 	pkgremediation "github.com/rota-sched/rota/pkg/remediation"
 	"github.com/rota-sched/rota/pkg/version"
@@ -93,6 +94,11 @@ func parseFlags(args []string) (config.Config, remediation.Config, error) {
 	fs.IntVar(&cfg.MaxPreemptibleGangSize, "max-preemptible-gang-size", cfg.MaxPreemptibleGangSize, "members of larger gangs are never preempted")
 	fs.DurationVar(&cfg.DefaultCheckpointInterval, "default-checkpoint-interval", cfg.DefaultCheckpointInterval, "checkpoint interval assumed for a running pod that declares none, when reclaim weighs the work a stop loses (0: such a pod loses its whole run)")
 	fs.DurationVar(&cfg.MaxPodMinRuntime, "max-pod-min-runtime", cfg.MaxPodMinRuntime, "the longest minimum runtime a pod's own example.com/min-runtime annotation may ask; its team's minRuntime applies anyway (0: pods cannot ask)")
+	fs.Func("dra-gpu-drivers", "comma-separated DRA drivers whose devices are GPUs (default gpu.nvidia.com): nodes with their ResourceSlices take no GPU work from Rota", func(v string) error {
+		ds, err := dra.ParseDrivers(v)
+		cfg.DRAGPUDrivers = ds
+		return err
+	})
 	fs.DurationVar(&cfg.ExpireInterval, "expire-interval", cfg.ExpireInterval, "how often expired reservations are released")
 	fs.DurationVar(&cfg.CheckInterval, "check-interval", cfg.CheckInterval, "how often the ledger invariants are checked")
 	fs.IntVar(&cfg.DebugPods, "debug-pods", cfg.DebugPods, "pods whose recent decisions /debug/pods keeps")
