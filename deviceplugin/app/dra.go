@@ -36,7 +36,7 @@ type draCheck struct {
 
 func newDRACheck(cfg config.Config, client kubernetes.Interface, names contract.Names, uuids []string) *draCheck {
 	return &draCheck{client: client, node: cfg.NodeName, uuids: uuids,
-		rules: dra.Rules{GPUDrivers: cfg.DRAGPUDrivers, Resources: []string{names.GPU, names.GPUMemory}}}
+		rules: dra.NewRules(cfg.DRAGPUDrivers, names)}
 }
 
 func (c *draCheck) why(ctx context.Context) (string, error) {

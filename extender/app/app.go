@@ -610,11 +610,7 @@ func (h *events) podFailed(node string) {
 // quarantined and recovering GPUs out of placement.
 func (h *events) adjust(n *topology.Node) *topology.Node {
 	if h.dra != nil {
-		uuids := make([]string, len(n.GPUs))
-		for i, g := range n.GPUs {
-			uuids[i] = g.UUID
-		}
-		if why := h.dra.Why(n.Name, uuids); why != "" {
+		if why := h.dra.Why(n.Name, pkgdra.UUIDs(n)); why != "" {
 			c := *n
 			c.Closed = strings.TrimPrefix(n.Closed+"; "+why, "; ")
 			n = &c
@@ -641,12 +637,11 @@ func (a *App) addDRA(ctx context.Context, cfg config.Config, names contract.Name
 		logger.Info("The API server does not serve " + dra.GroupVersion + " ResourceSlices and DeviceClasses; no node is DRA-managed")
 		return nil
 	}
-	rules := pkgdra.Rules{GPUDrivers: cfg.DRAGPUDrivers, Resources: []string{names.GPU, names.GPUMemory}}
-	hub.dra, err = dra.New(ctx, a.nodeFactory, rules, func(nodes []string) {
+	hub.dra, err = dra.New(ctx, a.nodeFactory, pkgdra.NewRules(cfg.DRAGPUDrivers, names), func(nodes []string) {
 		for _, n := range nodes {
 			a.cache.Reapply(n)
 		}
-	})
+	}, func(node string) { hub.extender.NodeOpened(ctx, node) })
 	if err != nil {
 		return err
 	}

@@ -34,6 +34,7 @@ type Watch struct {
 	slices  cache.SharedIndexInformer
 	classes cache.SharedIndexInformer
 	logger  klog.Logger
+	opened  func(node string)
 
 	sliceReg, classReg cache.ResourceEventHandlerRegistration
 
@@ -62,9 +63,10 @@ func Served(d discovery.DiscoveryInterface) (bool, error) {
 
 // New wires the watch onto factory's ResourceSlice and DeviceClass
 // informers (start the factory afterwards). changed is called, from the
-// informers' handlers, with the nodes whose answer may have changed.
-func New(ctx context.Context, factory informers.SharedInformerFactory, rules pkgdra.Rules, changed func(nodes []string)) (*Watch, error) {
-	w := &Watch{rules: rules, logger: klog.FromContext(ctx).WithName("dra"), last: map[string]string{},
+// informers' handlers, with the nodes whose answer may have changed;
+// opened, when not nil, by Why with a node DRA no longer manages.
+func New(ctx context.Context, factory informers.SharedInformerFactory, rules pkgdra.Rules, changed func(nodes []string), opened func(node string)) (*Watch, error) {
+	w := &Watch{rules: rules, logger: klog.FromContext(ctx).WithName("dra"), last: map[string]string{}, opened: opened,
 		slices:  factory.Resource().V1().ResourceSlices().Informer(),
 		classes: factory.Resource().V1().DeviceClasses().Informer()}
 	if err := w.slices.AddIndexers(cache.Indexers{nodeIndex: func(obj any) ([]string, error) {
@@ -147,6 +149,9 @@ func (w *Watch) Why(node string, uuids []string) string {
 		w.logger.Info("Node's GPUs are managed by DRA; Rota places no GPU work there", "node", node, "reason", why)
 	case why == "" && prev != "":
 		w.logger.Info("Node's GPUs are no longer managed by DRA; Rota places GPU work there again", "node", node)
+		if w.opened != nil {
+			w.opened(node)
+		}
 	}
 	return why
 }

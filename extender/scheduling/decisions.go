@@ -110,6 +110,26 @@ func (l *decisionLog) get(key string, now time.Time) []Decision {
 	return slices.Clone(en.decisions)
 }
 
+// refusedFor returns the pods (namespace/name) whose latest decision is a
+// filter that fit no node with code among its reasons, most recently
+// decided first, at most max of them.
+func (l *decisionLog) refusedFor(code placement.Code, now time.Time, max int) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for el := l.ll.Front(); el != nil && len(out) < max; el = el.Next() {
+		en := el.Value.(*decisionEntry)
+		if now.Sub(en.updated) > l.ttl || len(en.decisions) == 0 {
+			continue
+		}
+		d := en.decisions[len(en.decisions)-1]
+		if d.Verb == "filter" && d.Outcome == "nofit" && slices.ContainsFunc(d.Reasons, func(r placement.ReasonCount) bool { return r.Code == code }) {
+			out = append(out, en.key)
+		}
+	}
+	return out
+}
+
 // shouldEmit reports whether a refusal event with msg is due for the pod:
 // the message changed, or a minute passed since the last one.
 func (l *decisionLog) shouldEmit(key, msg string, now time.Time) bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -159,6 +160,22 @@ func (e *Extender) GangsWaiting() int { return e.gangs.waitingCount() }
 // Released is the cache's OnRelease hook: GPUs came free, so gangs that
 // wait for room are touched to make kube-scheduler retry them now.
 func (e *Extender) Released(_ []ledger.Allocation) { e.gangs.retryWaiting() }
+
+// NodeOpened is told that a closed node takes GPU work again (DRA no
+// longer manages its GPUs). The pods the filter refused while nodes were
+// closed wait in kube-scheduler's unschedulable queue, which nothing about
+// the node's object ends (it did not change), for up to five minutes: the
+// latest 100 of them that are still unbound are touched now.
+func (e *Extender) NodeOpened(ctx context.Context, node string) {
+	var refs []podRef
+	for _, key := range e.decisions.refusedFor(placement.Closed, e.now(), 100) {
+		ns, name, _ := strings.Cut(key, "/")
+		if p, ok := e.cache.Pod(ns, name); ok && p.Spec.NodeName == "" && p.DeletionTimestamp == nil {
+			refs = append(refs, podRef{Namespace: ns, Name: name, UID: p.UID})
+		}
+	}
+	e.touch(ctx, refs, "node "+node+" takes GPU work again")
+}
 
 // Run expires reservations every expire interval and checks the ledger's
 // invariants every check interval until ctx ends; then it waits for the

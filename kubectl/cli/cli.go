@@ -19,6 +19,7 @@ import (
 
 	"github.com/rota-sched/rota/kubectl/report"
 	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/dra"
 	"github.com/rota-sched/rota/pkg/topology"
 )
 
@@ -52,6 +53,7 @@ type options struct {
 	dryRun        bool
 	wait          time.Duration
 	team          string
+	draDrivers    string
 }
 
 const usage = `kubectl rota explains Rota's GPU scheduling.
@@ -105,6 +107,7 @@ func Run(ctx context.Context, args []string, env Env) error {
 	fs.StringVar(&o.gang, "gang", "", "why: explain this gang instead of a pod")
 	fs.StringVar(&o.node, "node", "", "ledger: the node; top gpus: only this node")
 	fs.StringVar(&o.team, "team", "", "queue: only this team's queue")
+	fs.StringVar(&o.draDrivers, "dra-gpu-drivers", "gpu.nvidia.com", "DRA drivers whose devices are GPUs, comma-separated (as the chart's dra.gpuDrivers): their nodes take no GPU work from Rota")
 	fs.StringVar(&o.color, "color", "auto", "colour: auto (a terminal and NO_COLOR unset), always or never")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "release: say what would be released; write nothing")
 	fs.DurationVar(&o.wait, "wait", 0, "release: wait up to this long (1m when given without a value) until rota-extender has cleared the quarantine")
@@ -147,8 +150,12 @@ func Run(ctx context.Context, args []string, env Env) error {
 	if o.memoryUnitMiB <= 0 {
 		return fmt.Errorf("--memory-unit-mib=%d: must be positive", o.memoryUnitMiB)
 	}
+	drivers, err := dra.ParseDrivers(o.draDrivers)
+	if err != nil {
+		return fmt.Errorf("--dra-gpu-drivers: %w", err)
+	}
 	ro := report.Options{Names: names, MemoryUnitMiB: contract.MiB(o.memoryUnitMiB), Tiers: topology.DefaultLabels(names),
-		QuotaKey: o.quotaKey, QuotaSource: "ConfigMap " + o.rotaNamespace + "/" + o.quotaCM}
+		QuotaKey: o.quotaKey, QuotaSource: "ConfigMap " + o.rotaNamespace + "/" + o.quotaCM, DRAGPUDrivers: drivers}
 
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
 	if err := checkArgs(cmd, rest, o); err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -65,6 +66,25 @@ func (f *fetcher) input(ctx context.Context, n need) (report.Input, error) {
 		return l.Items, l.Continue, nil
 	}, metav1.ListOptions{}); err != nil {
 		return in, fmt.Errorf("list pods in all namespaces: %w", err)
+	}
+	// DRA: nodes whose GPUs a DRA driver publishes take no GPU work from
+	// Rota. A cluster that does not serve resource.k8s.io/v1 has none.
+	if in.ResourceSlices, err = list(ctx, func(o metav1.ListOptions) ([]resourcev1.ResourceSlice, string, error) {
+		l, err := f.cs.ResourceV1().ResourceSlices().List(ctx, o)
+		if err != nil {
+			return nil, "", err
+		}
+		return l.Items, l.Continue, nil
+	}, metav1.ListOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		fmt.Fprintf(f.warn, "warning: list ResourceSlices: %v; nodes whose GPUs DRA manages are not told apart\n", err)
+	}
+	if len(in.ResourceSlices) > 0 {
+		l, err := f.cs.ResourceV1().DeviceClasses().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			fmt.Fprintf(f.warn, "warning: list DeviceClasses: %v\n", err)
+		} else {
+			in.DeviceClasses = l.Items
+		}
 	}
 	if n.namespaces {
 		l, err := core.Namespaces().List(ctx, metav1.ListOptions{})

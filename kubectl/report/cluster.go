@@ -8,9 +8,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/dra"
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/podreq"
 	"github.com/rota-sched/rota/pkg/quota"
@@ -30,6 +32,10 @@ type Input struct {
 	// QuotaError, when set, says why the quota ConfigMap could not be read
 	// (for example: forbidden); Quota is then ignored.
 	QuotaError string
+	// ResourceSlices and DeviceClasses say which nodes' GPUs DRA manages
+	// (pkg/dra); none when the cluster does not serve them.
+	ResourceSlices []resourcev1.ResourceSlice
+	DeviceClasses  []resourcev1.DeviceClass
 	// Now is the time ages are computed from.
 	Now time.Time
 }
@@ -47,6 +53,9 @@ type Options struct {
 	QuotaKey string
 	// QuotaSource names the ConfigMap in messages ("ConfigMap rota-system/rota-quota").
 	QuotaSource string
+	// DRAGPUDrivers are the DRA drivers whose devices are GPUs (the
+	// chart's dra.gpuDrivers).
+	DRAGPUDrivers []string
 }
 
 // DefaultOptions are the components' defaults.
@@ -57,6 +66,7 @@ func DefaultOptions() Options {
 		Tiers:         topology.DefaultLabels(contract.Default),
 		QuotaKey:      "quota.yaml",
 		QuotaSource:   "ConfigMap rota-system/rota-quota",
+		DRAGPUDrivers: []string{"gpu.nvidia.com"},
 	}
 }
 
@@ -164,6 +174,7 @@ func (c *Cluster) rebuildLedger() {
 		}
 		tn := topology.New(n.Name, n.Labels, c.o.Tiers, t)
 		tn.CPUMilli, tn.HostMemoryMiB = podreq.Allocatable(n)
+		tn.Closed = c.draWhy(tn)
 		l.UpsertNode(tn)
 	}
 	var allocs []ledger.Allocation
@@ -190,6 +201,25 @@ func (c *Cluster) rebuildLedger() {
 	}
 	c.snap = l.Snapshot()
 	c.checks = l.Check()
+}
+
+// draWhy says why DRA keeps Rota off a node, as the extender decides it
+// (pkg/dra), or "".
+func (c *Cluster) draWhy(n *topology.Node) string {
+	var ss []dra.Slice
+	for i := range c.in.ResourceSlices {
+		if s, ok := dra.FromSlice(&c.in.ResourceSlices[i]); ok && s.Node == n.Name {
+			ss = append(ss, s)
+		}
+	}
+	if len(ss) == 0 {
+		return ""
+	}
+	cs := make([]dra.Class, len(c.in.DeviceClasses))
+	for i := range c.in.DeviceClasses {
+		cs[i] = dra.FromClass(&c.in.DeviceClasses[i])
+	}
+	return dra.NewRules(c.o.DRAGPUDrivers, c.o.Names).Why(dra.UUIDs(n), ss, cs)
 }
 
 func (c *Cluster) problem(node, msg string) { c.problems[node] = append(c.problems[node], msg) }

@@ -23,6 +23,9 @@ import (
 
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/topology"
 )
 
 // Slice is what Rota reads of one ResourceSlice published for one node.
@@ -73,6 +76,20 @@ type Rules struct {
 	GPUDrivers []string
 	// Resources are Rota's extended resource names (whole GPUs, memory).
 	Resources []string
+}
+
+// NewRules returns the rules for Rota's resource names and the GPU drivers.
+func NewRules(gpuDrivers []string, names contract.Names) Rules {
+	return Rules{GPUDrivers: gpuDrivers, Resources: []string{names.GPU, names.GPUMemory}}
+}
+
+// UUIDs returns the UUIDs of a node's GPUs, as Why takes them.
+func UUIDs(n *topology.Node) []string {
+	out := make([]string, len(n.GPUs))
+	for i, g := range n.GPUs {
+		out[i] = g.UUID
+	}
+	return out
 }
 
 // Mapped returns the classes that map one of Rota's resource names to DRA

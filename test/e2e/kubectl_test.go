@@ -36,15 +36,7 @@ func TestKubectlRota(t *testing.T) {
 	bin := buildKubectlRota(ctx, t)
 	kubectl := func(args ...string) string {
 		t.Helper()
-		args = append(args, "--kubeconfig", env.Cluster.Kubeconfig, "--color", "never")
-		cctx, cancel := context.WithTimeout(ctx, time.Minute)
-		defer cancel()
-		out, err := exec.CommandContext(cctx, bin, args...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("kubectl-rota %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		t.Logf("kubectl-rota %s:\n%s", strings.Join(args, " "), out)
-		return string(out)
+		return runKubectlRota(ctx, t, bin, args...)
 	}
 
 	// The gang: 2 members of 3 GPUs on 2 nodes of 4 GPUs, one of which
@@ -141,6 +133,21 @@ func waitRefusal(ctx context.Context, t *testing.T, ns, want string, pods ...str
 		t.Fatalf("no FailedScheduling event saying %q: %v; last:\n%s", want, err, strings.Join(last, "\n"))
 	}
 	return found
+}
+
+// runKubectlRota runs the kubectl-rota binary bin against the shared
+// cluster, without colour, and returns what it printed.
+func runKubectlRota(ctx context.Context, t *testing.T, bin string, args ...string) string {
+	t.Helper()
+	args = append(args, "--kubeconfig", env.Cluster.Kubeconfig, "--color", "never")
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(cctx, bin, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl-rota %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	t.Logf("kubectl-rota %s:\n%s", strings.Join(args, " "), out)
+	return string(out)
 }
 
 // buildKubectlRota builds the plugin into bin/ at the repository root.

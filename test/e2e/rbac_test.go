@@ -29,7 +29,7 @@ var rbacAllowlist = map[string]map[harness.Permission]string{
 		{APIGroup: "scheduling.x-k8s.io", Resource: "podgroups", Verb: "get"}: "PodGroup gangs: the test cluster serves no PodGroup CRD, so the extender never reads one",
 	},
 	harness.DevicePluginServiceAccount: {
-		{Resource: "events", Verb: "create"}: "Node events for GPU memory leaked by processes of no pod (GPUMemoryLeaked, GPUMemoryFreed): the fake backend lists no GPU processes, so no scenario leaks; deviceplugin/app's isolation tests (a fake API server) cover the events",
+		{Resource: "pods", Verb: "get"}: racePodGet,
 	},
 	harness.AdmissionServiceAccount: {
 		{Resource: "namespaces", Verb: "get"}:                                 "a pod's namespace the informer has not delivered yet (webhook learnNamespace); the scenarios create namespaces well before pods",
@@ -45,6 +45,12 @@ var rbacAllowlist = map[string]map[harness.Permission]string{
 		{APIGroup: "kubeflow.org", Resource: "mpijobs", Verb: "get"}:          trainingJobRead,
 	},
 }
+
+// racePodGet explains rota-device-plugin's pods get: it reads a pod the
+// kubelet admits before the plugin's informer has delivered it, which
+// happens after a broken watch (an API server restart) and so only in some
+// runs of the fault scenarios. deviceplugin/handoff's tests cover it.
+const racePodGet = "a pod the kubelet admits before the plugin's informer has it (after a broken watch; some runs of the fault scenarios only)"
 
 // trainingJobRead explains rota-admission's grants on training operators'
 // jobs.
@@ -158,7 +164,7 @@ func checkRBAC(full bool) []string {
 					used++
 				}
 			}
-			if allow[r.Permission] != "" && allow[r.Permission] != listFallback && !isUnused(r.Permission) {
+			if allow[r.Permission] != "" && allow[r.Permission] != listFallback && allow[r.Permission] != racePodGet && !isUnused(r.Permission) {
 				if len(r.Grants) == 0 {
 					fail("%s: allowlisted %s is not granted by the chart any more: drop it from rbacAllowlist", sa, r.Permission)
 				} else {

@@ -227,6 +227,7 @@ func (e *Env) addGPUNode(ctx context.Context, s GPUNodeSpec) (*GPUNode, error) {
 		"--fake-config=" + specPath,
 		"--health-interval=1s",
 		"--recovery-quiet=5s",
+		"--dra-check=1s",
 		"--memory-unit-mib=" + strconv.FormatInt(int64(e.unitMiB), 10),
 		"--v=2",
 	}, metrics...))
