@@ -19,7 +19,7 @@ BENCHCOUNT ?= 5
 CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 export CGO_CFLAGS
 
-.PHONY: help host-deps build build-next test unit verify release-check e2e lint bench bench-sim replay load fuzz demo evaluate soak kueue k8s-tools helm promtool manifests clean
+.PHONY: help host-deps build build-next test unit verify release-check e2e lint bench bench-sim replay load fuzz demo evaluate soak kueue k8s-tools helm promtool manifests clean device-bundle device-rehearsal
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -39,7 +39,7 @@ verify: helm ## the contributors' inner loop (minutes): lint, deploy/ in sync wi
 release-check: helm ## is the tree ready to tag as the chart's version? (CONTRIBUTING.md, Releasing)
 	@GO=$(GO) bash hack/release-check.sh
 
-test: host-deps lint unit e2e ## everything CI runs: lint, unit tests, scenario tests on a real control plane
+test: host-deps lint unit e2e device-rehearsal ## everything CI runs: lint, unit tests, scenario tests on a real control plane, the GPU machine's check rehearsed
 
 host-deps: ## install (as root) or name (otherwise) the host packages the suites need: containerd, runc, CNI, iptables, chromium
 	@bash hack/host-deps.sh
@@ -70,6 +70,12 @@ replay: k8s-tools build ## openb default list, seed 42, through the real kube-sc
 
 load: k8s-tools build ## scheduling throughput on 1,000 then 5,000 simulated GPU nodes: plain kube-scheduler vs Rota's extender in one run (10-25 minutes)
 	$(GO) test -tags load -count=1 -timeout 30m -v ./test/load/ 2>&1 | tee $(BIN)/load.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|LOAD SUMMARY|panic)|load_test.go' ; exit $${PIPESTATUS[0]}
+
+device-bundle: k8s-tools ## build into .device-bundle/ what hack/device-check.sh needs on a GPU machine (at most 56 MiB; prints the size)
+	@GO=$(GO) LDFLAGS="$(LDFLAGS)" bash hack/device-bundle.sh
+
+device-rehearsal: device-bundle ## run hack/device-check.sh here without a GPU (mock NVML, MPS stand-in, 50 nodes); report in bin/device-check
+	@bash hack/device-check.sh --rehearse $(BIN)/device-check && cat $(BIN)/device-check/report.md
 
 kueue: ## build Kueue's controller manager (the version in test/tools/versions.env) once into .cache/kueue/bin
 	@bash hack/kueue.sh

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/klog/v2"
@@ -38,6 +39,8 @@ type NVML struct {
 
 	mu     sync.Mutex // guards closed
 	closed bool
+
+	watched atomic.Int32 // GPUs registered for health events (Watch)
 }
 
 var _ Backend = (*NVML)(nil)
@@ -123,6 +126,10 @@ func (n *NVML) discover() error {
 // GPUs implements Backend.
 func (n *NVML) GPUs() []topology.GPU { return n.gpus }
 
+// WatchedGPUs is how many GPUs a running Watch registered for XID and ECC
+// events (0 when none is running).
+func (n *NVML) WatchedGPUs() int { return int(n.watched.Load()) }
+
 // Watch implements Backend: it registers XID and double-bit ECC events on
 // every GPU that supports them and waits for events until ctx is done.
 func (n *NVML) Watch(ctx context.Context, emit func(Event)) error {
@@ -144,6 +151,8 @@ func (n *NVML) Watch(ctx context.Context, emit func(Event)) error {
 		}
 		registered++
 	}
+	n.watched.Store(int32(registered))
+	defer n.watched.Store(0)
 	if registered == 0 {
 		<-ctx.Done()
 		return nil
