@@ -241,6 +241,9 @@ func TestDeviceCheck(t *testing.T) {
 	// MPS: the plugin's daemon and two shares on GPU 0.
 	if !doc.MPS.Available {
 		f.add("MPS daemon available", "unproven", "the plugin could not run MPS here: %s", doc.MPS.Reason)
+		for _, c := range mpsChecks {
+			f.add(c, "unproven", "no MPS daemon here")
+		}
 		return
 	}
 	f.add("MPS daemon available", "pass", "%+v", *doc.MPS)
@@ -286,10 +289,12 @@ func TestDeviceCheck(t *testing.T) {
 
 	alloc := os.Getenv("ROTA_GPU_ALLOC")
 	if !real || alloc == "" {
-		for _, c := range []string{"inside its limit a share allocates", "past its limit a share is refused",
-			"a share that raises its own limit", "a process without the MPS variables", "a share's process as another user",
-			"leaked memory is reported and unpublished", "a CUDA load shows in the pod's utilization"} {
-			f.add(c, "unproven", "rehearsal: no GPU")
+		why := "rehearsal: no GPU"
+		if real {
+			why = "no allocation helper (ROTA_GPU_ALLOC: hack/gpu-check/alloc.c did not compile)"
+		}
+		for _, c := range gpuChecks {
+			f.add(c, "unproven", "%s", why)
 		}
 		return
 	}
@@ -401,6 +406,15 @@ func runAlloc(t *testing.T, env map[string]string, uid uint32, mib, hold int) (s
 	}
 	return strings.TrimSpace(string(out)), code, nil
 }
+
+// gpuChecks need a real GPU and the allocation helper; mpsChecks need the
+// MPS daemon too.
+var (
+	gpuChecks = []string{"inside its limit a share allocates", "past its limit a share is refused",
+		"a share that raises its own limit", "a process without the MPS variables", "a share's process as another user",
+		"leaked memory is reported and unpublished", "a CUDA load shows in the pod's utilization"}
+	mpsChecks = append([]string{"shares get an MPS memory limit", "a killed MPS daemon is restarted"}, gpuChecks...)
+)
 
 func readPID(path string) int {
 	b, err := os.ReadFile(path)

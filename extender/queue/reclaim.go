@@ -66,6 +66,9 @@ func (c *Controller) reclaim(ctx context.Context, in pkgqueue.Input, res pkgqueu
 		}
 	}
 	slices.SortFunc(keys, func(a, b string) int { return pkgqueue.Less(&byKey[a].w, &byKey[b].w) })
+	// Said on the first few workloads that reclaim cannot serve now only
+	// because borrowed work is inside its minimum runtime.
+	told := 0
 	for _, k := range keys {
 		wl := byKey[k]
 		c.mu.Lock()
@@ -85,6 +88,15 @@ func (c *Controller) reclaim(ctx context.Context, in pkgqueue.Input, res pkgqueu
 		for _, a := range wl.w.Accounts {
 			chosen := pkgqueue.Reclaim(in.Config, in.Admitted, &wl.w, a, cands)
 			if len(chosen) == 0 {
+				if told < reclaimTellMax {
+					if at := pkgqueue.ReclaimableAt(in.Config, in.Admitted, &wl.w, a, cands, reclaimTimesMax); !at.IsZero() {
+						told++
+						st := res.Waiting[k]
+						st.Message += fmt.Sprintf("; GPUs team %s lent can be reclaimed for it from %s, when the borrowed work passes its minimum runtime",
+							a.Team, at.UTC().Format("2006-01-02 15:04:05 MST"))
+						res.Waiting[k] = st
+					}
+				}
 				continue
 			}
 			c.mu.Lock()
@@ -118,6 +130,14 @@ func (c *Controller) reclaim(ctx context.Context, in pkgqueue.Input, res pkgqueu
 	}
 }
 
+// reclaimTellMax bounds the workloads a pass tells when reclaim can serve
+// them (pkg/queue.ReclaimableAt runs the reclaim search once per distinct
+// time, at most reclaimTimesMax times).
+const (
+	reclaimTellMax  = 8
+	reclaimTimesMax = 16
+)
+
 // stopCost fills a victim's LostWork (its pods' GPUs times the time since
 // their last checkpoints) and Young (some pod inside its minimum runtime).
 // A pod's unreadable declaration counts as not made, and is logged.
@@ -132,6 +152,9 @@ func (c *Controller) stopCost(logger klog.Logger, v pkgqueue.Victim, pods []*cor
 		f.GPUs = heldGPUs(snap, pod)
 		v.LostWork += stopcost.LostWork(f, now, p)
 		v.Young = v.Young || stopcost.Young(f, now, p)
+		if u := stopcost.YoungUntil(f, now, p); u.After(v.YoungUntil) {
+			v.YoungUntil = u
+		}
 	}
 	return v
 }

@@ -29,6 +29,43 @@ type Victim struct {
 	// is never a victim. The caller leaves it false when the reclaiming
 	// workload is urgent.
 	Young bool
+	// YoungUntil is when young work leaves its minimum runtime (its latest
+	// member's, pkg/stopcost.YoungUntil); zero when unknown.
+	YoungUntil time.Time
+}
+
+// ReclaimableAt is, for a workload Reclaim finds no victims for now, the
+// earliest time at which it would, counting young work as a victim from
+// its YoungUntil on, with nothing else changed: the expected start of
+// reclaim once minimum runtimes pass. Zero when no known time helps. It
+// tries at most maxTimes distinct times, the earliest first.
+func ReclaimableAt(cfg quota.Config, admitted map[quota.Account]quota.Usage, w *Workload, a quota.Account, victims []Victim, maxTimes int) time.Time {
+	var times []time.Time
+	for _, v := range victims {
+		if v.Young && !v.YoungUntil.IsZero() {
+			times = append(times, v.YoungUntil)
+		}
+	}
+	if len(times) == 0 {
+		return time.Time{}
+	}
+	slices.SortFunc(times, time.Time.Compare)
+	times = slices.CompactFunc(times, time.Time.Equal)
+	vs := slices.Clone(victims)
+	for i, t := range times {
+		if i >= maxTimes {
+			break
+		}
+		for j := range vs {
+			if vs[j].Young && !vs[j].YoungUntil.IsZero() && !vs[j].YoungUntil.After(t) {
+				vs[j].Young = false
+			}
+		}
+		if len(Reclaim(cfg, admitted, w, a, vs)) > 0 {
+			return t
+		}
+	}
+	return time.Time{}
 }
 
 // Reclaim chooses what to evict so that workload w, charged to account a,

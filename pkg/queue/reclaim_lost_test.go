@@ -151,3 +151,46 @@ func TestReclaimGreedyBeyondTheExactLimit(t *testing.T) {
 		t.Fatalf("greedy chose %v freeing %v for %v", got, freed, w.Need())
 	}
 }
+
+// Young work becomes reclaimable when its minimum runtime ends: the
+// earliest time at which enough of it has matured, never earlier.
+func TestReclaimableAt(t *testing.T) {
+	cfg := quota.Config{Teams: map[string]quota.Team{
+		"a": {GPUs: 8, Borrow: quota.Limits{GPUs: 8}},
+		"b": {GPUs: 2, Borrow: quota.Limits{GPUs: 8}},
+	}, SharedPool: quota.Limits{GPUs: 8}}
+	admitted := map[quota.Account]quota.Usage{{Team: "b"}: {Running: quota.Amount{GPUs: 8}}}
+	young := func(key string, until time.Duration) Victim {
+		return Victim{Key: key, Team: "b", Account: quota.Account{Team: "b"}, Amount: quota.Amount{GPUs: 2}, Preemptible: true,
+			AdmittedAt: t0, Young: true, YoungUntil: t0.Add(until)}
+	}
+	a := quota.Account{Team: "a"}
+	four := wl("a", "a/four", 4, 0, time.Minute)
+	two := wl("a", "a/two", 2, 0, time.Minute)
+	vs := []Victim{young("b/1", 30*time.Minute), young("b/2", 10*time.Minute), young("b/3", 50*time.Minute)}
+	if Reclaim(cfg, admitted, &four, a, vs) != nil {
+		t.Fatal("young victims were taken now")
+	}
+	// Two GPUs: b/2 at +10m. Four: b/2 and b/1, at +30m.
+	if got := ReclaimableAt(cfg, admitted, &two, a, vs, 16); !got.Equal(t0.Add(10 * time.Minute)) {
+		t.Errorf("2 GPUs reclaimable at %v, want +10m", got.Sub(t0))
+	}
+	if got := ReclaimableAt(cfg, admitted, &four, a, vs, 16); !got.Equal(t0.Add(30 * time.Minute)) {
+		t.Errorf("4 GPUs reclaimable at %v, want +30m", got.Sub(t0))
+	}
+	// Bounded: one time tried is not enough for four GPUs.
+	if got := ReclaimableAt(cfg, admitted, &four, a, vs, 1); !got.IsZero() {
+		t.Errorf("with one time tried: %v, want zero", got.Sub(t0))
+	}
+	// Never: more than b can give without dropping below its guarantee.
+	eight := wl("a", "a/eight", 8, 0, time.Minute)
+	if got := ReclaimableAt(cfg, admitted, &eight, a, vs, 16); !got.IsZero() {
+		t.Errorf("8 GPUs: %v, want zero (b keeps its guarantee)", got.Sub(t0))
+	}
+	// Unknown ends do not help.
+	unknown := young("b/x", 0)
+	unknown.YoungUntil = time.Time{}
+	if got := ReclaimableAt(cfg, admitted, &two, a, []Victim{unknown}, 16); !got.IsZero() {
+		t.Errorf("unknown maturity: %v, want zero", got)
+	}
+}

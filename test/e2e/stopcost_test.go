@@ -112,7 +112,22 @@ func TestQueueReclaimSparesMinRuntime(t *testing.T) {
 	if running(mine, "mine") {
 		t.Error("the guaranteed pod runs: something made room inside the minimum runtime")
 	}
-	note(name, "no reclaim inside the team's 1h minimum runtime")
+	// Its Queued condition says when reclaim can serve it: an hour after
+	// the borrowers started.
+	msg := qcond(byName(mine, "mine"), env.Names)
+	i := strings.Index(msg, "can be reclaimed for it from ")
+	if i < 0 {
+		t.Fatalf("mine's Queued condition does not say when reclaim can serve it: %q", msg)
+	}
+	at, err := time.Parse("2006-01-02 15:04:05 MST", msg[i+len("can be reclaimed for it from "):][:len("2006-01-02 15:04:05 UTC")])
+	if err != nil {
+		t.Fatalf("the time in %q: %v", msg, err)
+	}
+	if d := time.Until(at); d < 55*time.Minute || d > time.Hour {
+		t.Errorf("reclaim expected in %v, want about an hour (team qyoung-b's minimum runtime)", d.Round(time.Second))
+	}
+	t.Logf("mine: %s", msg)
+	note(name, "no reclaim inside the team's 1h minimum runtime; the waiting pod is told when")
 	checkInvariants(ctx, t, nil)
 }
 
