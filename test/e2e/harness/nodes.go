@@ -24,7 +24,7 @@ import (
 // MaxPluginNodes bounds how many nodes run a real rota-device-plugin
 // process (each is a process plus a gRPC stand-in; the machine has 2 cores).
 // Larger fleets publish the topology annotation directly.
-const MaxPluginNodes = 8
+const MaxPluginNodes = 10
 
 // GPUNodeSpec describes one simulated GPU node.
 type GPUNodeSpec struct {
@@ -227,7 +227,7 @@ func (e *Env) addGPUNode(ctx context.Context, s GPUNodeSpec) (*GPUNode, error) {
 		"--fake-config=" + specPath,
 		"--health-interval=1s",
 		"--recovery-quiet=5s",
-		"--dra-check=1s",
+		"--dra-check=2s",
 		"--memory-unit-mib=" + strconv.FormatInt(int64(e.unitMiB), 10),
 		"--v=2",
 	}, metrics...))
