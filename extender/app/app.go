@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -629,7 +630,18 @@ func (h *events) gangsWaiting() int { return h.extender.GangsWaiting() }
 // work from Rota (extender/dra).
 func (a *App) addDRA(ctx context.Context, cfg config.Config, names contract.Names, hub *events) error {
 	logger := klog.FromContext(ctx)
-	served, err := dra.Served(a.client.Discovery())
+	// The API server may be restarting as the extender starts: ask again
+	// for half a minute before giving up (the process then exits and is
+	// restarted), as the informers ride out such a restart.
+	var served bool
+	var err error
+	_ = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		served, err = dra.Served(a.client.Discovery())
+		if err != nil {
+			logger.V(2).Info("DRA discovery failed; asking again", "err", err)
+		}
+		return err == nil, nil
+	})
 	switch {
 	case err != nil:
 		return err
