@@ -6,8 +6,8 @@
 #   hack/device-check.sh --rehearse OUT    # here, without a GPU (CI)
 #
 # It runs from .device-bundle/bundle.tar.xz (make device-bundle): nothing is
-# built or downloaded there but the two small C helpers, compiled with the
-# machine's cc. It writes OUT/report.md and the raw logs beside it:
+# built or downloaded there but a small C helper (hack/gpu-check/alloc.c),
+# compiled with the machine's cc. It writes OUT/report.md and the raw logs beside it:
 #   1. the GPU checks (deviceplugin/app TestDeviceCheck): discovery against
 #      nvidia-smi, NVML's event set, MPS daemons and limits, a killed daemon,
 #      leaked memory, per-pod utilization;
@@ -63,11 +63,6 @@ if [ "$mode" = real ]; then
 		gpu_env+=(ROTA_GPU_ALLOC="$work/gpu-alloc")
 	else
 		log "cannot compile hack/gpu-check/alloc.c (cc-alloc.log): the allocation checks are unproven"
-	fi
-	if cc -O2 -o "$work/gpu-load" hack/gpu-check/load.c -ldl 2> "$out/cc-load.log"; then
-		gpu_env+=(ROTA_GPU_LOAD="$work/gpu-load")
-	else
-		log "cannot compile hack/gpu-check/load.c (cc-load.log): the utilization check is unproven"
 	fi
 fi
 log "GPU checks ($mode), at most 150 s"

@@ -332,11 +332,10 @@ func TestDeviceCheck(t *testing.T) {
 	freed := waitFor(30*time.Second, func() bool { d, _ := r.topology(t); return len(d.GPUs) > 0 && d.GPUs[0].LeakedMiB == 0 })
 	f.passIf(freed, "leaked memory is returned when the process ends", "GPU 0 leakedMiB back to 0: %v", freed)
 
-	// Utilization: a CUDA load inside pod a's cgroup.
-	load := os.Getenv("ROTA_GPU_LOAD")
+	// Utilization: a CUDA load (gpu-alloc load) inside pod a's cgroup.
 	pod, err := client.CoreV1().Pods("team-a").Get(ctx, "a", metav1.GetOptions{})
-	if load == "" || err != nil {
-		f.add("a CUDA load shows in the pod's utilization", "unproven", "no load program (ROTA_GPU_LOAD): %v", err)
+	if err != nil {
+		f.add("a CUDA load shows in the pod's utilization", "unproven", "pod a: %v", err)
 		return
 	}
 	cg := filepath.Join("/sys/fs/cgroup", "rota-device-check", "kubepods", "pod"+string(pod.UID))
@@ -345,13 +344,13 @@ func TestDeviceCheck(t *testing.T) {
 		return
 	}
 	defer os.Remove(cg)
-	cmd := exec.CommandContext(ctx, load, "20")
+	cmd := exec.CommandContext(ctx, alloc, "load", "20")
 	cmd.Env = os.Environ()
 	for k, v := range a {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	if err := cmd.Start(); err != nil {
-		f.add("a CUDA load shows in the pod's utilization", "unproven", "start %s: %v", load, err)
+		f.add("a CUDA load shows in the pod's utilization", "unproven", "start %s load: %v", alloc, err)
 		return
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
