@@ -142,3 +142,7 @@ func FuzzWhy(f *testing.F) {
 		}
 	})
 }
+
+func sliceOf(spec resourcev1.ResourceSliceSpec) *resourcev1.ResourceSlice {
+	return &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: *spec.NodeName + "-" + spec.Driver}, Spec: spec}
+}

@@ -16,11 +16,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/rota-sched/rota/deviceplugin/server"
+	"github.com/rota-sched/rota/pkg/contract"
+	pkgdra "github.com/rota-sched/rota/pkg/dra"
 	"github.com/rota-sched/rota/test/e2e/harness"
 )
 
 // TestDRACoexistence: a node whose GPUs a DRA driver publishes is never
-// double-booked. On the real API server (resource.k8s.io/v1 served):
+// double-booked. On the real API server (resource.k8s.io/v1 served; the
+// slice Rota's DRA mode would publish is first checked valid, dry run):
 //   - dra-0 runs a rota-device-plugin; the test publishes a ResourceSlice
 //     of driver gpu.nvidia.com (in the chart's list of GPU drivers) for it.
 //     The plugin stops advertising its GPUs (its plugin sockets go) and
@@ -45,6 +48,29 @@ func TestDRACoexistence(t *testing.T) {
 		t.Fatal(err)
 	}
 	slices := env.Client.ResourceV1().ResourceSlices()
+
+	// The ResourceSlice Rota's DRA mode would publish for dra-0 (docs/dra.md)
+	// is valid here, and the API server keeps its consumable memory
+	// (DRAConsumableCapacity, beta and on in v1.37). Dry run: nothing stored.
+	nodeObj, err := env.Client.CoreV1().Nodes().Get(ctx, dra0.Spec.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo, err := contract.ParseTopology([]byte(nodeObj.Annotations[env.Names.TopologyAnnotation]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	modeSlice := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "dra-mode-check"},
+		Spec: pkgdra.SliceFor("dra-mode-check", "gpu.rota.example.com", topo)}
+	got, err := slices.Create(ctx, modeSlice, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		t.Fatalf("the API server refuses the slice Rota's DRA mode would publish: %v", err)
+	}
+	if d := got.Spec.Devices[0]; d.AllowMultipleAllocations == nil || !*d.AllowMultipleAllocations ||
+		d.Capacity[pkgdra.CapacityMemory].RequestPolicy == nil {
+		t.Errorf("the API server dropped the consumable memory of Rota's DRA-mode slice: %+v", d)
+	}
+
 	publish := func(node *harness.GPUNode, driver string) string {
 		t.Helper()
 		n, uuid := node.Spec.Name, node.UUID(0)
@@ -66,7 +92,7 @@ func TestDRACoexistence(t *testing.T) {
 
 	// dra-0's device plugin stops advertising, and says so on the Node.
 	sock := filepath.Join(dra0.Dir, "dp", server.SocketName(env.Names.GPU))
-	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(context.Context) (bool, error) {
+	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(context.Context) (bool, error) {
 		_, err := os.Stat(sock)
 		return os.IsNotExist(err), nil
 	})
