@@ -114,8 +114,11 @@ func TestEvaluateExistingCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	c := cluster.StartT(t, cluster.Options{})
-	// The namespace controller deletes what the evaluation made.
-	if err := c.StartControllerManager(ctx, "job", "namespace"); err != nil {
+	// The namespace controller deletes what the evaluation made; as on a
+	// real cluster, the pod garbage collector fails the Job pods that were
+	// deleted before they were scheduled, so that the job controller lets
+	// them go (without it their finalizer holds the namespace for ever).
+	if err := c.StartControllerManager(ctx, "job", "namespace", "podgc"); err != nil {
 		t.Fatal(err)
 	}
 	sc := evaluate.Burst(7, evaluate.Small)

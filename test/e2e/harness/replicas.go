@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -179,6 +180,20 @@ func (e *Env) startRouter(listen []string, addrs func(*Replica) []string) (*Rout
 	})
 }
 
+// listenRetrying listens on a, trying again for 3 s while the port is
+// taken: test packages run side by side, and another one's cluster.FreePorts
+// probe may hold the port for a moment.
+func listenRetrying(a string) (net.Listener, error) {
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		ln, err := net.Listen("tcp", a)
+		if err == nil || !errors.Is(err, syscall.EADDRINUSE) || time.Now().After(deadline) {
+			return ln, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // newRouter listens on each address of listen and sends each connection
 // accepted on listener i to pick(i) ("" refuses it); poll runs every 50 ms
 // to follow the backends.
@@ -186,7 +201,7 @@ func newRouter(listen []string, poll func(context.Context), pick func(i int) str
 	ctx, cancel := context.WithCancel(context.Background())
 	rt := &Router{stop: cancel, conns: map[net.Conn]struct{}{}}
 	for _, a := range listen {
-		ln, err := net.Listen("tcp", a)
+		ln, err := listenRetrying(a)
 		if err != nil {
 			rt.Close()
 			return nil, err
