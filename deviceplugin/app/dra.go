@@ -48,25 +48,15 @@ func (c *draCheck) why(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("listing this node's ResourceSlices: %w", err)
 	}
-	var ss []dra.Slice
-	for i := range list.Items {
-		if s, ok := dra.FromSlice(&list.Items[i]); ok && s.Node == c.node {
-			ss = append(ss, s)
-		}
+	ss := dra.NodeSlices(c.node, list.Items)
+	if len(ss) == 0 {
+		return "", nil
 	}
-	var cs []dra.Class
-	if len(ss) > 0 {
-		classes, err := c.client.ResourceV1().DeviceClasses().List(ctx, metav1.ListOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			return "", fmt.Errorf("listing DeviceClasses: %w", err)
-		}
-		if classes != nil {
-			for i := range classes.Items {
-				cs = append(cs, dra.FromClass(&classes.Items[i]))
-			}
-		}
+	classes, err := c.client.ResourceV1().DeviceClasses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", fmt.Errorf("listing DeviceClasses: %w", err)
 	}
-	return c.rules.Why(c.uuids, ss, cs), nil
+	return c.rules.Why(c.uuids, ss, dra.Classes(classes.Items)), nil
 }
 
 // serveUnlessDRA runs serve (the plugins' registration with the kubelet)

@@ -206,20 +206,8 @@ func (c *Cluster) rebuildLedger() {
 // draWhy says why DRA keeps Rota off a node, as the extender decides it
 // (pkg/dra), or "".
 func (c *Cluster) draWhy(n *topology.Node) string {
-	var ss []dra.Slice
-	for i := range c.in.ResourceSlices {
-		if s, ok := dra.FromSlice(&c.in.ResourceSlices[i]); ok && s.Node == n.Name {
-			ss = append(ss, s)
-		}
-	}
-	if len(ss) == 0 {
-		return ""
-	}
-	cs := make([]dra.Class, len(c.in.DeviceClasses))
-	for i := range c.in.DeviceClasses {
-		cs[i] = dra.FromClass(&c.in.DeviceClasses[i])
-	}
-	return dra.NewRules(c.o.DRAGPUDrivers, c.o.Names).Why(dra.UUIDs(n), ss, cs)
+	ss := dra.NodeSlices(n.Name, c.in.ResourceSlices)
+	return dra.NewRules(c.o.DRAGPUDrivers, c.o.Names).Why(dra.UUIDs(n), ss, dra.Classes(c.in.DeviceClasses))
 }
 
 func (c *Cluster) problem(node, msg string) { c.problems[node] = append(c.problems[node], msg) }

@@ -54,6 +54,17 @@ func FromSlice(s *resourcev1.ResourceSlice) (Slice, bool) {
 	return out, true
 }
 
+// NodeSlices reads, of a list of ResourceSlices, those published for node.
+func NodeSlices(node string, items []resourcev1.ResourceSlice) []Slice {
+	var out []Slice
+	for i := range items {
+		if s, ok := FromSlice(&items[i]); ok && s.Node == node {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // Class is what Rota reads of one DeviceClass.
 type Class struct {
 	Name string
@@ -66,6 +77,15 @@ func FromClass(c *resourcev1.DeviceClass) Class {
 	out := Class{Name: c.Name}
 	if c.Spec.ExtendedResourceName != nil {
 		out.ExtendedResource = *c.Spec.ExtendedResourceName
+	}
+	return out
+}
+
+// Classes reads a list of DeviceClasses.
+func Classes(items []resourcev1.DeviceClass) []Class {
+	out := make([]Class, len(items))
+	for i := range items {
+		out[i] = FromClass(&items[i])
 	}
 	return out
 }
