@@ -36,6 +36,12 @@ type DefragOptions struct {
 	// MaxCandidates bounds the units (pods or gangs) considered per node,
 	// the cheapest first (0: 12).
 	MaxCandidates int
+	// Target, when set, says which nodes r may go to (its node selector,
+	// affinity and tolerations); nil: any.
+	Target func(node string) bool
+	// Allowed, when set, says which nodes a moved allocation's pod may go
+	// to; nil: any.
+	Allowed func(a *ledger.Allocation, node string) bool
 }
 
 // Defrag finds the plan with the fewest moves that makes r fit on one
@@ -70,6 +76,9 @@ func Defrag(r Request, snap *ledger.Snapshot, o DefragOptions) (DefragPlan, bool
 	var best DefragPlan
 	found := false
 	for _, name := range snap.Names() {
+		if o.Target != nil && !o.Target(name) {
+			continue
+		}
 		ni := snap.Node(name)
 		units := movableUnits(ni, gangs, o)
 		limit := o.MaxMoves
@@ -168,7 +177,7 @@ func defragNode(r Request, snap *ledger.Snapshot, ni *ledger.NodeInfo, units []u
 			for _, i := range chosen {
 				allocs = append(allocs, units[i].allocs...)
 			}
-			if moves, ok := placeElsewhere(r, snap, ni, allocs); ok {
+			if moves, ok := placeElsewhere(r, snap, ni, allocs, o.Allowed); ok {
 				best, found = DefragPlan{Node: ni.Node.Name, Moves: moves, Cost: cost}, true
 				return // a superset moves more
 			}
@@ -189,8 +198,9 @@ func defragNode(r Request, snap *ledger.Snapshot, ni *ledger.NodeInfo, units []u
 
 // placeElsewhere checks that r fits on ni without allocs, and places each
 // of allocs, the largest first, on the first other node (by name) it fits
-// as it is; false when one fits nowhere.
-func placeElsewhere(r Request, snap *ledger.Snapshot, ni *ledger.NodeInfo, allocs []*ledger.Allocation) ([]Move, bool) {
+// as it is and allowed permits; false when one fits nowhere.
+func placeElsewhere(r Request, snap *ledger.Snapshot, ni *ledger.NodeInfo, allocs []*ledger.Allocation,
+	allowed func(*ledger.Allocation, string) bool) ([]Move, bool) {
 	uids := make([]string, len(allocs))
 	for i, a := range allocs {
 		uids[i] = a.PodUID
@@ -206,7 +216,7 @@ func placeElsewhere(r Request, snap *ledger.Snapshot, ni *ledger.NodeInfo, alloc
 		req := requestOf(a, ni)
 		placed := false
 		for _, name := range snap.Names() {
-			if name == ni.Node.Name {
+			if name == ni.Node.Name || (allowed != nil && !allowed(a, name)) {
 				continue
 			}
 			m := cur[name]

@@ -43,6 +43,40 @@ func TestDefragOneMove(t *testing.T) {
 	}
 }
 
+// Target and Allowed keep the request and the moved pods on nodes they may
+// go to: with n2 ruled out for b, a moves instead (dearer); with n1 ruled
+// out for the request, there is no plan.
+func TestDefragRespectsNodeRules(t *testing.T) {
+	l := ledger.New()
+	for _, n := range []string{"n1", "n2"} {
+		l.UpsertNode(topology.FromSpec(topology.Spec{Name: n, Model: "H100", Count: 2, MemoryMiB: 80 * dgib}))
+	}
+	for _, a := range []ledger.Allocation{
+		{PodUID: "a", Node: "n1", GPUs: []ledger.Share{{Index: 0, MemoryMiB: 20 * dgib}}},
+		{PodUID: "b", Node: "n1", GPUs: []ledger.Share{{Index: 1, MemoryMiB: 20 * dgib}}},
+		{PodUID: "c", Node: "n2", GPUs: []ledger.Share{{Index: 0, MemoryMiB: 50 * dgib}}},
+		{PodUID: "d", Node: "n2", GPUs: []ledger.Share{{Index: 1, MemoryMiB: 50 * dgib}}},
+	} {
+		a.Pod, a.Preemptible = "ns/"+a.PodUID, true
+		if err := l.Restore(a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := DefragOptions{MaxMoves: 2,
+		Movable: func(a *ledger.Allocation) bool { return a.Node == "n1" },
+		Cost:    func(a *ledger.Allocation) float64 { return map[string]float64{"a": 5, "b": 1}[a.PodUID] }}
+	o.Allowed = func(a *ledger.Allocation, node string) bool { return a.PodUID != "b" || node != "n2" }
+	p, ok := Defrag(Request{UID: "new", GPUs: 1}, l.Snapshot(), o)
+	if !ok || len(p.Moves) != 1 || p.Moves[0].Alloc.PodUID != "a" {
+		t.Fatalf("plan %+v, %v; want a moved (b may not go to n2)", p, ok)
+	}
+	o.Allowed = nil
+	o.Target = func(node string) bool { return node != "n1" }
+	if p, ok := Defrag(Request{UID: "new", GPUs: 1}, l.Snapshot(), o); ok {
+		t.Errorf("plan %+v on a node the request may not go to", p)
+	}
+}
+
 // Against brute force on small clusters: a plan never moves an unmovable
 // pod or part of a gang, never exceeds the budget, frees the request's room,
 // places every moved pod, and uses no more moves than the fewest that an
@@ -129,7 +163,7 @@ func TestDefragAgainstBruteForce(t *testing.T) {
 					if len(allocs) > o.MaxMoves || (bruteMin >= 0 && len(allocs) >= bruteMin) {
 						continue
 					}
-					if _, ok := placeElsewhere(req, snap, snap.Node(n), allocs); ok {
+					if _, ok := placeElsewhere(req, snap, snap.Node(n), allocs, nil); ok {
 						bruteMin = len(allocs)
 					}
 				}
