@@ -264,7 +264,7 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 	// The queue controller admits the pods rota-admission gated; it writes
 	// (gates, conditions), so it runs on the leader only.
 	if cfg.Queue.Enabled {
-		if err := a.addQueue(ctx, cfg, names, tiers, pods, meta, recorder, quotaFn); err != nil {
+		if err := a.addQueue(ctx, cfg, rcfg.MaxCheckpointGrace, names, tiers, pods, meta, recorder, quotaFn); err != nil {
 			return nil, err
 		}
 	}
@@ -679,7 +679,7 @@ func (a *App) quotaSource(ctx context.Context, q config.Queue) (func() (*quota.C
 }
 
 // addQueue builds the queue controller and registers it as a leader loop.
-func (a *App) addQueue(ctx context.Context, cfg config.Config, names contract.Names, tiers topology.Labels,
+func (a *App) addQueue(ctx context.Context, cfg config.Config, maxGrace time.Duration, names contract.Names, tiers topology.Labels,
 	pods cache.SharedIndexInformer, meta metadata.Interface, recorder record.EventRecorder, quotaFn func() (*quota.Config, bool)) error {
 	q := cfg.Queue
 	// A queued pod's age is its Job's or JobSet's (metadata informers of
@@ -691,15 +691,16 @@ func (a *App) addQueue(ctx context.Context, cfg config.Config, names contract.Na
 		TierLabels: tiers.Tiers, Recorder: recorder, Metrics: queue.NewMetrics(a.metrics.Registry),
 		Interval: q.Interval, AdmitConcurrency: q.AdmitConcurrency, HoldTTL: q.HoldTTL, Narrow: q.NarrowCandidates > 0, ConditionInterval: q.ConditionInterval, ConditionQPS: q.ConditionQPS,
 		UrgentPriority: q.UrgentPriority, Reclaim: q.Reclaim, MaxPreemptibleGangSize: cfg.MaxPreemptibleGangSize,
-		StopCost: stopCost(cfg),
-		Quota:    quotaFn, MemoryUnitMiB: contract.MiB(cfg.MemoryUnitMiB)}
+		StopCost: stopCost(cfg), MaxCheckpointGrace: maxGrace,
+		Defrag:    queue.Defrag{MaxMovedShare: q.Defrag.MaxMovedShare, MaxMoves: q.Defrag.MaxMoves, HoldFor: q.Defrag.HoldFor},
+		Defragger: a.extender.Room(), Reserver: a.extender.Room(),
+		Quota: quotaFn, MemoryUnitMiB: contract.MiB(cfg.MemoryUnitMiB)}
 	if a.quotaSynced != nil {
 		o.Synced = append(o.Synced, a.quotaSynced)
 	}
 	if r := q.Reserve; r.Enabled {
 		o.Reserve = &reserve.Policy{LargeGPUs: r.LargeGPUs, MaxAge: r.MaxAge, MaxHold: r.MaxHold, CoolOff: r.CoolOff, Max: r.Max,
 			Tiers: len(tiers.Tiers)}
-		o.Reserver = a.extender.Room()
 		o.ReserveQuota = r.Quota
 	}
 	c, err := queue.New(o)

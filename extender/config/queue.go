@@ -48,6 +48,21 @@ type Queue struct {
 	// Reserve holds room for queue heads that wait for room (reservations
 	// and backfill by declared runtime).
 	Reserve Reserve `json:"reserve"`
+	// Defrag bounds the moves the queue makes for teams whose quota sets
+	// defrag: a waiting pod that fits nowhere while free GPUs are
+	// fragmented gets room by moving pods that declared themselves movable.
+	Defrag Defrag `json:"defrag"`
+}
+
+// Defrag bounds defragmentation moves (extender/queue.Defrag).
+type Defrag struct {
+	// MaxMovedShare bounds the pods moved in any hour, as a share of the
+	// running admitted pods (at least one when positive; 0 moves none).
+	MaxMovedShare float64 `json:"maxMovedShare"`
+	// MaxMoves bounds the pods one plan moves.
+	MaxMoves int `json:"maxMoves"`
+	// HoldFor is how long the freed room stays held for the waiting pod.
+	HoldFor time.Duration `json:"holdFor"`
 }
 
 // Reserve configures reservations (pkg/reserve.Policy).
@@ -79,7 +94,8 @@ func DefaultQueue() Queue {
 	return Queue{Enabled: true, Namespace: "rota-system", ConfigMap: "rota-quota", ConfigMapKey: "quota.yaml",
 		Interval: time.Second, AdmitConcurrency: 16, HoldTTL: 5 * time.Minute, NarrowCandidates: 3, ConditionInterval: 10 * time.Second, ConditionQPS: 20,
 		UrgentPriority: 1000000, Reclaim: true,
-		Reserve: Reserve{Enabled: true, LargeGPUs: 64, MaxAge: 30 * time.Minute, MaxHold: 2 * time.Hour, CoolOff: 30 * time.Minute, Max: 4}}
+		Reserve: Reserve{Enabled: true, LargeGPUs: 64, MaxAge: 30 * time.Minute, MaxHold: 2 * time.Hour, CoolOff: 30 * time.Minute, Max: 4},
+		Defrag:  Defrag{MaxMovedShare: 0.02, MaxMoves: 2, HoldFor: 10 * time.Minute}}
 }
 
 func (q Queue) validate() []error {
@@ -101,6 +117,9 @@ func (q Queue) validate() []error {
 	}
 	if r := q.Reserve; r.Enabled && (r.LargeGPUs <= 0 || r.MaxAge <= 0 || r.MaxHold <= 0 || r.CoolOff < 0 || r.Max <= 0 || r.DefaultRuntime < 0) {
 		errs = append(errs, fmt.Errorf("reserve: large-gpus, max-age, max-hold and max must be positive, cool-off and default-runtime not negative"))
+	}
+	if d := q.Defrag; d.MaxMovedShare < 0 || d.MaxMovedShare > 1 || d.MaxMoves < 1 || d.MaxMoves > 8 || d.HoldFor <= 0 {
+		errs = append(errs, fmt.Errorf("defrag: max-moved-share must be from 0 to 1, max-moves from 1 to 8, hold positive"))
 	}
 	if q.ConfigMap != "" && (q.Namespace == "" || q.ConfigMapKey == "") {
 		errs = append(errs, fmt.Errorf("quota-config-map %q needs quota-namespace and quota-config-map-key", q.ConfigMap))

@@ -105,6 +105,15 @@ type Options struct {
 	// interval, the cap on a pod's own minimum runtime; the team's comes
 	// from the quota).
 	StopCost stopcost.Policy
+	// MaxCheckpointGrace caps a pod's checkpoint-grace annotation when the
+	// queue evicts it (reclaim, moves); a pod without one gets its own
+	// terminationGracePeriodSeconds.
+	MaxCheckpointGrace time.Duration
+	// Defrag moves movable pods to make room for a waiting pod of a team
+	// whose quota sets defrag (off when MaxMovedShare is 0 or Defragger is
+	// nil).
+	Defrag    Defrag
+	Defragger Defragger
 	// Reserve, when set, holds room for queue heads that wait for room
 	// (reservations and backfill, pkg/reserve) through Reserver.
 	Reserve  *reserve.Policy
@@ -125,6 +134,8 @@ type Controller struct {
 
 	mu        sync.Mutex
 	reclaimed map[string]time.Time    // workload key -> last reclaim for it
+	moves     []time.Time             // defragmentation evictions in the last hour (defrag.go)
+	moveHolds map[string]moveHold     // workload key -> room freed for it by moves
 	requeued  map[types.UID]time.Time // stranded narrowed pod -> its eviction (narrow.go)
 	written   map[types.UID]condWrite // last Queued condition written per pod
 	seen      map[types.UID]bool      // pods that got their Queued event
@@ -191,7 +202,7 @@ func New(o Options) (*Controller, error) {
 	if o.ReclaimCooldown <= 0 {
 		o.ReclaimCooldown = time.Minute
 	}
-	c := &Controller{o: o, now: o.Now, written: map[types.UID]condWrite{}, seen: map[types.UID]bool{}, reclaimed: map[string]time.Time{}, requeued: map[types.UID]time.Time{},
+	c := &Controller{o: o, now: o.Now, written: map[types.UID]condWrite{}, seen: map[types.UID]bool{}, reclaimed: map[string]time.Time{}, moveHolds: map[string]moveHold{}, requeued: map[types.UID]time.Time{},
 		status: map[string]queuedPod{}, ungated: map[types.UID]*corev1.Pod{}, teams: map[string]TeamStatus{}, events: newPassEvents()}
 	if c.now == nil {
 		c.now = time.Now

@@ -22,6 +22,10 @@ type Metrics struct {
 	// DisbelievedRecords counts admission records not believed, each once:
 	// not signed by Rota, or naming another team or account than the pod's.
 	DisbelievedRecords prometheus.Counter
+	// Moves counts pods evicted to make room for waiting work when free
+	// GPUs were fragmented; MovesBlocked those a disruption budget kept.
+	Moves        prometheus.Counter
+	MovesBlocked prometheus.Counter
 }
 
 // NewMetrics registers the metrics with reg (nil: not registered).
@@ -52,10 +56,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Narrowed pods evicted for their controller to recreate, queued: none of their nodes took them while their room was held."}),
 		DisbelievedRecords: prometheus.NewCounter(prometheus.CounterOpts{Name: "rota_queue_disbelieved_records_total",
 			Help: "Admission records not believed (not signed by Rota, or naming another team or account than the pod's own); the pod is charged to its own team."}),
+		Moves: prometheus.NewCounter(prometheus.CounterOpts{Name: "rota_queue_moves_total",
+			Help: "Pods evicted for their controllers to recreate, to make room for a team's waiting pod where free GPUs were fragmented (defragmentation)."}),
+		MovesBlocked: prometheus.NewCounter(prometheus.CounterOpts{Name: "rota_queue_moves_blocked_total",
+			Help: "Defragmentation evictions refused by a PodDisruptionBudget or held by the API server."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Length, m.OldestWait, m.Admissions, m.Wait, m.Reclaims, m.ConditionWrites,
-			m.Reservations, m.ReservedGPUs, m.ReservationsReleased, m.Narrowed, m.Requeued, m.DisbelievedRecords)
+			m.Reservations, m.ReservedGPUs, m.ReservationsReleased, m.Narrowed, m.Requeued, m.DisbelievedRecords,
+			m.Moves, m.MovesBlocked)
 	}
 	return m
 }

@@ -247,6 +247,7 @@ func (c *Controller) pass(ctx context.Context) (full bool) {
 	if c.o.Reclaim {
 		c.reclaim(ctx, in, res, byKey, victims, victimPods, now)
 	}
+	c.defrag(ctx, cfg, res, byKey, victims, victimPods, now)
 	plans := c.reserve(ctx, res, byKey, now)
 	c.report(ctx, in, res, byKey, plans, now)
 	if len(res.Admitted) > 0 || len(partial) > 0 {

@@ -142,14 +142,8 @@ const (
 // their last checkpoints) and Young (some pod inside its minimum runtime).
 // A pod's unreadable declaration counts as not made, and is logged.
 func (c *Controller) stopCost(logger klog.Logger, v pkgqueue.Victim, pods []*corev1.Pod, cfg quota.Config, snap *ledger.Snapshot, now time.Time) pkgqueue.Victim {
-	p := c.o.StopCost
-	p.TeamMinRuntime = cfg.TeamMinRuntime(v.Team)
 	for _, pod := range pods {
-		f, err := podreq.StopFacts(pod, c.o.Names)
-		if err != nil {
-			logger.V(2).Info("Ignoring a pod's unreadable checkpoint or minimum runtime", "pod", klog.KObj(pod), "err", err)
-		}
-		f.GPUs = heldGPUs(snap, pod)
+		f, p := c.stopFacts(logger, pod, v.Team, cfg, snap)
 		v.LostWork += stopcost.LostWork(f, now, p)
 		v.Young = v.Young || stopcost.Young(f, now, p)
 		if u := stopcost.YoungUntil(f, now, p); u.After(v.YoungUntil) {
@@ -157,6 +151,19 @@ func (c *Controller) stopCost(logger klog.Logger, v pkgqueue.Victim, pods []*cor
 		}
 	}
 	return v
+}
+
+// stopFacts reads what stopping a running pod of team costs, with the
+// policy that weighs it.
+func (c *Controller) stopFacts(logger klog.Logger, pod *corev1.Pod, team string, cfg quota.Config, snap *ledger.Snapshot) (stopcost.Facts, stopcost.Policy) {
+	p := c.o.StopCost
+	p.TeamMinRuntime = cfg.TeamMinRuntime(team)
+	f, err := podreq.StopFacts(pod, c.o.Names)
+	if err != nil {
+		logger.V(2).Info("Ignoring a pod's unreadable checkpoint or minimum runtime", "pod", klog.KObj(pod), "err", err)
+	}
+	f.GPUs = heldGPUs(snap, pod)
+	return f, p
 }
 
 // snapshot is the ledger's snapshot, nil without one.
@@ -205,8 +212,24 @@ func blocked(err error) string {
 func (c *Controller) evict(ctx context.Context, pod *corev1.Pod) error {
 	ctx, cancel := context.WithTimeout(ctx, evictTimeout)
 	defer cancel()
+	opts := &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}}
+	if g, ok := c.grace(pod); ok {
+		secs := int64(g / time.Second)
+		opts.GracePeriodSeconds = &secs
+	}
 	return c.o.Client.PolicyV1().Evictions(pod.Namespace).Evict(ctx, &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
-		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}},
+		DeleteOptions: opts,
 	})
+}
+
+// grace is the grace period of the queue's eviction of pod: its
+// checkpoint-grace annotation, capped by MaxCheckpointGrace; ok is false
+// when it declares none (or no cap is set), and the pod's own
+// terminationGracePeriodSeconds applies.
+func (c *Controller) grace(pod *corev1.Pod) (time.Duration, bool) {
+	if c.o.MaxCheckpointGrace <= 0 {
+		return 0, false
+	}
+	return podreq.CheckpointGrace(pod, c.o.Names, c.o.MaxCheckpointGrace)
 }

@@ -33,7 +33,11 @@ type Reserver interface {
 // job's record is written back to its pods when it changed. It returns the
 // plans by workload key, for the pods' Queued condition.
 func (c *Controller) reserve(ctx context.Context, res pkgqueue.Result, byKey map[string]*workload, now time.Time) map[string]*reserve.Plan {
-	if c.o.Reserve == nil || c.o.Reserver == nil {
+	if c.o.Reserver == nil {
+		return nil
+	}
+	if c.o.Reserve == nil {
+		c.o.Reserver.SetClaims(c.moveClaims()) // the room moves freed
 		return nil
 	}
 	logger := klog.FromContext(ctx)
@@ -53,7 +57,7 @@ func (c *Controller) reserve(ctx context.Context, res pkgqueue.Result, byKey map
 		jobs = append(jobs, q)
 	}
 	decisions, claims := c.o.Reserve.Pass(jobs, c.o.Snapshot(), now)
-	c.o.Reserver.SetClaims(claims)
+	c.o.Reserver.SetClaims(append(claims, c.moveClaims()...)) // on one node, the room moves freed wins
 	plans := map[string]*reserve.Plan{}
 	gpus := 0
 	for _, d := range decisions {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/podreq"
 	"github.com/rota-sched/rota/pkg/remediation"
 )
 
@@ -136,10 +137,8 @@ func (c *Controller) grace(p remediation.Pod) time.Duration {
 	if !ok {
 		return g
 	}
-	if s := pod.Annotations[c.names.CheckpointGraceAnnotation]; s != "" {
-		if d, err := time.ParseDuration(s); err == nil && d >= 0 {
-			g = min(d, c.cfg.MaxCheckpointGrace)
-		}
+	if d, ok := podreq.CheckpointGrace(pod, c.names, c.cfg.MaxCheckpointGrace); ok {
+		g = d
 	}
 	return g
 }

@@ -32,7 +32,7 @@ func PodTransform(names contract.Names) cache.TransformFunc {
 		names.CheckpointSignalAnnotation, names.CheckpointGraceAnnotation,
 		names.AdmissionAnnotation, names.GPUModelsAnnotation, names.MaxRuntimeAnnotation, names.ReservationAnnotation,
 		names.ShareWithoutMPSAnnotation, names.IdleSinceAnnotation,
-		names.CheckpointIntervalAnnotation, names.LastCheckpointAnnotation, names.MinRuntimeAnnotation}
+		names.CheckpointIntervalAnnotation, names.LastCheckpointAnnotation, names.MinRuntimeAnnotation, names.MovableAnnotation}
 	resources := []corev1.ResourceName{corev1.ResourceName(names.GPU), corev1.ResourceName(names.GPUMemory)}
 	requests := &nodeRequests{}
 	constraints := &placementConstraints{}
@@ -67,11 +67,14 @@ func PodTransform(names contract.Names) cache.TransformFunc {
 			out.Status.ContainerStatuses = []corev1.ContainerStatus{{RestartCount: 1,
 				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Time{Time: t}}}}}
 		}
-		if pod.Spec.NodeName == "" {
-			// The queue narrows, and requeues, only pods a controller owns.
+		if pod.Spec.NodeName == "" || podreq.Movable(pod, names) {
+			// The queue narrows, requeues and moves only pods a controller
+			// owns.
 			if ref := metav1.GetControllerOfNoCopy(pod); ref != nil {
 				out.OwnerReferences = []metav1.OwnerReference{*ref}
 			}
+		}
+		if pod.Spec.NodeName == "" {
 			out.Spec.NodeSelector, out.Spec.Tolerations = constraints.of(pod.Spec.NodeSelector, pod.Spec.Tolerations)
 			if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
 				out.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{

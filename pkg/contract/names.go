@@ -122,6 +122,10 @@ type Names struct {
 	// Go duration) before any reclaim or preemption, up to the cluster's
 	// maximum; its team's minimum runtime applies anyway.
 	MinRuntimeAnnotation string
+	// MovableAnnotation on a Pod, "true", lets the queue move it (evict it
+	// for its controller to recreate) to make room for a team's waiting
+	// work when free GPUs are fragmented.
+	MovableAnnotation string
 	// ShareWithoutMPSAnnotation on a Pod ("true") lets its memory share be
 	// placed on a node whose device plugin cannot run CUDA MPS (the
 	// topology's mps.available false), where the share's memory limit is
@@ -224,6 +228,7 @@ func NewNames(domain string) (Names, error) {
 		CheckpointIntervalAnnotation: domain + "/checkpoint-interval",
 		LastCheckpointAnnotation:     domain + "/last-checkpoint",
 		MinRuntimeAnnotation:         domain + "/min-runtime",
+		MovableAnnotation:            domain + "/movable",
 		LeaderLabel:                  domain + "/extender-leader",
 		ReservationAnnotation:        domain + "/reservation",
 		ShareWithoutMPSAnnotation:    domain + "/share-without-mps",

@@ -52,6 +52,28 @@ func StopFacts(pod *corev1.Pod, names contract.Names) (stopcost.Facts, error) {
 	return f, errors.Join(errs...)
 }
 
+// CheckpointGrace is the grace period Rota gives a pod it evicts: its
+// checkpoint-grace annotation, at most max. ok is false when the pod
+// declares none or one that does not parse; then the caller's default
+// applies.
+func CheckpointGrace(pod *corev1.Pod, names contract.Names, max time.Duration) (time.Duration, bool) {
+	s, ok := pod.Annotations[names.CheckpointGraceAnnotation]
+	if !ok {
+		return 0, false
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil || d < 0 {
+		return 0, false
+	}
+	return min(d, max), true
+}
+
+// Movable reports whether the pod declares that the queue may move it
+// (MovableAnnotation "true").
+func Movable(pod *corev1.Pod, names contract.Names) bool {
+	return strings.TrimSpace(pod.Annotations[names.MovableAnnotation]) == "true"
+}
+
 // RunStarted is when the pod's current run began: the latest start of a
 // running container (a restart begins a new run), else the pod's start
 // time; zero when it has not started.

@@ -84,3 +84,31 @@ func FuzzStopFacts(f *testing.F) {
 		}
 	})
 }
+
+func TestCheckpointGraceAndMovable(t *testing.T) {
+	names := contract.Default
+	for _, c := range []struct {
+		ann  map[string]string
+		want time.Duration
+		ok   bool
+	}{
+		{nil, 0, false},
+		{map[string]string{names.CheckpointGraceAnnotation: "2m"}, 2 * time.Minute, true},
+		{map[string]string{names.CheckpointGraceAnnotation: " 90s "}, 90 * time.Second, true},
+		{map[string]string{names.CheckpointGraceAnnotation: "2h"}, 10 * time.Minute, true}, // capped
+		{map[string]string{names.CheckpointGraceAnnotation: "0s"}, 0, true},
+		{map[string]string{names.CheckpointGraceAnnotation: "-1m"}, 0, false},
+		{map[string]string{names.CheckpointGraceAnnotation: "soon"}, 0, false},
+	} {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: c.ann}}
+		if got, ok := CheckpointGrace(p, names, 10*time.Minute); got != c.want || ok != c.ok {
+			t.Errorf("%v: %v, %v; want %v, %v", c.ann, got, ok, c.want, c.ok)
+		}
+	}
+	for v, want := range map[string]bool{"true": true, " true": true, "false": false, "yes": false, "": false} {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{names.MovableAnnotation: v}}}
+		if Movable(p, names) != want {
+			t.Errorf("movable %q: %v, want %v", v, !want, want)
+		}
+	}
+}

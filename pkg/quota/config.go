@@ -105,6 +105,10 @@ type Team struct {
 	// and preemption (except by urgent work): a Go duration such as "30m".
 	// Empty is none.
 	MinRuntime string `json:"minRuntime,omitempty"`
+	// Defrag lets the queue make room for the team's waiting pods by moving
+	// running pods that declared themselves movable, when free GPUs are
+	// fragmented (off by default).
+	Defrag bool `json:"defrag,omitempty"`
 	// Models, when set, makes the team's quota per GPU model: GPUs, GPU
 	// memory and borrowing count per model, and the team-wide gpus,
 	// gpuMemoryGiB and borrow above are not used.
@@ -219,6 +223,10 @@ func (c Config) TeamMinRuntime(team string) time.Duration {
 	}
 	return d
 }
+
+// TeamDefrag reports whether the queue may move pods to make room for
+// team's waiting pods (false for an unknown team).
+func (c Config) TeamDefrag(team string) bool { return c.Teams[team].Defrag }
 
 // Policy returns the effective unknown-team policy.
 func (c Config) Policy() UnknownTeamPolicy {

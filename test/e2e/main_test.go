@@ -96,6 +96,9 @@ const quotaDoc = `teams:
     models: {"Rota Guard GPU": {gpus: 2, borrow: {gpus: 2}}}
   qguard-u:
     models: {"Rota Guard GPU": {gpus: 3}}
+  qdefrag:
+    defrag: true
+    models: {"Rota Defrag GPU": {gpus: 4}}
 sharedPool: {gpus: 2, gpuMemoryGiB: 0}
 # The queue scenarios' own pools (per GPU model), apart from the shared one.
 modelPools:
@@ -105,6 +108,7 @@ modelPools:
   "Rota Young GPU": {gpus: 4}
   "Rota PDB GPU": {gpus: 4}
   "Rota Guard GPU": {gpus: 2}
+  "Rota Defrag GPU": {gpus: 4}
 unknownTeams: unlimited
 `
 

@@ -153,6 +153,10 @@ func parseFlags(args []string) (config.Config, remediation.Config, error) {
 	fs.IntVar(&rs.Max, "reserve-max", rs.Max, "most holds at once")
 	fs.BoolVar(&rs.Quota, "reserve-quota", rs.Quota, "a large or old queue head that waits for its team's quota keeps it: later work of the team is admitted only if its declared runtime ends first")
 	fs.DurationVar(&rs.DefaultRuntime, "default-runtime", rs.DefaultRuntime, "estimated runtime of a running pod that declares none, for expected starts (0: such a pod never ends as far as plans go)")
+	df := &cfg.Queue.Defrag
+	fs.Float64Var(&df.MaxMovedShare, "defrag-max-moved-share", df.MaxMovedShare, "most pods moved per hour to defragment free GPUs, as a share of running admitted pods (at least one; 0: never move); only for teams whose quota sets defrag, only pods annotated <domain>/movable")
+	fs.IntVar(&df.MaxMoves, "defrag-max-moves", df.MaxMoves, "most pods one defragmentation plan moves (1 to 8)")
+	fs.DurationVar(&df.HoldFor, "defrag-hold", df.HoldFor, "how long room freed by moves stays held for the waiting pod")
 	fs.String("config", "", "configuration file ("+config.FileAPIVersion+" "+config.FileKind+": the flags by name under 'flags'); flags on the command line override it")
 	if path := config.ConfigArg(args); path != "" {
 		if err := config.ApplyFile(fs, path); err != nil {

@@ -1,0 +1,64 @@
+package room
+
+import (
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/rota-sched/rota/pkg/ledger"
+	"github.com/rota-sched/rota/pkg/placement"
+)
+
+// Moves bound a defragmentation plan (placement.Defrag) for a queued pod.
+type Moves struct {
+	// Mover returns the pod of an allocation that may move (nil: it may
+	// not): declared movable, preemptible, past its minimum runtime.
+	Mover func(*ledger.Allocation) *corev1.Pod
+	// Cost is the work moving an allocation loses.
+	Cost func(*ledger.Allocation) float64
+	// Max bounds the pods the plan moves.
+	Max int
+}
+
+// Defrag plans the fewest moves of movable pods that make room for a
+// queued single pod that fits nowhere now (placement.Defrag): only on a
+// node the pod may go to, and each moved pod only to a node it may go to.
+// With a plan it returns the claim that holds the freed room for the pod
+// (ledger.Claim, for the queue to keep while the moved pods leave).
+func (e *Planner) Defrag(pod *corev1.Pod, model string, m Moves) (placement.DefragPlan, ledger.Claim, bool) {
+	req, err := e.o.Request(pod)
+	if err != nil || m.Mover == nil || m.Max <= 0 {
+		return placement.DefragPlan{}, ledger.Claim{}, false
+	}
+	if model != "" {
+		req.Models = []string{model}
+	}
+	e.mu.Lock()
+	snap := e.o.Ledger.Snapshot()
+	e.mu.Unlock()
+	target := map[string]bool{}
+	for _, n := range e.eligible(pod, snap) {
+		target[n] = true
+	}
+	moved := map[string]*corev1.Pod{}
+	matches := map[string]nodeMatch{}
+	o := placement.DefragOptions{MaxMoves: m.Max, Cost: m.Cost,
+		Target: func(node string) bool { return target[node] },
+		Movable: func(a *ledger.Allocation) bool {
+			p := m.Mover(a)
+			if p != nil {
+				moved[a.PodUID], matches[a.PodUID] = p, newNodeMatch(p)
+			}
+			return p != nil
+		},
+		Allowed: func(a *ledger.Allocation, name string) bool {
+			p := moved[a.PodUID]
+			node, ok := e.o.Node(name)
+			return p != nil && ok && mayGo(p, matches[a.PodUID], node)
+		}}
+	plan, ok := placement.Defrag(req, snap, o)
+	if !ok {
+		return plan, ledger.Claim{}, false
+	}
+	c := ledger.Claim{Job: req.Job, Node: plan.Node, GPUs: max(req.GPUs, 1), Models: req.Models,
+		CPUMilli: req.CPUMilli, HostMemoryMiB: req.HostMemoryMiB}
+	return plan, c, true
+}
