@@ -48,6 +48,12 @@ type Queue struct {
 	// Reserve holds room for queue heads that wait for room (reservations
 	// and backfill by declared runtime).
 	Reserve Reserve `json:"reserve"`
+	// FairShareHalfLife is fair share's memory: teams are ordered by their
+	// current dominant share plus the mean of their past share, decayed
+	// with this half-life (0: current use only). The history is kept in
+	// the ConfigMap HistoryConfigMap in Namespace.
+	FairShareHalfLife time.Duration `json:"fairShareHalfLife"`
+	HistoryConfigMap  string        `json:"historyConfigMap"`
 	// Defrag bounds the moves the queue makes for teams whose quota sets
 	// defrag: a waiting pod that fits nowhere while free GPUs are
 	// fragmented gets room by moving pods that declared themselves movable.
@@ -93,7 +99,7 @@ type Reserve struct {
 func DefaultQueue() Queue {
 	return Queue{Enabled: true, Namespace: "rota-system", ConfigMap: "rota-quota", ConfigMapKey: "quota.yaml",
 		Interval: time.Second, AdmitConcurrency: 16, HoldTTL: 5 * time.Minute, NarrowCandidates: 3, ConditionInterval: 10 * time.Second, ConditionQPS: 20,
-		UrgentPriority: 1000000, Reclaim: true,
+		UrgentPriority: 1000000, Reclaim: true, HistoryConfigMap: "rota-usage-history",
 		Reserve: Reserve{Enabled: true, LargeGPUs: 64, MaxAge: 30 * time.Minute, MaxHold: 2 * time.Hour, CoolOff: 30 * time.Minute, Max: 4},
 		Defrag:  Defrag{MaxMovedShare: 0.02, MaxMoves: 2, HoldFor: 10 * time.Minute}}
 }
@@ -120,6 +126,9 @@ func (q Queue) validate() []error {
 	}
 	if d := q.Defrag; d.MaxMovedShare < 0 || d.MaxMovedShare > 1 || d.MaxMoves < 1 || d.MaxMoves > 8 || d.HoldFor <= 0 {
 		errs = append(errs, fmt.Errorf("defrag: max-moved-share must be from 0 to 1, max-moves from 1 to 8, hold positive"))
+	}
+	if q.FairShareHalfLife < 0 || (q.FairShareHalfLife > 0 && (q.HistoryConfigMap == "" || q.Namespace == "")) {
+		errs = append(errs, fmt.Errorf("fair-share-half-life: %v is negative, or set without usage-history-config-map and quota-namespace", q.FairShareHalfLife))
 	}
 	if q.ConfigMap != "" && (q.Namespace == "" || q.ConfigMapKey == "") {
 		errs = append(errs, fmt.Errorf("quota-config-map %q needs quota-namespace and quota-config-map-key", q.ConfigMap))

@@ -20,6 +20,7 @@ import (
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/podreq"
+	pkgqueue "github.com/rota-sched/rota/pkg/queue"
 	"github.com/rota-sched/rota/pkg/quota"
 	"github.com/rota-sched/rota/pkg/reserve"
 	"github.com/rota-sched/rota/pkg/stopcost"
@@ -114,6 +115,15 @@ type Options struct {
 	// nil).
 	Defrag    Defrag
 	Defragger Defragger
+	// FairShareHalfLife is fair share's memory of past use
+	// (pkgqueue.History); 0 orders teams by current use only. The history
+	// is kept in the ConfigMap HistoryConfigMap in HistoryNamespace,
+	// written by the leader at most every HistoryWriteInterval (0: 10 s)
+	// and read when it starts leading.
+	FairShareHalfLife    time.Duration
+	HistoryNamespace     string
+	HistoryConfigMap     string
+	HistoryWriteInterval time.Duration
 	// Reserve, when set, holds room for queue heads that wait for room
 	// (reservations and backfill, pkg/reserve) through Reserver.
 	Reserve  *reserve.Policy
@@ -133,13 +143,18 @@ type Controller struct {
 	limiter *rate.Limiter
 
 	mu        sync.Mutex
-	reclaimed map[string]time.Time    // workload key -> last reclaim for it
-	moves     []time.Time             // defragmentation evictions in the last hour (defrag.go)
-	moveHolds map[string]moveHold     // workload key -> room freed for it by moves
-	requeued  map[types.UID]time.Time // stranded narrowed pod -> its eviction (narrow.go)
-	written   map[types.UID]condWrite // last Queued condition written per pod
-	seen      map[types.UID]bool      // pods that got their Queued event
-	status    map[string]queuedPod    // pod key -> where it stands, from the last pass
+	reclaimed map[string]time.Time // workload key -> last reclaim for it
+	moves     []time.Time          // defragmentation evictions in the last hour (defrag.go)
+	moveHolds map[string]moveHold  // workload key -> room freed for it by moves
+	// history is fair share's memory (history.go); only Run's passes touch
+	// it and the two fields after it.
+	history       pkgqueue.History
+	historyLoaded bool
+	historySaved  time.Time
+	requeued      map[types.UID]time.Time // stranded narrowed pod -> its eviction (narrow.go)
+	written       map[types.UID]condWrite // last Queued condition written per pod
+	seen          map[types.UID]bool      // pods that got their Queued event
+	status        map[string]queuedPod    // pod key -> where it stands, from the last pass
 	// disbelief holds the admission records a pass did not believe, as
 	// "team/model/signature" by pod, so each is reported once (only Pass
 	// touches it).
@@ -220,7 +235,8 @@ func (c *Controller) Run(ctx context.Context) {
 	if !cache.WaitForCacheSync(ctx.Done(), append([]cache.InformerSynced{c.o.Pods.HasSynced, c.o.Namespaces.HasSynced}, c.o.Synced...)...) {
 		return
 	}
-	logger.Info("Queue controller started", "interval", c.o.Interval, "holdTTL", c.o.HoldTTL)
+	c.historyLoaded = false // read again: another leader may have kept it since
+	logger.Info("Queue controller started", "interval", c.o.Interval, "holdTTL", c.o.HoldTTL, "fairShareHalfLife", c.o.FairShareHalfLife)
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		for c.pass(ctx) && ctx.Err() == nil {
 		}

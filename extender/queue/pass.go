@@ -214,6 +214,7 @@ func (c *Controller) pass(ctx context.Context) (full bool) {
 		in.Protected = func(w *pkgqueue.Workload) bool { return p.Protects(w, now) }
 	}
 	c.restoreClaims(ctx, byKey, now)
+	in.Past = c.pastUse(ctx)
 	res := pkgqueue.Plan(in, pkgqueue.FitterFunc(func(w *pkgqueue.Workload, a quota.Account) (bool, string) {
 		wl := byKey[w.Key]
 		slices.SortFunc(wl.pods, func(x, y *corev1.Pod) int { return strings.Compare(x.Name, y.Name) })
@@ -243,6 +244,7 @@ func (c *Controller) pass(ctx context.Context) (full bool) {
 		})
 	}
 	admitting.Wait()
+	c.observeHistory(ctx, in, res, now)
 	c.requeue(ctx, st.stranded, now)
 	if c.o.Reclaim {
 		c.reclaim(ctx, in, res, byKey, victims, victimPods, now)

@@ -105,6 +105,10 @@ type Input struct {
 	Protected func(w *Workload) bool
 	// Releases are the admitted work's declared ends, per account.
 	Releases map[quota.Account][]Release
+	// Past is each team's fair-share memory (History.Share): added to its
+	// current dominant share before dividing by its weight. Nil: fair
+	// share by current use only.
+	Past map[string]float64
 }
 
 // Fitter tries to hold room for a workload charged to an account. Hold
@@ -378,19 +382,10 @@ func (p *pass) result() Result {
 	return res
 }
 
-// share is team t's weighted dominant share now.
+// share is team t's weighted dominant share now, with its past use
+// (Input.Past) added.
 func (p *pass) share(t int) float64 {
-	u, c := p.use[t], p.in.Capacity
-	s := 0.0
-	frac := func(v, c int64) {
-		if c > 0 {
-			s = max(s, float64(v)/float64(c))
-		}
-	}
-	frac(u.GPUs, c.GPUs)
-	frac(u.MemoryMiB, c.MemoryMiB)
-	frac(u.CPUMilli, c.CPUMilli)
-	return s / p.wt[t]
+	return (DominantShare(p.use[t], p.in.Capacity) + p.in.Past[p.names[t]]) / p.wt[t]
 }
 
 // wait records why workload i waits.

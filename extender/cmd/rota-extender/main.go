@@ -153,6 +153,8 @@ func parseFlags(args []string) (config.Config, remediation.Config, error) {
 	fs.IntVar(&rs.Max, "reserve-max", rs.Max, "most holds at once")
 	fs.BoolVar(&rs.Quota, "reserve-quota", rs.Quota, "a large or old queue head that waits for its team's quota keeps it: later work of the team is admitted only if its declared runtime ends first")
 	fs.DurationVar(&rs.DefaultRuntime, "default-runtime", rs.DefaultRuntime, "estimated runtime of a running pod that declares none, for expected starts (0: such a pod never ends as far as plans go)")
+	fs.DurationVar(&cfg.Queue.FairShareHalfLife, "fair-share-half-life", cfg.Queue.FairShareHalfLife, "fair share's memory: order teams by current dominant share plus their past share decayed with this half-life, so a team that held the cluster for hours yields (0: current use only)")
+	fs.StringVar(&cfg.Queue.HistoryConfigMap, "usage-history-config-map", cfg.Queue.HistoryConfigMap, "ConfigMap in the quota namespace where the leader keeps fair share's usage history")
 	df := &cfg.Queue.Defrag
 	fs.Float64Var(&df.MaxMovedShare, "defrag-max-moved-share", df.MaxMovedShare, "most pods moved per hour to defragment free GPUs, as a share of running admitted pods (at least one; 0: never move); only for teams whose quota sets defrag, only pods annotated <domain>/movable")
 	fs.IntVar(&df.MaxMoves, "defrag-max-moves", df.MaxMoves, "most pods one defragmentation plan moves (1 to 8)")
