@@ -35,6 +35,10 @@ type options struct {
 	popularity float64
 	check      bool
 	progress   string
+	// moves: the static mode's move budget (share of arrived pods).
+	moves          float64
+	movesPerPod    int
+	moveCandidates int
 	// writeWorkload: write the pod list's shapes as a workload file, and exit.
 	writeWorkload string
 	// time mode
@@ -61,6 +65,10 @@ type options struct {
 	undeclared      float64
 	defaultRuntime  time.Duration
 	reserveQuota    bool
+	// time mode, reclaim
+	reclaim      string
+	reclaimModes []sim.ReclaimMode
+	maxGangSize  int
 }
 
 func main() {
@@ -85,6 +93,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.check, "check", false, "run ledger.Check after every placement (slow)")
 	fs.StringVar(&o.writeWorkload, "write-workload", "", "write the --pods list's pod shapes (weights = shares of pods) as a rota-extender --workload-file to this path, and exit")
 	fs.StringVar(&o.progress, "progress", "auto", "progress display: auto (bar on a terminal, lines otherwise), bar, lines, none")
+	fs.Float64Var(&o.moves, "moves", 0, "static mode: a pod that fits no node may move placed pods off one node to make room, at most this share of the pods arrived so far over the run (0: no moves, the FGD protocol)")
+	fs.IntVar(&o.movesPerPod, "moves-per-pod", sim.DefaultMaxMovesPerPod, "static mode, --moves: most pods moved for one arriving pod")
+	fs.IntVar(&o.moveCandidates, "move-candidates", 0, "static mode, --moves: pods per node a move plan considers (0: the engine's default, 12)")
 	fs.StringVar(&o.mode, "mode", "static", "static: the FGD protocol (pods never leave); time: pods arrive, queue, run and leave")
 	fs.StringVar(&o.workload, "workload", "gang", "time mode: gang (synthetic teams, gangs and topology) or trace (the --pods lists' creation and deletion times)")
 	fs.Float64Var(&o.load, "load", 0.9, "time mode: offered GPU load (GPU-seconds asked per GPU-second of capacity)")
@@ -105,6 +116,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.undeclared, "undeclared-share", 0.2, "time mode, --reserve: share of jobs that declare no runtime")
 	fs.BoolVar(&o.reserveQuota, "reserve-quota", false, "time mode, --reserve: a large or old head that waits for its team's quota keeps it; later work of the team backfills only by declared runtime")
 	fs.DurationVar(&o.defaultRuntime, "default-runtime", 0, "time mode, --reserve: estimated runtime of a running pod that declared none (0: it never ends as far as reservations go)")
+	fs.StringVar(&o.reclaim, "reclaim", "", "time mode, drf queue: reclaim modes to compare, comma-separated, every --seeds seed: off, newest (newest admitted first), lost-work (least work lost since the last checkpoint first); jobs draw checkpoint intervals from the seed")
+	fs.IntVar(&o.maxGangSize, "max-preemptible-gang-size", 8, "time mode, --reclaim: members of larger gangs are never evicted (0: any gang may be)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -114,6 +127,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.workers < 1 {
 		errs = append(errs, fmt.Errorf("--workers %d: want at least 1", o.workers))
+	}
+	if !(o.moves >= 0 && o.moves <= 1) || o.movesPerPod < 1 || o.moveCandidates < 0 {
+		errs = append(errs, fmt.Errorf("--moves %v, --moves-per-pod %d, --move-candidates %d: want a share 0..1, at least 1, 0 or more", o.moves, o.movesPerPod, o.moveCandidates))
 	}
 	if o.popularity < 0 || o.popularity > 1 {
 		errs = append(errs, fmt.Errorf("--popularity %v: want 0..1", o.popularity))
@@ -154,6 +170,21 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		}
 		if !strings.Contains(o.queue, "drf") {
 			errs = append(errs, fmt.Errorf("--reserve with --queue %q: reservations need the drf queue", o.queue))
+		}
+	}
+	if o.reclaim != "" {
+		for m := range strings.SplitSeq(o.reclaim, ",") {
+			switch m = strings.TrimSpace(m); m {
+			case "off":
+				o.reclaimModes = append(o.reclaimModes, sim.ReclaimOff)
+			case string(sim.ReclaimNewest), string(sim.ReclaimLostWork):
+				o.reclaimModes = append(o.reclaimModes, sim.ReclaimMode(m))
+			default:
+				errs = append(errs, fmt.Errorf("--reclaim %q: want off, newest or lost-work, comma-separated", m))
+			}
+		}
+		if o.reserve || !strings.Contains(o.queue, "drf") || o.maxGangSize < 0 {
+			errs = append(errs, errors.New("--reclaim: needs the drf queue, no --reserve, and --max-preemptible-gang-size 0 or more"))
 		}
 	}
 	switch o.progress {
@@ -316,12 +347,18 @@ func run(args []string, stdout, stderr io.Writer) error {
 				}
 				slot := prog.slot()
 				r, err := sim.Run(sim.Config{Nodes: nodes, Pods: lists[j.list], Policy: pol, Seed: j.seed, Tune: o.tune,
-					Metric: works[j.list], Check: o.check, Progress: slot})
+					Metric: works[j.list], Check: o.check, Progress: slot,
+					MoveBudget: o.moves, MaxMovesPerPod: o.movesPerPod, MaxCandidates: o.moveCandidates})
 				if err != nil {
 					errc <- fmt.Errorf("%s, %s, seed %d: %w", names[j.list], policies[j.policy], j.seed, err)
 					return
 				}
-				prog.done(fmt.Sprintf("%s %s seed %d: %.2f%% allocated at 100%% arrived", names[j.list], policies[j.policy], j.seed, r.At(100).Alloc))
+				line := fmt.Sprintf("%s %s seed %d: %.2f%% allocated at 100%% arrived", names[j.list], policies[j.policy], j.seed, r.At(100).Alloc)
+				if o.moves > 0 {
+					p := r.At(100)
+					line += fmt.Sprintf(", %d pods moved of %d arrived by then", p.Moves, p.Arrived)
+				}
+				prog.done(line)
 				mu.Lock()
 				results[j.list*len(policies)+j.policy] = append(results[j.list*len(policies)+j.policy], r)
 				mu.Unlock()
@@ -361,6 +398,12 @@ feed:
 	}
 	if err := sim.WriteTable(stdout, series, 100); err != nil {
 		return err
+	}
+	if o.moves > 0 {
+		fmt.Fprintf(stdout, "\nMoves (--moves %g, --moves-per-pod %d)\n\n", o.moves, o.movesPerPod)
+		if err := sim.WriteMovesTable(stdout, series, 100); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(stdout, "\n%d runs (%d pod lists x %d policies x %d seeds) in %s with %d workers\n",
 		len(jobs), len(paths), len(policies), len(seeds), elapsed.Round(time.Millisecond), o.workers)

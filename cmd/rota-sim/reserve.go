@@ -184,7 +184,7 @@ func writeReserveTable(w io.Writer, o options, variants []variant, seeds []uint6
 		if !v.reserve {
 			continue
 		}
-		base := slices.Index(variants, variant{v.policy, sim.QueueDRF, false})
+		base := slices.Index(variants, variant{policy: v.policy, queue: sim.QueueDRF})
 		if base < 0 {
 			continue
 		}

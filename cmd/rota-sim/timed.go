@@ -105,6 +105,10 @@ func timedWorld(o options, seed uint64) (world, error) {
 		}
 		title += fmt.Sprintf("; declared runtimes: real x U(%g, %g), %.0f %% declare none", o.factorMin, o.factorMax, 100*o.undeclared)
 	}
+	if o.reclaim != "" {
+		jobs = sim.DrawCheckpoints(jobs, seed)
+		title += fmt.Sprintf("; checkpoint intervals drawn from %v s (0: none declared, %g s assumed)", sim.CheckpointIntervals, sim.DefaultCheckpointInterval)
+	}
 	var workload []sim.Pod
 	for _, j := range jobs {
 		for range j.Size {
@@ -120,6 +124,9 @@ type variant struct {
 	policy  string
 	queue   sim.QueueMode
 	reserve bool
+	reclaim sim.ReclaimMode
+	// reclaimOn marks the variants of --reclaim (its "off" included).
+	reclaimOn bool
 }
 
 // runTimed is --mode time: one replay per policy and queue discipline (in
@@ -130,15 +137,24 @@ func runTimed(o options, seeds []uint64, stdout io.Writer) error {
 	if o.policies == strings.Join(sim.DefaultPolicies, ",") {
 		policies = strings.Split(timedPolicies, ",")
 	}
-	if !o.reserve {
+	if !o.reserve && o.reclaim == "" {
 		seeds = seeds[:1]
 	}
 	var variants []variant
 	for _, name := range policies {
 		for q := range strings.SplitSeq(o.queue, ",") {
-			v := variant{strings.TrimSpace(name), sim.QueueMode(strings.TrimSpace(q)), false}
+			v := variant{policy: strings.TrimSpace(name), queue: sim.QueueMode(strings.TrimSpace(q))}
 			if v.queue != sim.QueueFIFO && v.queue != sim.QueueDRF {
 				return fmt.Errorf("--queue %q: want fifo, drf or both, comma-separated", v.queue)
+			}
+			if o.reclaim != "" {
+				if v.queue == sim.QueueDRF {
+					for _, m := range o.reclaimModes {
+						v.reclaim, v.reclaimOn = m, true
+						variants = append(variants, v)
+					}
+				}
+				continue
 			}
 			variants = append(variants, v)
 			if o.reserve && v.queue == sim.QueueDRF {
@@ -174,6 +190,8 @@ func runTimed(o options, seeds []uint64, stdout io.Writer) error {
 			if v.reserve {
 				cfg.Reserve = rsv
 			}
+			cfg.Reclaim = v.reclaim
+			cfg.ReclaimOptions = sim.ReclaimOptions{MaxPreemptibleGangSize: o.maxGangSize}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -202,6 +220,11 @@ func runTimed(o options, seeds []uint64, stdout io.Writer) error {
 			return err
 		}
 	}
+	if o.reclaim != "" {
+		if err := writeReclaimTable(stdout, variants, seeds, results); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(stdout, "\n%d runs in %s with %d workers\n", len(seeds)*len(variants), time.Since(start).Round(time.Millisecond), o.workers)
 	if o.out == "" {
 		return nil
@@ -225,5 +248,46 @@ func (v variant) String() string {
 	if v.reserve {
 		s += " + reservations"
 	}
+	if v.reclaimOn {
+		s += ", reclaim " + string(cmpOr(v.reclaim, "off"))
+	}
 	return s
+}
+
+func cmpOr(m sim.ReclaimMode, def sim.ReclaimMode) sim.ReclaimMode {
+	if m == "" {
+		return def
+	}
+	return m
+}
+
+// writeReclaimTable writes one row per (variant, seed) and one per variant
+// over the seeds: reclaims, evictions, work lost, the waits of the gangs of
+// sim.LargeGangGPUs GPUs or more, and every job's median wait.
+func writeReclaimTable(w io.Writer, variants []variant, seeds []uint64, results [][]sim.TimedResult) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nReclaim over %d seeds (%s); waits in hours, every stretch a job spent queued (after an eviction too)\n\n", len(seeds), seedList(seeds))
+	b.WriteString("| variant | seed | reclaims | evictions | lost GPU-hours | gangs of 64+ GPUs | their mean wait | their max wait | p50 wait, all jobs | mean GPU allocation (%) |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for vi, v := range variants {
+		var rec, ev, lost, gangs, mean, mx, p50, util float64
+		for si, seed := range seeds {
+			r := results[si][vi]
+			fmt.Fprintf(&b, "| %s | %d | %d | %d | %.1f | %d | %.2f | %.2f | %.2f | %.2f |\n", v, seed, r.Reclaims, len(r.Evictions),
+				r.LostWorkGPUHours, r.LargeGangs, r.LargeGangWaitMean/3600, r.LargeGangWaitMax/3600, r.Wait.P50/3600, r.UtilMean)
+			rec += float64(r.Reclaims)
+			ev += float64(len(r.Evictions))
+			lost += r.LostWorkGPUHours
+			gangs += float64(r.LargeGangs)
+			mean += r.LargeGangWaitMean
+			mx = max(mx, r.LargeGangWaitMax)
+			p50 += r.Wait.P50
+			util += r.UtilMean
+		}
+		n := float64(len(seeds))
+		fmt.Fprintf(&b, "| **%s** | mean (max) | %.1f | %.1f | %.1f | %.1f | %.2f | (%.2f) | %.2f | %.2f |\n", v, rec/n, ev/n, lost/n, gangs/n,
+			mean/n/3600, mx/3600, p50/n/3600, util/n)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
 }

@@ -100,6 +100,32 @@ func WriteTable(w io.Writer, series []Series, x int) error {
 	return err
 }
 
+// WriteMovesTable writes a Markdown table of the moves made to place pods
+// (Config.MoveBudget): one row per (pod list, policy), with the allocation
+// ratio at x percent arrived and the pods moved by then, as a share of the
+// pods arrived by then (mean ± sd over seeds) and in total.
+func WriteMovesTable(w io.Writer, series []Series, x int) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "| pods | policy | allocated at %d%% (%%) | moved by then (%% of arrived pods) | pods moved by then | pods placed by moves, whole run |\n|---|---|---:|---:|---:|---:|\n", x)
+	for _, s := range series {
+		var share, moves, plans []float64
+		for _, r := range s.Results {
+			p := r.At(x)
+			if p.N == 0 || p.Arrived == 0 {
+				continue
+			}
+			share = append(share, 100*float64(p.Moves)/float64(p.Arrived))
+			moves = append(moves, float64(p.Moves))
+			plans = append(plans, float64(r.MovePlans))
+		}
+		a, _, _ := s.At(x)
+		sh, mv, pl := stat(share), stat(moves), stat(plans)
+		fmt.Fprintf(&b, "| %s | %s | %.2f ± %.2f | %.2f ± %.2f | %.0f | %.0f |\n", s.Pods, s.Policy, a.Mean, a.SD, sh.Mean, sh.SD, mv.Mean, pl.Mean)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
 // WriteResultsCSV writes one row per run with its values at x percent.
 func WriteResultsCSV(w io.Writer, series []Series, x int) error {
 	var b strings.Builder

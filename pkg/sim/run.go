@@ -47,7 +47,21 @@ type Config struct {
 	// Progress, when set, is called now and then with pods done and the
 	// expected total (the total is an estimate until the run ends).
 	Progress func(done, total int)
+	// MoveBudget, above 0, lets a pod that fits no node take room that
+	// moving placed pods frees (placement.Defrag): the pods of one node go
+	// to other nodes as they are, and the arriving pod takes the node. Over
+	// the run, moves never exceed MoveBudget x the pods arrived so far.
+	// 0: no moves (the FGD protocol).
+	MoveBudget float64
+	// MaxMovesPerPod bounds the pods moved for one arriving pod (0: 2).
+	MaxMovesPerPod int
+	// MaxCandidates bounds the pods per node a move plan considers
+	// (placement.DefragOptions.MaxCandidates; 0: its default).
+	MaxCandidates int
 }
+
+// DefaultMaxMovesPerPod is Config.MaxMovesPerPod's default.
+const DefaultMaxMovesPerPod = 2
 
 // Point is the state of the cluster at one arrived-demand percentage: the
 // mean over every pod arrival whose arrived GPU request, as a percentage of
@@ -61,6 +75,9 @@ type Point struct {
 	Frag, FragRatio float64
 	// N is the number of arrivals averaged (0: no arrival landed here).
 	N int
+	// Arrived and Moves count the pods arrived and the moves made up to
+	// the last arrival that landed here.
+	Arrived, Moves int
 }
 
 // Result is the outcome of one replay.
@@ -69,6 +86,9 @@ type Result struct {
 	Seed   uint64
 	// Arrived counts pods submitted, Placed those that fit, Failed the rest.
 	Arrived, Placed, Failed int
+	// Moves counts pods moved to make room (Config.MoveBudget), MovePlans
+	// the arriving pods placed thanks to them.
+	Moves, MovePlans int
 	// CapacityMilli is the cluster's GPU capacity in thousandths of a GPU.
 	CapacityMilli int64
 	// Curve holds one point per percentage 0..ceil(100 x Tune).
@@ -180,6 +200,10 @@ func Run(cfg Config) (Result, error) {
 	for x := range res.Curve {
 		res.Curve[x].X = x
 	}
+	var mv *mover
+	if cfg.MoveBudget > 0 {
+		mv = newMover(cfg, names)
+	}
 	var arrivedMilli, allocMilli int64
 	for k, pi := range order {
 		if cfg.Progress != nil && k%256 == 0 {
@@ -192,6 +216,28 @@ func Run(cfg Config) (Result, error) {
 		res.Arrived++
 
 		best, choice := s.pick(r, snap, names)
+		if best < 0 && mv != nil {
+			moved, touched, err := mv.tryMoves(l, r, snap, p.GPUMilliTotal(), capMilli-allocMilli, res.Arrived, res.Moves)
+			if err != nil {
+				return res, fmt.Errorf("pod %d (%s): %w", k, p.Name, err)
+			}
+			if moved > 0 {
+				res.Moves += moved
+				res.MovePlans++
+				snap = l.Snapshot()
+				for _, i := range touched {
+					f := metric.NodeFragmentation(snap.Node(names[i]))
+					fragSum += f - frag[i]
+					frag[i] = f
+				}
+				if best, choice = s.pick(r, snap, names); best < 0 {
+					return res, fmt.Errorf("pod %d (%s): no node fits after its moves", k, p.Name)
+				}
+			}
+		}
+		if mv != nil {
+			mv.arrived(r, best >= 0)
+		}
 		if best < 0 {
 			res.Failed++
 		} else {
@@ -215,6 +261,7 @@ func Run(cfg Config) (Result, error) {
 			continue
 		}
 		pt := &res.Curve[x]
+		pt.Arrived, pt.Moves = res.Arrived, res.Moves
 		idle := float64(capMilli-allocMilli) / MilliPerGPU
 		pt.N++
 		pt.Alloc += 100 * float64(allocMilli) / float64(capMilli)

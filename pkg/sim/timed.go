@@ -13,6 +13,7 @@ import (
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/placement"
+	"github.com/rota-sched/rota/pkg/queue"
 	"github.com/rota-sched/rota/pkg/quota"
 )
 
@@ -35,6 +36,11 @@ type Job struct {
 	// so the job runs min(Duration, Declared); reservations read it (see
 	// TimedConfig.Reserve).
 	Declared float64
+	// Checkpoint is the job's declared checkpoint interval in seconds (0:
+	// none; see DrawCheckpoints), CheckpointPhase when, after each start,
+	// its first checkpoint comes. Reclaim weighs the work an eviction loses
+	// by them (TimedConfig.Reclaim).
+	Checkpoint, CheckpointPhase float64
 }
 
 // runtime is how long the job runs: its duration, cut at its declared
@@ -97,6 +103,14 @@ type TimedConfig struct {
 	// backfill held GPUs only when their declared runtime ends by the held
 	// job's expected start.
 	Reserve *Reservation
+	// Reclaim, with QueueDRF and Quota, lets a job whose team stays within
+	// its guarantee evict running jobs of teams that borrow above theirs
+	// (pkg/queue.Reclaim, after each queue pass, one reclaim per pass).
+	// An evicted job loses the work since its last checkpoint
+	// (pkg/stopcost), waits again with its arrival kept, and runs the lost
+	// part again. ReclaimOff: no reclaim.
+	Reclaim        ReclaimMode
+	ReclaimOptions ReclaimOptions
 }
 
 // QueueMode names a queue discipline of the time-aware replay.
@@ -192,6 +206,18 @@ type TimedResult struct {
 	HeldIdleGPUHours float64
 	// Waits has one entry per job, in Jobs order.
 	Waits []JobWait
+	// Reclaim is the reclaim mode; Reclaims counts the reclaims,
+	// Evictions the jobs they evicted, and LostWorkGPUHours the work the
+	// evictions lost (GPUs x time since each job's last checkpoint).
+	Reclaim          ReclaimMode
+	Reclaims         int
+	Evictions        []Eviction
+	LostWorkGPUHours float64
+	// LargeGangs counts gangs of at least LargeGangGPUs GPUs;
+	// LargeGangWaitMean and LargeGangWaitMax are their waits (every
+	// stretch queued, after an eviction too), seconds.
+	LargeGangs                          int
+	LargeGangWaitMean, LargeGangWaitMax float64
 }
 
 // JobWait is one job's outcome.
@@ -237,6 +263,15 @@ type jobState struct {
 	forQuota  bool
 	// roomBound is the least it could wait for room (see JobWait).
 	roomBound float64
+	// waited is the time it spent queued before its current run (or
+	// until now), queuedSince when it last began to wait; done is the
+	// work its checkpoints saved before an eviction, evicted the
+	// evictions, reclaimedAt when it last reclaimed (-1: never).
+	waited, queuedSince float64
+	done                float64
+	evicted             int
+	runs                int
+	reclaimedAt         float64
 }
 
 // departure heap: earliest end first, then job index.
@@ -294,6 +329,11 @@ type timed struct {
 
 	jainSum float64
 	jainN   int
+
+	// lastIn and lastWs are the latest queue pass's input and workloads,
+	// by key (reclaim only).
+	lastIn queue.Input
+	lastWs map[string]*queue.Workload
 }
 
 // RunTimed replays cfg in simulated time. It stops when every job has left,
@@ -326,6 +366,15 @@ func RunTimed(cfg TimedConfig) (TimedResult, error) {
 		}
 		t.rsv = newReservations(*cfg.Reserve, t.tiers)
 	}
+	switch cfg.Reclaim {
+	case ReclaimOff:
+	case ReclaimNewest, ReclaimLostWork:
+		if cfg.Queue != QueueDRF || cfg.Quota == nil || cfg.Reserve != nil {
+			return TimedResult{}, errors.New("reclaim needs the Rota queue (QueueDRF) with quota, and no reservations")
+		}
+	default:
+		return TimedResult{}, fmt.Errorf("reclaim mode %q: want %q, %q or none", cfg.Reclaim, ReclaimNewest, ReclaimLostWork)
+	}
 
 	jobs := make([]*jobState, len(cfg.Jobs))
 	for i, j := range cfg.Jobs {
@@ -340,7 +389,8 @@ func RunTimed(cfg TimedConfig) (TimedResult, error) {
 			// Claims match a pod to its job by the gang key or the pod name.
 			r.Job = j.Name
 		}
-		jobs[i] = &jobState{idx: i, job: j, req: r, key: shapeKey(r), admitted: -1, start: -1, end: -1}
+		jobs[i] = &jobState{idx: i, job: j, req: r, key: shapeKey(r), admitted: -1, start: -1, end: -1,
+			queuedSince: j.Arrive, reclaimedAt: -1}
 		t.res.Window = max(t.res.Window, j.Arrive)
 	}
 	arrivals := slices.Clone(jobs)
@@ -388,6 +438,7 @@ func RunTimed(cfg TimedConfig) (TimedResult, error) {
 	t.finish(jobs)
 	t.res.Queue = cmp.Or(cfg.Queue, QueueFIFO)
 	t.res.Reserve = t.rsv != nil
+	t.res.Reclaim = cfg.Reclaim
 	if t.jainN > 0 {
 		t.res.Jain = t.jainSum / float64(t.jainN)
 	}
@@ -604,7 +655,9 @@ func (t *timed) place(js *jobState) (bool, error) {
 			return false, fmt.Errorf("after job %s: %w: %w", j.Name, ErrViolation, errors.Join(errs...))
 		}
 	}
-	js.start, js.end = t.now, t.now+j.runtime()
+	js.start, js.end = t.now, t.now+j.runtime()-js.done
+	js.waited += t.now - js.queuedSince
+	js.runs++
 	heap.Push(&t.gone, js)
 	if t.rsv != nil {
 		t.rsv.started(t, j.Name)
@@ -612,7 +665,9 @@ func (t *timed) place(js *jobState) (bool, error) {
 	m := j.gpuMilli()
 	t.allocMilli += m
 	t.queuedMilli -= m
-	t.res.Placed++
+	if js.runs == 1 {
+		t.res.Placed++
+	}
 	if need := j.quotaNeed(); j.Team != "" {
 		u := t.usage[j.Team]
 		if t.cfg.Quota != nil && !need.IsZero() && t.cfg.Queue != QueueDRF {
@@ -660,9 +715,9 @@ func (t *timed) finish(jobs []*jobState) {
 	}
 	wait := func(js *jobState) float64 {
 		if js.start < 0 {
-			return r.End - js.job.Arrive
+			return js.waited + r.End - js.queuedSince
 		}
-		return js.start - js.job.Arrive
+		return js.waited
 	}
 	var all []*jobState
 	byKind := map[string][]*jobState{}
@@ -675,6 +730,14 @@ func (t *timed) finish(jobs []*jobState) {
 		if js.job.OneGPU() {
 			r.SmallMaxWait = max(r.SmallMaxWait, wait(js))
 		}
+		if largeGangMilli(js.job) > 0 {
+			r.LargeGangs++
+			r.LargeGangWaitMean += wait(js)
+			r.LargeGangWaitMax = max(r.LargeGangWaitMax, wait(js))
+		}
+	}
+	if r.LargeGangs > 0 {
+		r.LargeGangWaitMean /= float64(r.LargeGangs)
 	}
 	r.Wait = waitStats("all", all, wait)
 	r.Waits = make([]JobWait, len(jobs))

@@ -18,18 +18,33 @@ import (
 // With reservations, the reservation pass follows and sets the claims; when
 // it plans a job that could start now (room that earlier claims kept from
 // it), the queue pass runs again, at most a few times.
+//
+// With reclaim, a reclaim follows each pass; when it evicted jobs, the
+// queue pass runs again, at most maxReclaimsPerStep times in one step.
 func (t *timed) queuePass() error {
-	for range 3 {
+	for i := 0; ; i++ {
 		res, byKey, err := t.queueOnce()
-		if err != nil || t.rsv == nil {
+		if err != nil {
 			return err
 		}
-		if !t.rsv.pass(t, res, byKey) {
+		if t.rsv != nil {
+			if t.rsv.pass(t, res, byKey) && i < 2 {
+				continue
+			}
 			return nil
 		}
+		if t.cfg.Reclaim == ReclaimOff || i >= maxReclaimsPerStep || len(res.Waiting) == 0 {
+			return nil
+		}
+		ok, err := t.reclaim(t.lastIn, t.lastWs, res, byKey)
+		if err != nil || !ok {
+			return err
+		}
 	}
-	return nil
 }
+
+// maxReclaimsPerStep bounds the reclaims at one simulated time.
+const maxReclaimsPerStep = 8
 
 // queueOnce is one queue.Plan pass; it returns the statuses of the jobs
 // left waiting, by key, and the jobs by key.
@@ -71,6 +86,13 @@ func (t *timed) queueOnce() (queue.Result, map[string]*jobState, error) {
 		}
 		in.Queued = append(in.Queued, w)
 	}
+	if t.cfg.Reclaim != ReclaimOff {
+		t.lastWs = make(map[string]*queue.Workload, len(in.Queued))
+		for i := range in.Queued {
+			w := in.Queued[i] // a copy: Plan may reorder its input
+			t.lastWs[w.Key] = &w
+		}
+	}
 	if t.rsv != nil && t.rsv.protect {
 		// Protected heads keep their team's quota (queue.Input.Protected),
 		// from the running jobs' declared ends.
@@ -92,6 +114,7 @@ func (t *timed) queueOnce() (queue.Result, map[string]*jobState, error) {
 		in.TeamUse[team] = queue.Use{GPUs: m / MilliPerGPU}
 	}
 	in.Config = cfg
+	t.lastIn = in
 	var perr error
 	var failed failures
 	if t.rsv != nil {

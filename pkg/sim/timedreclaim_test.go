@@ -1,0 +1,154 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/rota-sched/rota/pkg/quota"
+)
+
+// reclaimWorld is one 8-GPU node; team b (guarantee 4, may borrow 4) fills
+// it, then team a (guarantee 4) asks for 2 GPUs at 119 minutes.
+//
+//	b-old    4 GPUs from 0, checkpoints every 10 min: loses 9 min x 4
+//	b-saved  2 GPUs from 0, checkpoints at 58, 118 min: loses 1 min x 2
+//	b-new    2 GPUs from 10 min (the newest), first checkpoint at 130 min:
+//	         loses 109 min x 2
+func reclaimWorld(t *testing.T, mode ReclaimMode) TimedResult {
+	t.Helper()
+	const min = 60.0
+	whole := func(n int) Pod { return Pod{GPUs: n, GPUMilli: MilliPerGPU, CPUMilli: 1000} }
+	jobs := []Job{
+		{Name: "b-old", Team: "b", Member: whole(4), Size: 1, Arrive: 0, Duration: 600 * min, Checkpoint: 10 * min},
+		{Name: "b-saved", Team: "b", Member: whole(2), Size: 1, Arrive: 0, Duration: 600 * min, Checkpoint: 60 * min, CheckpointPhase: 58 * min},
+		{Name: "b-new", Team: "b", Member: whole(2), Size: 1, Arrive: 10 * min, Duration: 600 * min, Checkpoint: 120 * min, CheckpointPhase: 120 * min},
+		{Name: "a", Team: "a", Member: whole(2), Size: 1, Arrive: 119 * min, Duration: 60 * min},
+	}
+	for i := range jobs {
+		jobs[i].Kind = jobs[i].Name
+	}
+	cfg := timedPolicy(t, "fragmentation-aware", jobs, []Node{{Name: "n0", GPUs: 8, CPUMilli: 64000}})
+	cfg.Queue, cfg.Reclaim = QueueDRF, mode
+	cfg.Quota = &quota.Config{Teams: map[string]quota.Team{
+		"a": {GPUs: 4},
+		"b": {GPUs: 4, Borrow: quota.Limits{GPUs: 4}},
+	}, SharedPool: quota.Limits{GPUs: 4}}
+	r, err := RunTimed(cfg)
+	if err != nil {
+		t.Fatalf("RunTimed(%q): %v", mode, err)
+	}
+	return r
+}
+
+func waitOf(t *testing.T, r TimedResult, kind string) float64 {
+	t.Helper()
+	for _, k := range r.Kinds {
+		if k.Group == kind {
+			return k.Max
+		}
+	}
+	t.Fatalf("no kind %s", kind)
+	return 0
+}
+
+// TestReclaimLostWork: the newest-first rule evicts the job that has gone
+// longest without a checkpoint; the lost-work rule evicts the one that just
+// checkpointed, and loses less. Without reclaim, a waits for b to finish.
+func TestReclaimLostWork(t *testing.T) {
+	off := reclaimWorld(t, ReclaimOff)
+	if len(off.Evictions) != 0 || off.LostWorkGPUHours != 0 {
+		t.Errorf("reclaim off: %d evictions, %.2f GPU-hours lost; want none", len(off.Evictions), off.LostWorkGPUHours)
+	}
+	if w := waitOf(t, off, "a"); w < 400*60 {
+		t.Errorf("reclaim off: a waited %.0f s, want until b's jobs end", w)
+	}
+	for _, tc := range []struct {
+		mode     ReclaimMode
+		victim   string
+		lostGPUm float64 // GPU-minutes
+	}{
+		{ReclaimNewest, "b-new", 109 * 2},
+		{ReclaimLostWork, "b-saved", 1 * 2},
+	} {
+		t.Run(string(tc.mode), func(t *testing.T) {
+			r := reclaimWorld(t, tc.mode)
+			if len(r.Evictions) != 1 || r.Reclaims != 1 {
+				t.Fatalf("%d evictions in %d reclaims, want 1 in 1: %+v", len(r.Evictions), r.Reclaims, r.Evictions)
+			}
+			ev := r.Evictions[0]
+			if ev.Job != tc.victim || ev.For != "a" || ev.T != 119*60 {
+				t.Errorf("evicted %s for %s at %.0f s, want %s for a at %d s", ev.Job, ev.For, ev.T, tc.victim, 119*60)
+			}
+			if math.Abs(ev.Lost-tc.lostGPUm*60) > 1e-6 || math.Abs(r.LostWorkGPUHours-tc.lostGPUm/60) > 1e-9 {
+				t.Errorf("lost %.1f GPU-s (%.4f GPU-h), want %.1f GPU-s", ev.Lost, r.LostWorkGPUHours, tc.lostGPUm*60)
+			}
+			if w := waitOf(t, r, "a"); w != 0 {
+				t.Errorf("a waited %.0f s, want 0: reclaim frees its GPUs at once", w)
+			}
+			// The victim waits from its eviction at 119 min until a
+			// leaves at 179 min.
+			if r.Unplaced != 0 || r.Placed != 4 {
+				t.Errorf("placed %d, unplaced %d; want 4 and 0", r.Placed, r.Unplaced)
+			}
+			victimWait := waitOf(t, r, tc.victim)
+			wantWait := 60.0 * (179 - 119)
+			if victimWait != wantWait {
+				t.Errorf("%s waited %.0f s, want %.0f (from its eviction until a leaves)", tc.victim, victimWait, wantWait)
+			}
+		})
+	}
+	if n, l := reclaimWorld(t, ReclaimNewest), reclaimWorld(t, ReclaimLostWork); !(l.LostWorkGPUHours < n.LostWorkGPUHours) {
+		t.Errorf("lost work: %.3f GPU-h by lost-work, %.3f by newest; want less", l.LostWorkGPUHours, n.LostWorkGPUHours)
+	}
+}
+
+// TestReclaimKeepsGuarantee: a team is never evicted below its guarantee,
+// even when that leaves a team within its own waiting.
+func TestReclaimKeepsGuarantee(t *testing.T) {
+	whole := func(n int) Pod { return Pod{GPUs: n, GPUMilli: MilliPerGPU, CPUMilli: 1000} }
+	jobs := []Job{
+		// b runs 8 GPUs as one job; evicting it would leave b at 0 < 4.
+		{Name: "b-all", Team: "b", Member: whole(8), Size: 1, Arrive: 0, Duration: 36000},
+		{Name: "a", Team: "a", Member: whole(2), Size: 1, Arrive: 600, Duration: 600},
+	}
+	for _, mode := range []ReclaimMode{ReclaimNewest, ReclaimLostWork} {
+		cfg := timedPolicy(t, "fragmentation-aware", jobs, []Node{{Name: "n0", GPUs: 8, CPUMilli: 64000}})
+		cfg.Queue, cfg.Reclaim = QueueDRF, mode
+		cfg.Quota = &quota.Config{Teams: map[string]quota.Team{"a": {GPUs: 4}, "b": {GPUs: 4, Borrow: quota.Limits{GPUs: 4}}},
+			SharedPool: quota.Limits{GPUs: 4}}
+		r, err := RunTimed(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Evictions) != 0 {
+			t.Errorf("%s: evicted %+v; b would end below its guarantee", mode, r.Evictions)
+		}
+	}
+}
+
+// TestDrawCheckpoints: intervals from the list, phases below them,
+// reproducible by seed, and the jobs otherwise unchanged.
+func TestDrawCheckpoints(t *testing.T) {
+	jobs := make([]Job, 500)
+	for i := range jobs {
+		jobs[i] = Job{Name: fmt.Sprint(i), Duration: float64(i)}
+	}
+	a, b := DrawCheckpoints(jobs, 3), DrawCheckpoints(jobs, 3)
+	seen := map[float64]int{}
+	for i := range a {
+		if a[i].Checkpoint != b[i].Checkpoint || a[i].CheckpointPhase != b[i].CheckpointPhase {
+			t.Fatalf("job %d: %+v then %+v for the same seed", i, a[i], b[i])
+		}
+		if a[i].Name != jobs[i].Name || a[i].Duration != jobs[i].Duration || jobs[i].Checkpoint != 0 {
+			t.Fatalf("job %d changed: %+v from %+v", i, a[i], jobs[i])
+		}
+		seen[a[i].Checkpoint]++
+		if a[i].CheckpointPhase < 0 || (a[i].Checkpoint > 0 && a[i].CheckpointPhase >= a[i].Checkpoint) || (a[i].Checkpoint == 0 && a[i].CheckpointPhase != 0) {
+			t.Errorf("job %d: phase %.0f for interval %.0f", i, a[i].CheckpointPhase, a[i].Checkpoint)
+		}
+	}
+	if len(seen) != len(CheckpointIntervals) {
+		t.Errorf("intervals drawn %v, want each of %v", seen, CheckpointIntervals)
+	}
+}
