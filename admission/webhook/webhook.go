@@ -326,6 +326,9 @@ func (h *Handler) create(ctx context.Context, req *admissionv1.AdmissionRequest)
 	if _, _, err := podreq.MaxRuntime(pod, names); err != nil {
 		vs = append(vs, violation(err))
 	}
+	if _, _, err := podreq.Deadline(pod, names); err != nil {
+		vs = append(vs, violation(err))
+	}
 	if len(vs) > 0 {
 		msgs := make([]string, len(vs))
 		for i, v := range vs {

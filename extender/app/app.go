@@ -694,7 +694,7 @@ func (a *App) addQueue(ctx context.Context, cfg config.Config, maxGrace time.Dur
 		StopCost: stopCost(cfg), MaxCheckpointGrace: maxGrace,
 		Defrag:    queue.Defrag{MaxMovedShare: q.Defrag.MaxMovedShare, MaxMoves: q.Defrag.MaxMoves, HoldFor: q.Defrag.HoldFor},
 		Defragger: a.extender.Room(), Reserver: a.extender.Room(),
-		FairShareHalfLife: q.FairShareHalfLife, HistoryNamespace: q.Namespace, HistoryConfigMap: q.HistoryConfigMap,
+		DeadlineLead: q.DeadlineLead, FairShareHalfLife: q.FairShareHalfLife, HistoryNamespace: q.Namespace, HistoryConfigMap: q.HistoryConfigMap,
 		Quota: quotaFn, MemoryUnitMiB: contract.MiB(cfg.MemoryUnitMiB)}
 	if a.quotaSynced != nil {
 		o.Synced = append(o.Synced, a.quotaSynced)

@@ -48,6 +48,10 @@ type Queue struct {
 	// Reserve holds room for queue heads that wait for room (reservations
 	// and backfill by declared runtime).
 	Reserve Reserve `json:"reserve"`
+	// DeadlineLead: inside its team and priority, a queued pod whose latest
+	// start (its example.com/deadline less its declared runtime) is at most
+	// this far off goes ahead of the others (0: none does).
+	DeadlineLead time.Duration `json:"deadlineLead"`
 	// FairShareHalfLife is fair share's memory: teams are ordered by their
 	// current dominant share plus the mean of their past share, decayed
 	// with this half-life (0: current use only). The history is kept in
@@ -99,7 +103,7 @@ type Reserve struct {
 func DefaultQueue() Queue {
 	return Queue{Enabled: true, Namespace: "rota-system", ConfigMap: "rota-quota", ConfigMapKey: "quota.yaml",
 		Interval: time.Second, AdmitConcurrency: 16, HoldTTL: 5 * time.Minute, NarrowCandidates: 3, ConditionInterval: 10 * time.Second, ConditionQPS: 20,
-		UrgentPriority: 1000000, Reclaim: true, HistoryConfigMap: "rota-usage-history",
+		UrgentPriority: 1000000, Reclaim: true, HistoryConfigMap: "rota-usage-history", DeadlineLead: 30 * time.Minute,
 		Reserve: Reserve{Enabled: true, LargeGPUs: 64, MaxAge: 30 * time.Minute, MaxHold: 2 * time.Hour, CoolOff: 30 * time.Minute, Max: 4},
 		Defrag:  Defrag{MaxMovedShare: 0.02, MaxMoves: 2, HoldFor: 10 * time.Minute}}
 }
@@ -126,6 +130,9 @@ func (q Queue) validate() []error {
 	}
 	if d := q.Defrag; d.MaxMovedShare < 0 || d.MaxMovedShare > 1 || d.MaxMoves < 1 || d.MaxMoves > 8 || d.HoldFor <= 0 {
 		errs = append(errs, fmt.Errorf("defrag: max-moved-share must be from 0 to 1, max-moves from 1 to 8, hold positive"))
+	}
+	if q.DeadlineLead < 0 {
+		errs = append(errs, fmt.Errorf("deadline-lead: %v is negative", q.DeadlineLead))
 	}
 	if q.FairShareHalfLife < 0 || (q.FairShareHalfLife > 0 && (q.HistoryConfigMap == "" || q.Namespace == "")) {
 		errs = append(errs, fmt.Errorf("fair-share-half-life: %v is negative, or set without usage-history-config-map and quota-namespace", q.FairShareHalfLife))

@@ -115,6 +115,10 @@ type Options struct {
 	// nil).
 	Defrag    Defrag
 	Defragger Defragger
+	// DeadlineLead: inside its team and priority, a queued workload whose
+	// latest start (its deadline less its runtime) is at most this far off
+	// goes ahead of the others (pkgqueue.Input.DeadlineLead); 0: none does.
+	DeadlineLead time.Duration
 	// FairShareHalfLife is fair share's memory of past use
 	// (pkgqueue.History); 0 orders teams by current use only. The history
 	// is kept in the ConfigMap HistoryConfigMap in HistoryNamespace,
@@ -154,6 +158,7 @@ type Controller struct {
 	requeued      map[types.UID]time.Time // stranded narrowed pod -> its eviction (narrow.go)
 	written       map[types.UID]condWrite // last Queued condition written per pod
 	seen          map[types.UID]bool      // pods that got their Queued event
+	late          map[types.UID]bool      // pods told they miss their deadline
 	status        map[string]queuedPod    // pod key -> where it stands, from the last pass
 	// disbelief holds the admission records a pass did not believe, as
 	// "team/model/signature" by pod, so each is reported once (only Pass
@@ -217,7 +222,7 @@ func New(o Options) (*Controller, error) {
 	if o.ReclaimCooldown <= 0 {
 		o.ReclaimCooldown = time.Minute
 	}
-	c := &Controller{o: o, now: o.Now, written: map[types.UID]condWrite{}, seen: map[types.UID]bool{}, reclaimed: map[string]time.Time{}, moveHolds: map[string]moveHold{}, requeued: map[types.UID]time.Time{},
+	c := &Controller{o: o, now: o.Now, written: map[types.UID]condWrite{}, seen: map[types.UID]bool{}, late: map[types.UID]bool{}, reclaimed: map[string]time.Time{}, moveHolds: map[string]moveHold{}, requeued: map[types.UID]time.Time{},
 		status: map[string]queuedPod{}, ungated: map[types.UID]*corev1.Pod{}, teams: map[string]TeamStatus{}, events: newPassEvents()}
 	if c.now == nil {
 		c.now = time.Now

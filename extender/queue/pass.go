@@ -154,7 +154,8 @@ func (c *Controller) addQueued(st *passState, cfg quota.Config, pod *corev1.Pod,
 		}
 		wl = &workload{w: pkgqueue.Workload{Key: key, Team: team, Accounts: c.accounts(cfg, team, models), Priority: prio,
 			Created: c.o.Owners.Created(pod), Members: members, PerMember: amt, CPUMilli: req.CPUMilli,
-			Shape: shape(req, amt, pod, c.o.Names), Ends: podreq.DeclaredEnd(pod, c.o.Names, now)}}
+			Shape: shape(req, amt, pod, c.o.Names), Ends: podreq.DeclaredEnd(pod, c.o.Names, now),
+			LatestStart: podreq.LatestStart(pod, c.o.Names)}}
 		st.queued[key] = wl
 	}
 	wl.pods = append(wl.pods, pod)
@@ -215,6 +216,7 @@ func (c *Controller) pass(ctx context.Context) (full bool) {
 	}
 	c.restoreClaims(ctx, byKey, now)
 	in.Past = c.pastUse(ctx)
+	in.Now, in.DeadlineLead = now, c.o.DeadlineLead
 	res := pkgqueue.Plan(in, pkgqueue.FitterFunc(func(w *pkgqueue.Workload, a quota.Account) (bool, string) {
 		wl := byKey[w.Key]
 		slices.SortFunc(wl.pods, func(x, y *corev1.Pod) int { return strings.Compare(x.Name, y.Name) })

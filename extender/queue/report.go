@@ -77,9 +77,11 @@ func (c *Controller) report(ctx context.Context, in pkgqueue.Input, res pkgqueue
 		}}
 		for _, pod := range wl.pods {
 			k := pod.Namespace + "/" + pod.Name
-			status[k] = queuedPod{msg: msg, pos: Position{Pod: k, Workload: key, Team: wl.w.Team, Position: st.Position, Of: st.Of,
+			pos := Position{Pod: k, Workload: key, Team: wl.w.Team, Position: st.Position, Of: st.Of,
 				Reason: string(st.Reason), Waiting: now.Sub(wl.w.Created).Seconds(),
-				Reservation: reservation, ExpectedStart: start}}
+				Reservation: reservation, ExpectedStart: start}
+			c.deadline(pod, wl, st, &pos)
+			status[k] = queuedPod{msg: msg, pos: pos}
 			c.condition(ctx, pod, wl.w.Team, string(st.Reason), msg, now)
 		}
 	}
@@ -113,22 +115,41 @@ func (c *Controller) report(ctx context.Context, in pkgqueue.Input, res pkgqueue
 			delete(c.seen, uid)
 		}
 	}
+	for uid := range c.late {
+		if !queuedUIDs[uid] {
+			delete(c.late, uid)
+		}
+	}
 	c.mu.Unlock()
 }
 
 func shareOf(in pkgqueue.Input, team string) float64 {
-	u := in.TeamUse[team]
-	s := 0.0
-	if in.Capacity.GPUs > 0 {
-		s = max(s, float64(u.GPUs)/float64(in.Capacity.GPUs))
+	return pkgqueue.DominantShare(in.TeamUse[team], in.Capacity)
+}
+
+// deadline fills a queued pod's deadline in its position, and says once,
+// with a Warning event, that it can no longer end by its deadline.
+func (c *Controller) deadline(pod *corev1.Pod, wl *workload, st pkgqueue.Status, pos *Position) {
+	if wl.w.LatestStart.IsZero() {
+		return
 	}
-	if in.Capacity.MemoryMiB > 0 {
-		s = max(s, float64(u.MemoryMiB)/float64(in.Capacity.MemoryMiB))
+	ls := wl.w.LatestStart.UTC()
+	pos.LatestStart = &ls
+	switch {
+	case st.Late:
+		pos.Deadline = "missed"
+		c.mu.Lock()
+		told := c.late[pod.UID]
+		c.late[pod.UID] = true
+		c.mu.Unlock()
+		if !told {
+			c.event(pod, corev1.EventTypeWarning, "DeadlineMissed", fmt.Sprintf(
+				"it cannot end by its deadline even if it started now: it had to start by %s (its deadline less its declared runtime)",
+				ls.Format("2006-01-02 15:04:05 MST")))
+		}
+	case st.Urgent:
+		pos.Deadline = "urgent"
 	}
-	if in.Capacity.CPUMilli > 0 {
-		s = max(s, float64(u.CPUMilli)/float64(in.Capacity.CPUMilli))
-	}
-	return s
 }
 
 // condition writes the Queued condition when its message changed, at most

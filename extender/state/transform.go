@@ -32,7 +32,7 @@ func PodTransform(names contract.Names) cache.TransformFunc {
 		names.CheckpointSignalAnnotation, names.CheckpointGraceAnnotation,
 		names.AdmissionAnnotation, names.GPUModelsAnnotation, names.MaxRuntimeAnnotation, names.ReservationAnnotation,
 		names.ShareWithoutMPSAnnotation, names.IdleSinceAnnotation,
-		names.CheckpointIntervalAnnotation, names.LastCheckpointAnnotation, names.MinRuntimeAnnotation, names.MovableAnnotation}
+		names.CheckpointIntervalAnnotation, names.LastCheckpointAnnotation, names.MinRuntimeAnnotation, names.MovableAnnotation, names.DeadlineAnnotation}
 	resources := []corev1.ResourceName{corev1.ResourceName(names.GPU), corev1.ResourceName(names.GPUMemory)}
 	requests := &nodeRequests{}
 	constraints := &placementConstraints{}

@@ -32,3 +32,23 @@ func TestLiveQueueTextExpectedStart(t *testing.T) {
 		t.Errorf("a pod without a reservation shows no dash for its start:\n%s", out)
 	}
 }
+
+func TestLiveQueueTextDeadline(t *testing.T) {
+	ls := time.Date(2026, 12, 6, 18, 30, 0, 0, time.UTC)
+	v := contract.QueueView{Leader: true, Teams: []contract.QueueTeam{{Team: "ml", Queued: 3}},
+		Pods: []contract.QueuePosition{
+			{Pod: "ml/soon", Team: "ml", Position: 1, Of: 3, Reason: "Room", LatestStart: &ls, Deadline: "urgent"},
+			{Pod: "ml/gone", Team: "ml", Position: 2, Of: 3, Reason: "Room", LatestStart: &ls, Deadline: "missed"},
+			{Pod: "ml/calm", Team: "ml", Position: 3, Of: 3, Reason: "Room", LatestStart: &ls},
+		}}
+	var b bytes.Buffer
+	if err := (&printer{out: &b}).liveQueueText(&b, v); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"DEADLINE", "urgent: start by 2026-12-06 18:30 UTC", "MISSED (start by 2026-12-06 18:30 UTC)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -417,7 +417,7 @@ func (p *printer) liveQueueText(out io.Writer, v report.LiveQueue) error {
 	}
 	lw.printf("\n")
 	pt := &table{}
-	pt.row(plain, "TEAM", "POSITION", "POD", "WAITING", "REASON", "EXPECTED START", "WHERE IT STANDS")
+	pt.row(plain, "TEAM", "POSITION", "POD", "WAITING", "REASON", "EXPECTED START", "DEADLINE", "WHERE IT STANDS")
 	for _, qp := range v.Pods {
 		start := "-"
 		switch {
@@ -427,8 +427,24 @@ func (p *printer) liveQueueText(out io.Writer, v report.LiveQueue) error {
 			start = "unknown"
 		}
 		pt.row(plain, qp.Team, fmt.Sprintf("%d/%d", qp.Position, qp.Of), qp.Pod,
-			(time.Duration(qp.Waiting) * time.Second).String(), qp.Reason, start, qp.Message)
+			(time.Duration(qp.Waiting) * time.Second).String(), qp.Reason, start, deadlineCell(qp), qp.Message)
 	}
 	lw.table(pt, p, "")
 	return lw.err
+}
+
+// deadlineCell says where a queued pod stands against its deadline: the
+// latest it may start, marked when it went ahead for it or missed it.
+func deadlineCell(qp contract.QueuePosition) string {
+	if qp.LatestStart == nil {
+		return "-"
+	}
+	at := "start by " + qp.LatestStart.UTC().Format("2006-01-02 15:04 MST")
+	switch qp.Deadline {
+	case "missed":
+		return "MISSED (" + at + ")"
+	case "urgent":
+		return "urgent: " + at
+	}
+	return at
 }

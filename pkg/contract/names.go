@@ -126,6 +126,10 @@ type Names struct {
 	// for its controller to recreate) to make room for a team's waiting
 	// work when free GPUs are fragmented.
 	MovableAnnotation string
+	// DeadlineAnnotation on a Pod is the time it must end by (RFC 3339):
+	// with its declared runtime, the latest it may start. Inside its team
+	// and priority, the queue moves it ahead when that comes near.
+	DeadlineAnnotation string
 	// ShareWithoutMPSAnnotation on a Pod ("true") lets its memory share be
 	// placed on a node whose device plugin cannot run CUDA MPS (the
 	// topology's mps.available false), where the share's memory limit is
@@ -229,6 +233,7 @@ func NewNames(domain string) (Names, error) {
 		LastCheckpointAnnotation:     domain + "/last-checkpoint",
 		MinRuntimeAnnotation:         domain + "/min-runtime",
 		MovableAnnotation:            domain + "/movable",
+		DeadlineAnnotation:           domain + "/deadline",
 		LeaderLabel:                  domain + "/extender-leader",
 		ReservationAnnotation:        domain + "/reservation",
 		ShareWithoutMPSAnnotation:    domain + "/share-without-mps",

@@ -38,4 +38,10 @@ type QueuePosition struct {
 	// plan expects it to start (absent: not known).
 	Reservation   string     `json:"reservation,omitempty"`
 	ExpectedStart *time.Time `json:"expectedStart,omitempty"`
+	// LatestStart is the latest it may start to end by its declared
+	// deadline (absent: none declared); Deadline is "urgent" when it went
+	// ahead for it, "missed" when it cannot end by it even if it started
+	// now, else empty.
+	LatestStart *time.Time `json:"latestStart,omitempty"`
+	Deadline    string     `json:"deadline,omitempty"`
 }

@@ -138,3 +138,38 @@ func MaxRuntime(pod *corev1.Pod, names contract.Names) (d time.Duration, ok bool
 	}
 	return d, true, nil
 }
+
+// Deadline is the time the pod says it must end by (DeadlineAnnotation,
+// RFC 3339); ok is false when it declares none. Errors are
+// *contract.FieldError.
+func Deadline(pod *corev1.Pod, names contract.Names) (t time.Time, ok bool, err error) {
+	s, has := pod.Annotations[names.DeadlineAnnotation]
+	if !has {
+		return time.Time{}, false, nil
+	}
+	field := "metadata.annotations[" + names.DeadlineAnnotation + "]"
+	t, perr := time.Parse(time.RFC3339, strings.TrimSpace(s))
+	if len(s) > maxRuntimeChars || perr != nil {
+		v := s
+		if len(v) > maxRuntimeChars {
+			v = v[:maxRuntimeChars] + "..."
+		}
+		return time.Time{}, false, &contract.FieldError{Field: field, Value: v, Problem: "is not an RFC 3339 time",
+			Fix: "write the time the pod must end by, such as \"2026-12-06T18:00:00Z\""}
+	}
+	return t, true, nil
+}
+
+// LatestStart is the latest the pod may start to end by its deadline: the
+// deadline less its declared maximum runtime (MaxRuntime), or the deadline
+// itself when it declares none; zero without a readable deadline.
+func LatestStart(pod *corev1.Pod, names contract.Names) time.Time {
+	d, ok, err := Deadline(pod, names)
+	if err != nil || !ok {
+		return time.Time{}
+	}
+	if r, ok, err := MaxRuntime(pod, names); err == nil && ok {
+		return d.Add(-r)
+	}
+	return d
+}

@@ -211,3 +211,49 @@ func FuzzMaxRuntime(f *testing.F) {
 		}
 	})
 }
+
+func TestDeadlineAndLatestStart(t *testing.T) {
+	at := time.Date(2026, 12, 6, 18, 0, 0, 0, time.UTC)
+	p := annotated(names.DeadlineAnnotation, "2026-12-06T18:00:00Z")
+	if d, ok, err := Deadline(p, names); err != nil || !ok || !d.Equal(at) {
+		t.Fatalf("Deadline = %v, %v, %v", d, ok, err)
+	}
+	if ls := LatestStart(p, names); !ls.Equal(at) {
+		t.Errorf("latest start without a runtime = %v, want the deadline", ls)
+	}
+	p.Annotations[names.MaxRuntimeAnnotation] = "90m"
+	if ls := LatestStart(p, names); !ls.Equal(at.Add(-90 * time.Minute)) {
+		t.Errorf("latest start with 90m = %v", ls)
+	}
+	for _, bad := range []string{"tomorrow", "2026-12-06 18:00", "", strings.Repeat("9", 100)} {
+		if _, _, err := Deadline(annotated(names.DeadlineAnnotation, bad), names); err == nil {
+			t.Errorf("deadline %q accepted", bad)
+		}
+		if ls := LatestStart(annotated(names.DeadlineAnnotation, bad), names); !ls.IsZero() {
+			t.Errorf("latest start of deadline %q = %v", bad, ls)
+		}
+	}
+	if _, ok, err := Deadline(pod(ctr(names.GPU, "1")), names); ok || err != nil {
+		t.Errorf("no deadline: %v, %v", ok, err)
+	}
+}
+
+func FuzzDeadline(f *testing.F) {
+	for _, s := range []string{"2026-12-06T18:00:00Z", "2026-12-06T18:00:00+02:00", "", "soon", " 2026-12-06T18:00:00Z "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		p := annotated(names.DeadlineAnnotation, s)
+		d, ok, err := Deadline(p, names)
+		if err != nil {
+			var fe *contract.FieldError
+			if !errors.As(err, &fe) || fe.Problem == "" || fe.Fix == "" || ok || !d.IsZero() || len(fe.Value) > maxRuntimeChars+3 {
+				t.Fatalf("Deadline(%q) = %v, %v, %v", s, d, ok, err)
+			}
+			return
+		}
+		if !ok || d.IsZero() {
+			t.Fatalf("Deadline(%q) = %v, %v", s, d, ok)
+		}
+	})
+}

@@ -41,6 +41,10 @@ type Workload struct {
 	// that waits for quota, only work that ends before the head's quota is
 	// expected back is admitted (see Input.Protected).
 	Ends time.Time
+	// LatestStart is the latest it may start and still end by its
+	// declared deadline (the deadline less its declared runtime); zero
+	// when it declares none. See Input.DeadlineLead.
+	LatestStart time.Time
 }
 
 // Release is admitted work that ends at a declared time, giving its quota
@@ -105,6 +109,15 @@ type Input struct {
 	Protected func(w *Workload) bool
 	// Releases are the admitted work's declared ends, per account.
 	Releases map[quota.Account][]Release
+	// Now and DeadlineLead order deadlines: inside its team and priority, a
+	// workload whose latest start (Workload.LatestStart) is from Now to
+	// Now+DeadlineLead would miss its deadline if it waited longer, so it
+	// goes ahead of those that would not, the earliest latest start first.
+	// One whose latest start has passed cannot meet its deadline even if
+	// started now: it keeps its place and its Status says so (Late). Zero
+	// Now: no deadline ordering.
+	Now          time.Time
+	DeadlineLead time.Duration
 	// Past is each team's fair-share memory (History.Share): added to its
 	// current dominant share before dividing by its weight. Nil: fair
 	// share by current use only.
@@ -162,6 +175,9 @@ type Status struct {
 	// AheadNeed is what the workloads ahead of it in its team ask for.
 	AheadNeed quota.Amount
 	Ahead     int
+	// Urgent: it went ahead for its deadline (Input.DeadlineLead). Late:
+	// it cannot end by its deadline even if it started now.
+	Urgent, Late bool
 }
 
 // Result is a pass's outcome.
@@ -218,6 +234,10 @@ type orderKey struct {
 	i    int32
 	sec  int64
 	nsec int32
+	// lane is 0 for a workload that goes ahead for its deadline (ordered
+	// by its latest start, in sec and nsec), 1 for the others (by
+	// creation).
+	lane int8
 }
 
 func newPass(in *Input) *pass {
@@ -268,18 +288,30 @@ func newPass(in *Input) *pass {
 	mono := false
 	for i := range in.Queued {
 		w := &in.Queued[i]
-		c := w.Created
+		c, lane := w.Created, int8(1)
+		if in.urgent(w) {
+			c, lane = w.LatestStart, 0
+		}
 		if c != c.Round(0) {
 			mono = true // monotonic readings: compare as time.Time does
 		}
-		keys[fill[team[i]]] = orderKey{prio: w.Priority, i: int32(i), sec: c.Unix(), nsec: int32(c.Nanosecond())}
+		keys[fill[team[i]]] = orderKey{prio: w.Priority, i: int32(i), sec: c.Unix(), nsec: int32(c.Nanosecond()), lane: lane}
 		fill[team[i]]++
 	}
 	cmpKeys := func(a, b orderKey) int {
 		if c := cmp.Compare(b.prio, a.prio); c != 0 {
 			return c
 		}
+		if c := cmp.Compare(a.lane, b.lane); c != 0 {
+			return c
+		}
 		if mono {
+			if a.lane == 0 {
+				if c := in.Queued[a.i].LatestStart.Compare(in.Queued[b.i].LatestStart); c != 0 {
+					return c
+				}
+				return strings.Compare(in.Queued[a.i].Key, in.Queued[b.i].Key)
+			}
 			return Less(&in.Queued[a.i], &in.Queued[b.i])
 		}
 		if c := cmp.Compare(a.sec, b.sec); c != 0 {
@@ -374,6 +406,7 @@ func (p *pass) result() Result {
 				st = p.whys[k-1]
 			}
 			st.Position, st.Of, st.Ahead, st.AheadNeed = pos+1, left, pos, ahead
+			p.in.deadline(w, &st)
 			res.Waiting[w.Key] = st
 			ahead = ahead.Add(w.Need())
 			pos++
@@ -499,6 +532,33 @@ func (in *Input) quotaStart(w *Workload, usage map[quota.Account]quota.Usage) ti
 		}
 	}
 	return best
+}
+
+// urgent reports whether w goes ahead for its deadline: its latest start
+// is from Now to Now+DeadlineLead.
+func (in *Input) urgent(w *Workload) bool {
+	if in.Now.IsZero() || w.LatestStart.IsZero() || w.LatestStart.Before(in.Now) {
+		return false
+	}
+	return w.LatestStart.Sub(in.Now) <= in.DeadlineLead
+}
+
+// deadline says in st where w stands against its deadline.
+func (in *Input) deadline(w *Workload, st *Status) {
+	if in.Now.IsZero() || w.LatestStart.IsZero() {
+		return
+	}
+	at := w.LatestStart.UTC().Format("2006-01-02 15:04 MST")
+	switch {
+	case w.LatestStart.Before(in.Now):
+		st.Late = true
+		st.Message += fmt.Sprintf("; it cannot end by its deadline even if it started now (it had to start by %s)", at)
+	case in.urgent(w):
+		st.Urgent = true
+		st.Message += fmt.Sprintf("; it must start by %s to end by its deadline, so it goes ahead of its team's work of its priority without a nearer one", at)
+	default:
+		st.Message += fmt.Sprintf("; to end by its deadline it must start by %s", at)
+	}
 }
 
 func sharesAccount(a, b *Workload) bool {

@@ -96,6 +96,8 @@ const quotaDoc = `teams:
     models: {"Rota Guard GPU": {gpus: 2, borrow: {gpus: 2}}}
   qguard-u:
     models: {"Rota Guard GPU": {gpus: 3}}
+  qdeadline:
+    gpus: 1
   qdefrag:
     defrag: true
     models: {"Rota Defrag GPU": {gpus: 4}}

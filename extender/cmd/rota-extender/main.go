@@ -153,6 +153,7 @@ func parseFlags(args []string) (config.Config, remediation.Config, error) {
 	fs.IntVar(&rs.Max, "reserve-max", rs.Max, "most holds at once")
 	fs.BoolVar(&rs.Quota, "reserve-quota", rs.Quota, "a large or old queue head that waits for its team's quota keeps it: later work of the team is admitted only if its declared runtime ends first")
 	fs.DurationVar(&rs.DefaultRuntime, "default-runtime", rs.DefaultRuntime, "estimated runtime of a running pod that declares none, for expected starts (0: such a pod never ends as far as plans go)")
+	fs.DurationVar(&cfg.Queue.DeadlineLead, "deadline-lead", cfg.Queue.DeadlineLead, "inside its team and priority, a queued pod whose latest start (its <domain>/deadline less its declared runtime) is at most this far off goes ahead of the others (0: none does)")
 	fs.DurationVar(&cfg.Queue.FairShareHalfLife, "fair-share-half-life", cfg.Queue.FairShareHalfLife, "fair share's memory: order teams by current dominant share plus their past share decayed with this half-life, so a team that held the cluster for hours yields (0: current use only)")
 	fs.StringVar(&cfg.Queue.HistoryConfigMap, "usage-history-config-map", cfg.Queue.HistoryConfigMap, "ConfigMap in the quota namespace where the leader keeps fair share's usage history")
 	df := &cfg.Queue.Defrag
