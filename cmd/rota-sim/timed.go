@@ -261,20 +261,32 @@ func cmpOr(m sim.ReclaimMode, def sim.ReclaimMode) sim.ReclaimMode {
 	return m
 }
 
+// meanWait is every job's mean wait in r, seconds.
+func meanWait(r sim.TimedResult) float64 {
+	if len(r.Waits) == 0 {
+		return 0
+	}
+	var sum float64
+	for _, w := range r.Waits {
+		sum += w.Wait
+	}
+	return sum / float64(len(r.Waits))
+}
+
 // writeReclaimTable writes one row per (variant, seed) and one per variant
 // over the seeds: reclaims, evictions, work lost, the waits of the gangs of
-// sim.LargeGangGPUs GPUs or more, and every job's median wait.
+// sim.LargeGangGPUs GPUs or more, and every job's median and mean wait.
 func writeReclaimTable(w io.Writer, variants []variant, seeds []uint64, results [][]sim.TimedResult) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nReclaim over %d seeds (%s); waits in hours, every stretch a job spent queued (after an eviction too)\n\n", len(seeds), seedList(seeds))
-	b.WriteString("| variant | seed | reclaims | evictions | lost GPU-hours | gangs of 64+ GPUs | their mean wait | their max wait | p50 wait, all jobs | mean GPU allocation (%) |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| variant | seed | reclaims | evictions | lost GPU-hours | gangs of 64+ GPUs | their mean wait | their max wait | p50 wait, all jobs | mean wait, all jobs | mean GPU allocation (%) |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for vi, v := range variants {
-		var rec, ev, lost, gangs, mean, mx, p50, util float64
+		var rec, ev, lost, gangs, mean, mx, p50, all, util float64
 		for si, seed := range seeds {
 			r := results[si][vi]
-			fmt.Fprintf(&b, "| %s | %d | %d | %d | %.1f | %d | %.2f | %.2f | %.2f | %.2f |\n", v, seed, r.Reclaims, len(r.Evictions),
-				r.LostWorkGPUHours, r.LargeGangs, r.LargeGangWaitMean/3600, r.LargeGangWaitMax/3600, r.Wait.P50/3600, r.UtilMean)
+			fmt.Fprintf(&b, "| %s | %d | %d | %d | %.1f | %d | %.2f | %.2f | %.2f | %.2f | %.2f |\n", v, seed, r.Reclaims, len(r.Evictions),
+				r.LostWorkGPUHours, r.LargeGangs, r.LargeGangWaitMean/3600, r.LargeGangWaitMax/3600, r.Wait.P50/3600, meanWait(r)/3600, r.UtilMean)
 			rec += float64(r.Reclaims)
 			ev += float64(len(r.Evictions))
 			lost += r.LostWorkGPUHours
@@ -282,11 +294,12 @@ func writeReclaimTable(w io.Writer, variants []variant, seeds []uint64, results 
 			mean += r.LargeGangWaitMean
 			mx = max(mx, r.LargeGangWaitMax)
 			p50 += r.Wait.P50
+			all += meanWait(r)
 			util += r.UtilMean
 		}
 		n := float64(len(seeds))
-		fmt.Fprintf(&b, "| **%s** | mean (max) | %.1f | %.1f | %.1f | %.1f | %.2f | (%.2f) | %.2f | %.2f |\n", v, rec/n, ev/n, lost/n, gangs/n,
-			mean/n/3600, mx/3600, p50/n/3600, util/n)
+		fmt.Fprintf(&b, "| **%s** | mean (max) | %.1f | %.1f | %.1f | %.1f | %.2f | (%.2f) | %.2f | %.2f | %.2f |\n", v, rec/n, ev/n, lost/n, gangs/n,
+			mean/n/3600, mx/3600, p50/n/3600, all/n/3600, util/n)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -153,7 +153,7 @@ func (r *reclaimSearch) take(v Victim) bool {
 		cur = r.admitted[v.Account].Total()
 	}
 	after := cur.Sub(v.Amount)
-	if !vg.Fits(after) {
+	if belowGuarantee(vg, after, v.Amount) {
 		return false
 	}
 	r.left[v.Account] = after
@@ -261,4 +261,13 @@ func covers(freed, need quota.Amount) bool {
 		return false
 	}
 	return need.MemoryMiB == 0 || freed.MemoryMiB >= need.MemoryMiB || freed.GPUs > need.GPUs
+}
+
+// belowGuarantee reports whether use after an eviction that freed freed is
+// below guarantee g in a resource the eviction took from. A resource the
+// eviction leaves alone does not count: a team that borrows whole GPUs
+// stays open to reclaim while it uses less GPU memory (for shares) than it
+// is guaranteed.
+func belowGuarantee(g, after, freed quota.Amount) bool {
+	return (freed.GPUs > 0 && after.GPUs < g.GPUs) || (freed.MemoryMiB > 0 && after.MemoryMiB < g.MemoryMiB)
 }

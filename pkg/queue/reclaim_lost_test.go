@@ -194,3 +194,34 @@ func TestReclaimableAt(t *testing.T) {
 		t.Errorf("unknown maturity: %v, want zero", got)
 	}
 }
+
+// A team that borrows whole GPUs is reclaimed from even while it uses less
+// GPU memory (for shares) than it is guaranteed: evicting whole GPUs takes
+// none of its memory. It is not taken below its GPU guarantee, and a share
+// victim that would take it below its memory guarantee is spared.
+func TestReclaimUnusedMemoryGuarantee(t *testing.T) {
+	cfg := quota.Config{Teams: map[string]quota.Team{
+		"a": {GPUs: 4, GPUMemoryGiB: 64},
+		"b": {GPUs: 4, GPUMemoryGiB: 64, Borrow: quota.Limits{GPUs: 4, GPUMemoryGiB: 64}},
+	}, SharedPool: quota.Limits{GPUs: 4, GPUMemoryGiB: 64}}
+	b := quota.Account{Team: "b"}
+	admitted := map[quota.Account]quota.Usage{b: {Running: quota.Amount{GPUs: 8, MemoryMiB: 10 << 10}}}
+	whole := func(key string) Victim {
+		return Victim{Key: key, Team: "b", Account: b, Amount: quota.Amount{GPUs: 4}, Preemptible: true, AdmittedAt: t0}
+	}
+	w := wl("a", "a/want", 2, 0, time.Minute)
+	got := Reclaim(cfg, admitted, &w, quota.Account{Team: "a"}, []Victim{whole("b/0"), whole("b/1")})
+	if len(got) != 1 {
+		t.Fatalf("reclaimed %v, want one of b's borrowed 4-GPU pods (b uses 10 of its 64 GiB, untouched)", got)
+	}
+	if sp := Spared(cfg, admitted, "a", []Victim{whole("b/0")}); len(sp) != 0 {
+		t.Errorf("preemption spared %v for memory the eviction does not take", sp)
+	}
+	if sp := Spared(cfg, admitted, "a", []Victim{whole("b/0"), whole("b/1")}); len(sp) != 1 {
+		t.Errorf("evicting all 8 GPUs: spared %v, want b (below its 4-GPU guarantee)", sp)
+	}
+	share := Victim{Key: "b/share", Team: "b", Account: b, Amount: quota.Amount{MemoryMiB: 4 << 10}, Preemptible: true}
+	if sp := Spared(cfg, admitted, "a", []Victim{share}); len(sp) != 1 {
+		t.Errorf("evicting a share below b's memory guarantee: spared %v, want b", sp)
+	}
+}

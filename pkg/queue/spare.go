@@ -35,7 +35,7 @@ func Spared(cfg quota.Config, admitted map[quota.Account]quota.Usage, preemptorT
 			continue
 		}
 		use := admitted[a].Total()
-		if after := use.Sub(f); !g.Fits(after) {
+		if after := use.Sub(f); belowGuarantee(g, after, f) {
 			out = append(out, Spare{Account: a, Why: fmt.Sprintf("team %s uses %s of its %s guarantee; evicting %s would take it below",
 				a, use, g, f)})
 		}

@@ -127,6 +127,43 @@ func TestReclaimKeepsGuarantee(t *testing.T) {
 	}
 }
 
+// TestReclaimUnusedMemoryGuarantee: a team that borrows GPUs is reclaimed
+// from even though it uses less GPU memory than it is guaranteed, as every
+// team of the gang workload does (GangLoad.Quota guarantees GPU memory for
+// shares). Evicting whole GPUs takes none of its memory.
+func TestReclaimUnusedMemoryGuarantee(t *testing.T) {
+	whole := func(n int) Pod { return Pod{GPUs: n, GPUMilli: MilliPerGPU, CPUMilli: 1000} }
+	jobs := []Job{
+		{Name: "b-own", Team: "b", Member: whole(4), Size: 1, Arrive: 0, Duration: 36000},
+		{Name: "b-borrowed", Team: "b", Member: whole(4), Size: 1, Arrive: 0, Duration: 36000},
+		{Name: "a", Team: "a", Member: whole(2), Size: 1, Arrive: 3600, Duration: 600},
+	}
+	for i := range jobs {
+		jobs[i].Kind = jobs[i].Name
+	}
+	for _, mode := range []ReclaimMode{ReclaimNewest, ReclaimLostWork} {
+		cfg := timedPolicy(t, "fragmentation-aware", jobs, []Node{{Name: "n0", GPUs: 8, CPUMilli: 64000}})
+		cfg.Queue, cfg.Reclaim = QueueDRF, mode
+		cfg.Quota = &quota.Config{Teams: map[string]quota.Team{
+			"a": {GPUs: 4, GPUMemoryGiB: 1},
+			"b": {GPUs: 4, GPUMemoryGiB: 1, Borrow: quota.Limits{GPUs: 4}},
+		}, SharedPool: quota.Limits{GPUs: 4}}
+		r, err := RunTimed(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Reclaims != 1 || len(r.Evictions) != 1 {
+			t.Fatalf("%s: %d reclaims, evictions %+v; want one: b borrows 4 GPUs", mode, r.Reclaims, r.Evictions)
+		}
+		if ev := r.Evictions[0]; ev.For != "a" || ev.T != 3600 || ev.TeamGPUsAfter != 4 || ev.GuaranteeGPUs != 4 {
+			t.Errorf("%s: eviction %+v; want one of b's jobs for a at 3600 s, leaving b at its 4 GPUs", mode, ev)
+		}
+		if w := waitOf(t, r, "a"); w != 0 {
+			t.Errorf("%s: a waited %.0f s, want 0", mode, w)
+		}
+	}
+}
+
 // TestDrawCheckpoints: intervals from the list, phases below them,
 // reproducible by seed, and the jobs otherwise unchanged.
 func TestDrawCheckpoints(t *testing.T) {
