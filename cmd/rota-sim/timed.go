@@ -191,7 +191,7 @@ func runTimed(o options, seeds []uint64, stdout io.Writer) error {
 				cfg.Reserve = rsv
 			}
 			cfg.Reclaim = v.reclaim
-			cfg.ReclaimOptions = sim.ReclaimOptions{MaxPreemptibleGangSize: o.maxGangSize}
+			cfg.ReclaimOptions = sim.ReclaimOptions{MaxPreemptibleGangSize: o.maxGangSize, QuotaOnly: o.reclaimQuotaOnly}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -279,15 +279,16 @@ func meanWait(r sim.TimedResult) float64 {
 func writeReclaimTable(w io.Writer, variants []variant, seeds []uint64, results [][]sim.TimedResult) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nReclaim over %d seeds (%s); waits in hours, every stretch a job spent queued (after an eviction too)\n\n", len(seeds), seedList(seeds))
-	b.WriteString("| variant | seed | reclaims | evictions | lost GPU-hours | gangs of 64+ GPUs | their mean wait | their max wait | p50 wait, all jobs | mean wait, all jobs | mean GPU allocation (%) |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| variant | seed | reclaims | not made: no room | evictions | lost GPU-hours | gangs of 64+ GPUs | their mean wait | their max wait | p50 wait, all jobs | mean wait, all jobs | mean GPU allocation (%) |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for vi, v := range variants {
-		var rec, ev, lost, gangs, mean, mx, p50, all, util float64
+		var rec, noRoom, ev, lost, gangs, mean, mx, p50, all, util float64
 		for si, seed := range seeds {
 			r := results[si][vi]
-			fmt.Fprintf(&b, "| %s | %d | %d | %d | %.1f | %d | %.2f | %.2f | %.2f | %.2f | %.2f |\n", v, seed, r.Reclaims, len(r.Evictions),
+			fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %.1f | %d | %.2f | %.2f | %.2f | %.2f | %.2f |\n", v, seed, r.Reclaims, r.ReclaimsWithoutRoom, len(r.Evictions),
 				r.LostWorkGPUHours, r.LargeGangs, r.LargeGangWaitMean/3600, r.LargeGangWaitMax/3600, r.Wait.P50/3600, meanWait(r)/3600, r.UtilMean)
 			rec += float64(r.Reclaims)
+			noRoom += float64(r.ReclaimsWithoutRoom)
 			ev += float64(len(r.Evictions))
 			lost += r.LostWorkGPUHours
 			gangs += float64(r.LargeGangs)
@@ -298,7 +299,7 @@ func writeReclaimTable(w io.Writer, variants []variant, seeds []uint64, results 
 			util += r.UtilMean
 		}
 		n := float64(len(seeds))
-		fmt.Fprintf(&b, "| **%s** | mean (max) | %.1f | %.1f | %.1f | %.1f | %.2f | (%.2f) | %.2f | %.2f | %.2f |\n", v, rec/n, ev/n, lost/n, gangs/n,
+		fmt.Fprintf(&b, "| **%s** | mean (max) | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | (%.2f) | %.2f | %.2f | %.2f |\n", v, rec/n, noRoom/n, ev/n, lost/n, gangs/n,
 			mean/n/3600, mx/3600, p50/n/3600, all/n/3600, util/n)
 	}
 	_, err := io.WriteString(w, b.String())

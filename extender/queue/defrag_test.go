@@ -135,3 +135,48 @@ func TestDefragOnlyForTeamsThatAsk(t *testing.T) {
 		t.Errorf("planned %d times for a team without defrag", d.calls)
 	}
 }
+
+// roomCheck is a Holder that also answers RoomWithout.
+type roomCheck struct {
+	fakeRoom
+	fits  bool
+	asked [][]string
+}
+
+func (r *roomCheck) RoomWithout(pods []*corev1.Pod, model string, without []string) (bool, string) {
+	r.asked = append(r.asked, without)
+	if r.fits {
+		return true, ""
+	}
+	return false, "the freed GPUs are on nodes the pod may not use"
+}
+
+// Reclaim evicts only when the eviction makes room where the waiting pod
+// may go; quota alone is not enough.
+func TestReclaimOnlyWhereItMakesRoom(t *testing.T) {
+	for _, fits := range []bool{false, true} {
+		cfg := &quota.Config{Teams: map[string]quota.Team{
+			"vision": {GPUs: 4}, "night": {Borrow: quota.Limits{GPUs: 4}}}, SharedPool: quota.Limits{GPUs: 4}}
+		night := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ml2", Labels: map[string]string{names.TeamLabel: "night"}}}
+		b0, b1 := runningPod("b0"), runningPod("b1")
+		b0.Namespace, b1.Namespace = "ml2", "ml2"
+		h := &roomCheck{fits: fits}
+		c, client := start(t, cfg, h, night, b0, b1, gpuPod("want", 1, time.Hour, true))
+		c.o.Reclaim = true
+		evicted := 0
+		client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			if a.GetSubresource() == "eviction" {
+				evicted++
+				return true, nil, nil
+			}
+			return false, nil, nil
+		})
+		c.Pass(t.Context())
+		if len(h.asked) == 0 || len(h.asked[0]) != 1 {
+			t.Fatalf("fits %v: RoomWithout asked %v, want once with one victim's pod", fits, h.asked)
+		}
+		if want := map[bool]int{false: 0, true: 1}[fits]; evicted != want {
+			t.Errorf("room with the victims gone %v: %d evictions, want %d", fits, evicted, want)
+		}
+	}
+}

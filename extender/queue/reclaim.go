@@ -87,6 +87,9 @@ func (c *Controller) reclaim(ctx context.Context, in pkgqueue.Input, res pkgqueu
 		}
 		for _, a := range wl.w.Accounts {
 			chosen := pkgqueue.Reclaim(in.Config, in.Admitted, &wl.w, a, cands)
+			if len(chosen) > 0 && !c.reclaimMakesRoom(logger, wl, a, chosen, victimPods) {
+				continue
+			}
 			if len(chosen) == 0 {
 				if told < reclaimTellMax {
 					if at := pkgqueue.ReclaimableAt(in.Config, in.Admitted, &wl.w, a, cands, reclaimTimesMax); !at.IsZero() {
@@ -128,6 +131,36 @@ func (c *Controller) reclaim(ctx context.Context, in pkgqueue.Input, res pkgqueu
 			return
 		}
 	}
+}
+
+// RoomChecker says whether queued pods would find room once some pods'
+// GPUs are free (*room.Planner).
+type RoomChecker interface {
+	RoomWithout(pods []*corev1.Pod, model string, without []string) (bool, string)
+}
+
+// reclaimMakesRoom reports whether evicting chosen would let wl start:
+// quota returned where no node the workload may use gains room would only
+// stop work for nothing (the freed GPUs go to whatever fits there). Without
+// a RoomChecker it trusts quota alone.
+func (c *Controller) reclaimMakesRoom(logger klog.Logger, wl *workload, a quota.Account, chosen []pkgqueue.Victim,
+	victimPods map[string][]*corev1.Pod) bool {
+	rc, ok := c.o.Holder.(RoomChecker)
+	if !ok {
+		return true
+	}
+	var uids []string
+	for _, v := range chosen {
+		for _, p := range victimPods[v.Key] {
+			uids = append(uids, string(p.UID))
+		}
+	}
+	fits, why := rc.RoomWithout(wl.pods, a.Model, uids)
+	if !fits {
+		logger.V(2).Info("Reclaim would not make room; no eviction", "workload", wl.w.Key, "account", a.String(),
+			"victims", len(chosen), "why", why)
+	}
+	return fits
 }
 
 // reclaimTellMax bounds the workloads a pass tells when reclaim can serve

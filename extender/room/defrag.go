@@ -62,3 +62,42 @@ func (e *Planner) Defrag(pod *corev1.Pod, model string, m Moves) (placement.Defr
 		CPUMilli: req.CPUMilli, HostMemoryMiB: req.HostMemoryMiB}
 	return plan, c, true
 }
+
+// RoomWithout reports whether pods (a single pod, or a gang's members)
+// would find room, on nodes they may go to, once the given pods' GPUs are
+// free: reclaim evicts only where the eviction makes room for what it
+// serves, not merely quota. The reason says why not.
+func (e *Planner) RoomWithout(pods []*corev1.Pod, model string, without []string) (bool, string) {
+	if len(pods) == 0 {
+		return false, "nothing to place"
+	}
+	req, err := e.o.Request(pods[0])
+	if err != nil {
+		return false, "invalid GPU request: " + err.Error()
+	}
+	if model != "" {
+		req.Models = []string{model}
+	}
+	e.mu.Lock()
+	snap := e.o.Ledger.Snapshot()
+	e.mu.Unlock()
+	snap = snap.Without(without...)
+	at := e.eligibleAt(pods[0], snap)
+	if len(pods) == 1 {
+		for _, i := range at {
+			if _, reason := placement.Fit(req, snap.At(int(i))); reason == nil {
+				return true, ""
+			}
+		}
+		return false, "no node the pod may use would fit it with those pods gone"
+	}
+	g := placement.Gang{Name: req.Job, Member: req}
+	for _, p := range pods {
+		g.UIDs = append(g.UIDs, string(p.UID))
+		g.Pods = append(g.Pods, p.Namespace+"/"+p.Name)
+	}
+	if _, reason := placement.PlanGang(g, snap, namesAt(snap, at), e.o.Tiers); reason != nil {
+		return false, reason.Message()
+	}
+	return true, ""
+}

@@ -783,3 +783,28 @@ func (ni *NodeInfo) GPUsOf(a *Allocation) float64 {
 	}
 	return total
 }
+
+// Without returns a snapshot in which the allocations of the given pods
+// are gone, as if they had ended: the nodes holding them are copies without
+// them (NodeInfo.Without), the others are shared with s.
+func (s *Snapshot) Without(uids ...string) *Snapshot {
+	out := &Snapshot{Generation: s.Generation, index: s.index, infos: s.infos}
+	copied := false
+	for i, ni := range s.infos {
+		var here []string
+		for _, u := range uids {
+			if _, ok := ni.Allocs[u]; ok {
+				here = append(here, u)
+			}
+		}
+		if len(here) == 0 {
+			continue
+		}
+		if !copied {
+			out.infos = slices.Clone(s.infos)
+			copied = true
+		}
+		out.infos[i] = ni.Without(here...)
+	}
+	return out
+}

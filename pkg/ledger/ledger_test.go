@@ -662,3 +662,35 @@ func TestStateString(t *testing.T) {
 		}
 	}
 }
+
+func TestSnapshotWithout(t *testing.T) {
+	l := ledger.New()
+	l.UpsertNode(gpuNode("n1"))
+	l.UpsertNode(gpuNode("n2"))
+	for _, a := range []ledger.Allocation{
+		{PodUID: "a", Pod: "ns/a", Node: "n1", Whole: true, GPUs: []ledger.Share{{Index: 0, MemoryMiB: gpuMiB}}},
+		{PodUID: "b", Pod: "ns/b", Node: "n1", Whole: true, GPUs: []ledger.Share{{Index: 1, MemoryMiB: gpuMiB}}},
+		{PodUID: "c", Pod: "ns/c", Node: "n2", Whole: true, GPUs: []ledger.Share{{Index: 0, MemoryMiB: gpuMiB}}},
+	} {
+		if err := l.Restore(a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := l.Snapshot()
+	w := s.Without("a", "nobody")
+	if _, ok := w.Node("n1").Allocs["a"]; ok || w.Node("n1").Use[0].Pods != 0 {
+		t.Errorf("n1 without a still holds it: %+v", w.Node("n1").Use[0])
+	}
+	if _, ok := w.Node("n1").Allocs["b"]; !ok {
+		t.Error("n1 without a lost b")
+	}
+	if w.Node("n2") != s.Node("n2") {
+		t.Error("n2, untouched, was copied")
+	}
+	if _, ok := s.Node("n1").Allocs["a"]; !ok {
+		t.Error("the snapshot itself changed")
+	}
+	if s.Without().Node("n1") != s.Node("n1") {
+		t.Error("without nothing, a node was copied")
+	}
+}

@@ -209,10 +209,13 @@ type TimedResult struct {
 	// Reclaim is the reclaim mode; Reclaims counts the reclaims,
 	// Evictions the jobs they evicted, and LostWorkGPUHours the work the
 	// evictions lost (GPUs x time since each job's last checkpoint).
-	Reclaim          ReclaimMode
-	Reclaims         int
-	Evictions        []Eviction
-	LostWorkGPUHours float64
+	// ReclaimsWithoutRoom counts the reclaims not made because the job
+	// would not fit with the victims gone (ReclaimOptions.QuotaOnly off).
+	Reclaim             ReclaimMode
+	Reclaims            int
+	ReclaimsWithoutRoom int
+	Evictions           []Eviction
+	LostWorkGPUHours    float64
 	// LargeGangs counts gangs of at least LargeGangGPUs GPUs;
 	// LargeGangWaitMean and LargeGangWaitMax are their waits (every
 	// stretch queued, after an eviction too), seconds.

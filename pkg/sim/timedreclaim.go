@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/rota-sched/rota/pkg/placement"
 	"github.com/rota-sched/rota/pkg/queue"
 	"github.com/rota-sched/rota/pkg/quota"
 	"github.com/rota-sched/rota/pkg/stopcost"
@@ -41,6 +42,11 @@ type ReclaimOptions struct {
 	// DefaultInterval is the checkpoint interval, in seconds, assumed for
 	// a job that declares none (0: DefaultCheckpointInterval).
 	DefaultInterval float64
+	// QuotaOnly evicts whatever frees the quota, as the queue controller
+	// did before it checked room: the freed GPUs may be where the job
+	// cannot go. False (the controller now): a reclaim evicts only when the
+	// job would fit with the victims gone.
+	QuotaOnly bool
 }
 
 // DefaultReclaimCooldown and DefaultCheckpointInterval are the queue
@@ -170,6 +176,10 @@ func (t *timed) reclaim(in queue.Input, ws map[string]*queue.Workload, res queue
 		if len(chosen) == 0 {
 			continue
 		}
+		if !t.cfg.ReclaimOptions.QuotaOnly && !t.fitsWithout(js, chosen, running) {
+			t.res.ReclaimsWithoutRoom++
+			continue
+		}
 		js.reclaimedAt = t.now
 		t.res.Reclaims++
 		for _, v := range chosen {
@@ -212,4 +222,32 @@ func (t *timed) evict(js *jobState, forJob string) error {
 	js.queuedSince = t.now
 	t.held = append(t.held, js)
 	return nil
+}
+
+// fitsWithout reports whether js would start with the chosen victims' GPUs
+// free: a pod on some node (placement.Fit), a gang through
+// placement.PlanGang, as place would.
+func (t *timed) fitsWithout(js *jobState, chosen []queue.Victim, running map[string]*jobState) bool {
+	var uids []string
+	for _, v := range chosen {
+		if r := running[v.Key]; r != nil {
+			uids = append(uids, r.uids...)
+		}
+	}
+	snap := t.snap.Without(uids...)
+	j := js.job
+	if j.Size == 1 {
+		for _, name := range t.names {
+			if _, reason := placement.Fit(js.req, snap.Node(name)); reason == nil {
+				return true
+			}
+		}
+		return false
+	}
+	g := placement.Gang{Name: j.Name, Member: js.req}
+	for m := range j.Size {
+		g.UIDs = append(g.UIDs, "check-"+strconv.Itoa(m))
+	}
+	_, reason := placement.PlanGang(g, snap, nil, t.tiers)
+	return reason == nil
 }

@@ -189,3 +189,44 @@ func TestDrawCheckpoints(t *testing.T) {
 		t.Errorf("intervals drawn %v, want each of %v", seen, CheckpointIntervals)
 	}
 }
+
+// TestReclaimOnlyWhereItMakesRoom: team b borrows one GPU on each of two
+// 4-GPU nodes that team c fills with 3 GPUs each. Team a, within its
+// guarantee, waits for 2 GPUs on one node: evicting both of b's jobs frees
+// the quota but leaves one free GPU per node. The controller's rule evicts
+// nothing; quota alone would evict both for nothing.
+func TestReclaimOnlyWhereItMakesRoom(t *testing.T) {
+	whole := func(n int) Pod { return Pod{GPUs: n, GPUMilli: MilliPerGPU, CPUMilli: 1000} }
+	jobs := []Job{
+		{Name: "c1", Team: "c", Member: whole(3), Size: 1, Arrive: 0, Duration: 36000},
+		{Name: "c2", Team: "c", Member: whole(3), Size: 1, Arrive: 0, Duration: 36000},
+		{Name: "b1", Team: "b", Member: whole(1), Size: 1, Arrive: 1, Duration: 36000},
+		{Name: "b2", Team: "b", Member: whole(1), Size: 1, Arrive: 1, Duration: 36000},
+		{Name: "a", Team: "a", Member: whole(2), Size: 1, Arrive: 3600, Duration: 600},
+	}
+	for i := range jobs {
+		jobs[i].Kind = jobs[i].Name
+	}
+	for _, quotaOnly := range []bool{false, true} {
+		cfg := timedPolicy(t, "fragmentation-aware", jobs, []Node{{Name: "n0", GPUs: 4, CPUMilli: 64000}, {Name: "n1", GPUs: 4, CPUMilli: 64000}})
+		cfg.Queue, cfg.Reclaim = QueueDRF, ReclaimNewest
+		cfg.ReclaimOptions.QuotaOnly = quotaOnly
+		cfg.Quota = &quota.Config{Teams: map[string]quota.Team{
+			"a": {GPUs: 2}, "b": {Borrow: quota.Limits{GPUs: 2}}, "c": {GPUs: 6},
+		}, SharedPool: quota.Limits{GPUs: 2}}
+		r, err := RunTimed(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if quotaOnly {
+			if len(r.Evictions) == 0 {
+				t.Errorf("quota only: no eviction; the test no longer sets up a reclaim that frees quota without room")
+			}
+			continue
+		}
+		if len(r.Evictions) != 0 || r.ReclaimsWithoutRoom == 0 {
+			t.Errorf("evictions %+v, reclaims without room %d; want none evicted, and the reclaim counted as making no room",
+				r.Evictions, r.ReclaimsWithoutRoom)
+		}
+	}
+}
