@@ -149,7 +149,7 @@ type Controller struct {
 	mu        sync.Mutex
 	reclaimed map[string]time.Time // workload key -> last reclaim for it
 	moves     []time.Time          // defragmentation evictions in the last hour (defrag.go)
-	moveHolds map[string]moveHold  // workload key -> room freed for it by moves
+	holds     map[string]roomHold  // workload key -> room freed for it by moves or reclaim (holds.go)
 	// history is fair share's memory (history.go); only Run's passes touch
 	// it and the two fields after it.
 	history       pkgqueue.History
@@ -222,7 +222,7 @@ func New(o Options) (*Controller, error) {
 	if o.ReclaimCooldown <= 0 {
 		o.ReclaimCooldown = time.Minute
 	}
-	c := &Controller{o: o, now: o.Now, written: map[types.UID]condWrite{}, seen: map[types.UID]bool{}, late: map[types.UID]bool{}, reclaimed: map[string]time.Time{}, moveHolds: map[string]moveHold{}, requeued: map[types.UID]time.Time{},
+	c := &Controller{o: o, now: o.Now, written: map[types.UID]condWrite{}, seen: map[types.UID]bool{}, late: map[types.UID]bool{}, reclaimed: map[string]time.Time{}, holds: map[string]roomHold{}, requeued: map[types.UID]time.Time{},
 		status: map[string]queuedPod{}, ungated: map[types.UID]*corev1.Pod{}, teams: map[string]TeamStatus{}, events: newPassEvents()}
 	if c.now == nil {
 		c.now = time.Now

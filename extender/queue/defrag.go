@@ -38,14 +38,6 @@ type Defragger interface {
 	Defrag(pod *corev1.Pod, model string, m room.Moves) (placement.DefragPlan, ledger.Claim, bool)
 }
 
-// moveHold is room freed by moves for a waiting workload: the claim holds
-// it in the ledger until the workload is admitted or until passes.
-type moveHold struct {
-	claim ledger.Claim
-	until time.Time
-	moved []string
-}
-
 // defragTries bounds the waiting pods one pass plans moves for.
 const defragTries = 4
 
@@ -62,8 +54,9 @@ const defragTries = 4
 // member only with its whole gang (the planner's rule).
 func (c *Controller) defrag(ctx context.Context, cfg quota.Config, res pkgqueue.Result, byKey map[string]*workload,
 	victims map[string]*pkgqueue.Victim, victimPods map[string][]*corev1.Pod, now time.Time) {
-	c.keepMoveHolds(byKey, now)
-	c.tellMoveHolds(res, now)
+	c.mu.Lock()
+	c.moves = slices.DeleteFunc(c.moves, func(t time.Time) bool { return now.Sub(t) >= pkgqueue.MoveWindow })
+	c.mu.Unlock()
 	if c.o.Defrag.MaxMovedShare <= 0 || c.o.Defragger == nil {
 		return
 	}
@@ -88,7 +81,7 @@ func (c *Controller) defrag(ctx context.Context, cfg quota.Config, res pkgqueue.
 	for k, st := range res.Waiting {
 		wl := byKey[k]
 		if st.Reason == pkgqueue.WaitRoom && wl != nil && wl.w.Members == 1 && len(wl.pods) == 1 && cfg.TeamDefrag(wl.w.Team) {
-			if _, held := c.moveHolds[k]; !held {
+			if _, held := c.holds[k]; !held {
 				keys = append(keys, k)
 			}
 		}
@@ -191,8 +184,9 @@ func (c *Controller) move(ctx context.Context, key string, wl *workload, plan pl
 	if len(moved) == 0 {
 		return
 	}
-	hold := moveHold{claim: claim, until: now.Add(c.holdFor()), moved: moved}
-	c.moveHolds[key] = hold
+	hold := roomHold{claims: []ledger.Claim{claim}, until: now.Add(c.holdFor()),
+		what: fmt.Sprintf("%s moved off node %s for it", strings.Join(moved, ", "), plan.Node)}
+	c.holds[key] = hold
 	msg := fmt.Sprintf("moving %s off node %s to make room for it (free GPUs were fragmented); the room is held for it until %s",
 		strings.Join(moved, ", "), plan.Node, hold.until.UTC().Format(time.RFC3339))
 	for _, p := range wl.pods {
@@ -206,39 +200,4 @@ func (c *Controller) holdFor() time.Duration {
 		return c.o.Defrag.HoldFor
 	}
 	return 10 * time.Minute
-}
-
-// keepMoveHolds drops the holds of workloads no longer queued (admitted or
-// gone) and of those past their time.
-func (c *Controller) keepMoveHolds(byKey map[string]*workload, now time.Time) {
-	for k, h := range c.moveHolds {
-		if _, queued := byKey[k]; !queued || !now.Before(h.until) {
-			delete(c.moveHolds, k)
-		}
-	}
-	c.mu.Lock()
-	c.moves = slices.DeleteFunc(c.moves, func(t time.Time) bool { return now.Sub(t) >= pkgqueue.MoveWindow })
-	c.mu.Unlock()
-}
-
-// tellMoveHolds adds the held room to the waiting workloads' Queued
-// condition.
-func (c *Controller) tellMoveHolds(res pkgqueue.Result, now time.Time) {
-	for k, h := range c.moveHolds {
-		if st, ok := res.Waiting[k]; ok {
-			st.Message += fmt.Sprintf("; %s moved off node %s for it, whose room is held for it until %s",
-				strings.Join(h.moved, ", "), h.claim.Node, h.until.UTC().Format(time.RFC3339))
-			res.Waiting[k] = st
-		}
-	}
-}
-
-// moveClaims are the ledger claims of the move holds.
-func (c *Controller) moveClaims() []ledger.Claim {
-	out := make([]ledger.Claim, 0, len(c.moveHolds))
-	for _, h := range c.moveHolds {
-		out = append(out, h.claim)
-	}
-	slices.SortFunc(out, func(a, b ledger.Claim) int { return strings.Compare(a.Node, b.Node) })
-	return out
 }

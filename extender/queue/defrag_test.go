@@ -107,7 +107,7 @@ func TestDefragMovesOnlyWhatMayMove(t *testing.T) {
 	if g := evictions[0].DeleteOptions.GracePeriodSeconds; g == nil || *g != 120 {
 		t.Errorf("eviction grace %v, want 120 s (the pod's checkpoint-grace)", g)
 	}
-	if cl := c.moveClaims(); len(cl) != 1 || cl[0].Job != "ml/big" || cl[0].Node != "n1" {
+	if cl := c.heldClaims(); len(cl) != 1 || cl[0].Job != "ml/big" || cl[0].Node != "n1" {
 		t.Errorf("held room %+v, want a claim on n1 for ml/big", cl)
 	}
 	// The budget is spent: the other waiting pod gets no plan this hour.
@@ -143,12 +143,12 @@ type roomCheck struct {
 	asked [][]string
 }
 
-func (r *roomCheck) RoomWithout(pods []*corev1.Pod, model string, without []string) (bool, string) {
+func (r *roomCheck) RoomWithout(pods []*corev1.Pod, model string, without []string) ([]ledger.Claim, string) {
 	r.asked = append(r.asked, without)
 	if r.fits {
-		return true, ""
+		return []ledger.Claim{{Job: "ml/" + pods[0].Name, Node: "n1", GPUs: 1}}, ""
 	}
-	return false, "the freed GPUs are on nodes the pod may not use"
+	return nil, "the freed GPUs are on nodes the pod may not use"
 }
 
 // Reclaim evicts only when the eviction makes room where the waiting pod
@@ -177,6 +177,10 @@ func TestReclaimOnlyWhereItMakesRoom(t *testing.T) {
 		}
 		if want := map[bool]int{false: 0, true: 1}[fits]; evicted != want {
 			t.Errorf("room with the victims gone %v: %d evictions, want %d", fits, evicted, want)
+		}
+		// The freed room is held for the pod it was reclaimed for.
+		if cl := c.heldClaims(); fits != (len(cl) == 1 && cl[0].Job == "ml/want") {
+			t.Errorf("room with the victims gone %v: held %+v", fits, cl)
 		}
 	}
 }

@@ -248,10 +248,12 @@ func (c *Controller) pass(ctx context.Context) (full bool) {
 	admitting.Wait()
 	c.observeHistory(ctx, in, res, now)
 	c.requeue(ctx, st.stranded, now)
+	c.keepHolds(byKey, now)
 	if c.o.Reclaim {
 		c.reclaim(ctx, in, res, byKey, victims, victimPods, now)
 	}
 	c.defrag(ctx, cfg, res, byKey, victims, victimPods, now)
+	c.tellHolds(res)
 	plans := c.reserve(ctx, res, byKey, now)
 	c.report(ctx, in, res, byKey, plans, now)
 	if len(res.Admitted) > 0 || len(partial) > 0 {

@@ -87,8 +87,12 @@ func (c *Controller) reclaim(ctx context.Context, in pkgqueue.Input, res pkgqueu
 		}
 		for _, a := range wl.w.Accounts {
 			chosen := pkgqueue.Reclaim(in.Config, in.Admitted, &wl.w, a, cands)
-			if len(chosen) > 0 && !c.reclaimMakesRoom(logger, wl, a, chosen, victimPods) {
-				continue
+			var claims []ledger.Claim
+			if len(chosen) > 0 {
+				var room bool
+				if claims, room = c.reclaimRoom(logger, wl, a, chosen, victimPods); !room {
+					continue
+				}
 			}
 			if len(chosen) == 0 {
 				if told < reclaimTellMax {
@@ -126,6 +130,10 @@ func (c *Controller) reclaim(ctx context.Context, in pkgqueue.Input, res pkgqueu
 			for _, p := range wl.pods {
 				c.event(p, corev1.EventTypeNormal, "Reclaiming", fmt.Sprintf("evicting %d workloads that other teams borrowed to return team %s's guarantee", len(chosen), a.Team))
 			}
+			if len(claims) > 0 {
+				c.holds[k] = roomHold{claims: claims, until: now.Add(c.holdFor()),
+					what: fmt.Sprintf("%d workloads of other teams were reclaimed for it", len(chosen))}
+			}
 			c.o.Metrics.Reclaims.WithLabelValues(a.Team).Inc()
 			logger.Info("Reclaimed borrowed capacity", "workload", k, "account", a.String(), "victims", len(chosen))
 			return
@@ -134,20 +142,21 @@ func (c *Controller) reclaim(ctx context.Context, in pkgqueue.Input, res pkgqueu
 }
 
 // RoomChecker says whether queued pods would find room once some pods'
-// GPUs are free (*room.Planner).
+// GPUs are free, and which claims would hold it (*room.Planner).
 type RoomChecker interface {
-	RoomWithout(pods []*corev1.Pod, model string, without []string) (bool, string)
+	RoomWithout(pods []*corev1.Pod, model string, without []string) ([]ledger.Claim, string)
 }
 
-// reclaimMakesRoom reports whether evicting chosen would let wl start:
-// quota returned where no node the workload may use gains room would only
-// stop work for nothing (the freed GPUs go to whatever fits there). Without
-// a RoomChecker it trusts quota alone.
-func (c *Controller) reclaimMakesRoom(logger klog.Logger, wl *workload, a quota.Account, chosen []pkgqueue.Victim,
-	victimPods map[string][]*corev1.Pod) bool {
-	rc, ok := c.o.Holder.(RoomChecker)
-	if !ok {
-		return true
+// reclaimRoom returns the claims that hold, for wl, the room evicting
+// chosen frees: quota returned where no node the workload may use gains
+// room would only stop work for nothing (the freed GPUs go to whatever fits
+// there). ok is false when there is no such room. Without a RoomChecker it
+// trusts quota alone and holds nothing.
+func (c *Controller) reclaimRoom(logger klog.Logger, wl *workload, a quota.Account, chosen []pkgqueue.Victim,
+	victimPods map[string][]*corev1.Pod) (claims []ledger.Claim, ok bool) {
+	rc, has := c.o.Holder.(RoomChecker)
+	if !has {
+		return nil, true
 	}
 	var uids []string
 	for _, v := range chosen {
@@ -155,12 +164,13 @@ func (c *Controller) reclaimMakesRoom(logger klog.Logger, wl *workload, a quota.
 			uids = append(uids, string(p.UID))
 		}
 	}
-	fits, why := rc.RoomWithout(wl.pods, a.Model, uids)
-	if !fits {
+	claims, why := rc.RoomWithout(wl.pods, a.Model, uids)
+	if len(claims) == 0 {
 		logger.V(2).Info("Reclaim would not make room; no eviction", "workload", wl.w.Key, "account", a.String(),
 			"victims", len(chosen), "why", why)
+		return nil, false
 	}
-	return fits
+	return claims, true
 }
 
 // reclaimTellMax bounds the workloads a pass tells when reclaim can serve

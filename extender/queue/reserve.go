@@ -37,7 +37,7 @@ func (c *Controller) reserve(ctx context.Context, res pkgqueue.Result, byKey map
 		return nil
 	}
 	if c.o.Reserve == nil {
-		c.o.Reserver.SetClaims(c.moveClaims()) // the room moves freed
+		c.o.Reserver.SetClaims(c.heldClaims()) // the room the queue freed
 		return nil
 	}
 	logger := klog.FromContext(ctx)
@@ -57,7 +57,7 @@ func (c *Controller) reserve(ctx context.Context, res pkgqueue.Result, byKey map
 		jobs = append(jobs, q)
 	}
 	decisions, claims := c.o.Reserve.Pass(jobs, c.o.Snapshot(), now)
-	c.o.Reserver.SetClaims(append(claims, c.moveClaims()...)) // on one node, the room moves freed wins
+	c.o.Reserver.SetClaims(append(claims, c.heldClaims()...)) // on one node, the room moves freed wins
 	plans := map[string]*reserve.Plan{}
 	gpus := 0
 	for _, d := range decisions {

@@ -63,17 +63,19 @@ func (e *Planner) Defrag(pod *corev1.Pod, model string, m Moves) (placement.Defr
 	return plan, c, true
 }
 
-// RoomWithout reports whether pods (a single pod, or a gang's members)
-// would find room, on nodes they may go to, once the given pods' GPUs are
-// free: reclaim evicts only where the eviction makes room for what it
-// serves, not merely quota. The reason says why not.
-func (e *Planner) RoomWithout(pods []*corev1.Pod, model string, without []string) (bool, string) {
+// RoomWithout says whether pods (a single pod, or a gang's members) would
+// find room, on nodes they may go to, once the given pods' GPUs are free,
+// and returns the claims that hold that room for them (ledger.Claim, one
+// per node): reclaim evicts only where the eviction makes room for what it
+// serves, and holds the room while the evicted pods stop. With no room it
+// returns no claims and says why.
+func (e *Planner) RoomWithout(pods []*corev1.Pod, model string, without []string) ([]ledger.Claim, string) {
 	if len(pods) == 0 {
-		return false, "nothing to place"
+		return nil, "nothing to place"
 	}
 	req, err := e.o.Request(pods[0])
 	if err != nil {
-		return false, "invalid GPU request: " + err.Error()
+		return nil, "invalid GPU request: " + err.Error()
 	}
 	if model != "" {
 		req.Models = []string{model}
@@ -86,18 +88,34 @@ func (e *Planner) RoomWithout(pods []*corev1.Pod, model string, without []string
 	if len(pods) == 1 {
 		for _, i := range at {
 			if _, reason := placement.Fit(req, snap.At(int(i))); reason == nil {
-				return true, ""
+				return []ledger.Claim{{Job: req.Job, Node: snap.Names()[i], GPUs: max(req.GPUs, 1), Models: req.Models,
+					CPUMilli: req.CPUMilli, HostMemoryMiB: req.HostMemoryMiB}}, ""
 			}
 		}
-		return false, "no node the pod may use would fit it with those pods gone"
+		return nil, "no node the pod may use would fit it with those pods gone"
 	}
 	g := placement.Gang{Name: req.Job, Member: req}
 	for _, p := range pods {
 		g.UIDs = append(g.UIDs, string(p.UID))
 		g.Pods = append(g.Pods, p.Namespace+"/"+p.Name)
 	}
-	if _, reason := placement.PlanGang(g, snap, namesAt(snap, at), e.o.Tiers); reason != nil {
-		return false, reason.Message()
+	plan, reason := placement.PlanGang(g, snap, namesAt(snap, at), e.o.Tiers)
+	if reason != nil {
+		return nil, reason.Message()
 	}
-	return true, ""
+	byNode := map[string]int{} // node -> index in claims
+	var claims []ledger.Claim
+	for _, a := range plan.Allocations {
+		i, ok := byNode[a.Node]
+		if !ok {
+			i = len(claims)
+			claims = append(claims, ledger.Claim{Job: req.Job, Gang: true, Node: a.Node, Models: req.Models})
+			byNode[a.Node] = i
+		}
+		cl := &claims[i]
+		cl.GPUs += max(len(a.GPUs), 1)
+		cl.CPUMilli += a.CPUMilli
+		cl.HostMemoryMiB += a.HostMemoryMiB
+	}
+	return claims, ""
 }

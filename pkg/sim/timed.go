@@ -312,8 +312,12 @@ type timed struct {
 	largeWaitMilli int64
 	heldIdle       int
 	rsv            *reservations
-	usage          map[string]quota.Usage
-	teamMilli      map[string]int64
+	// reclaimHolds are the ledger claims holding, for a job reclaim evicted
+	// for, the room the evictions freed, by job name (timedreclaim.go).
+	reclaimHolds     map[string][]ledger.Claim
+	reclaimHoldUntil map[string]float64
+	usage            map[string]quota.Usage
+	teamMilli        map[string]int64
 
 	queue []*jobState // admitted, waiting; sorted by (priority desc, arrive, idx)
 	held  []*jobState // waiting for quota, arrival order
@@ -388,8 +392,9 @@ func RunTimed(cfg TimedConfig) (TimedResult, error) {
 			return TimedResult{}, fmt.Errorf("job %s: declared runtime %v: want 0 (none) or more", j.Name, j.Declared)
 		}
 		r := j.Member.Request("")
-		if cfg.Reserve != nil {
-			// Claims match a pod to its job by the gang key or the pod name.
+		if cfg.Reserve != nil || (cfg.Reclaim != "" && cfg.Reclaim != ReclaimOff) {
+			// Claims (reservations', reclaim's) match a pod to its job by
+			// the gang key or the pod name.
 			r.Job = j.Name
 		}
 		jobs[i] = &jobState{idx: i, job: j, req: r, key: shapeKey(r), admitted: -1, start: -1, end: -1,
@@ -662,6 +667,7 @@ func (t *timed) place(js *jobState) (bool, error) {
 	js.waited += t.now - js.queuedSince
 	js.runs++
 	heap.Push(&t.gone, js)
+	t.unholdReclaimed(j.Name)
 	if t.rsv != nil {
 		t.rsv.started(t, j.Name)
 	}

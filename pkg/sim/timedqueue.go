@@ -22,6 +22,7 @@ import (
 // With reclaim, a reclaim follows each pass; when it evicted jobs, the
 // queue pass runs again, at most maxReclaimsPerStep times in one step.
 func (t *timed) queuePass() error {
+	t.expireReclaimHolds()
 	for i := 0; ; i++ {
 		res, byKey, err := t.queueOnce()
 		if err != nil {

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"container/heap"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/placement"
 	"github.com/rota-sched/rota/pkg/queue"
 	"github.com/rota-sched/rota/pkg/quota"
@@ -176,9 +178,12 @@ func (t *timed) reclaim(in queue.Input, ws map[string]*queue.Workload, res queue
 		if len(chosen) == 0 {
 			continue
 		}
-		if !t.cfg.ReclaimOptions.QuotaOnly && !t.fitsWithout(js, chosen, running) {
-			t.res.ReclaimsWithoutRoom++
-			continue
+		var claims []ledger.Claim
+		if !t.cfg.ReclaimOptions.QuotaOnly {
+			if claims = t.roomWithout(js, chosen, running); len(claims) == 0 {
+				t.res.ReclaimsWithoutRoom++
+				continue
+			}
 		}
 		js.reclaimedAt = t.now
 		t.res.Reclaims++
@@ -186,6 +191,19 @@ func (t *timed) reclaim(in queue.Input, ws map[string]*queue.Workload, res queue
 			if err := t.evict(running[v.Key], js.job.Name); err != nil {
 				return false, err
 			}
+		}
+		if len(claims) > 0 {
+			// The freed room is held for js, as the queue controller
+			// holds it while the evicted pods stop.
+			if t.reclaimHolds == nil {
+				t.reclaimHolds = map[string][]ledger.Claim{}
+			}
+			t.reclaimHolds[js.job.Name] = claims
+			if t.reclaimHoldUntil == nil {
+				t.reclaimHoldUntil = map[string]float64{}
+			}
+			t.reclaimHoldUntil[js.job.Name] = t.now + ReclaimHoldFor
+			t.setReclaimClaims()
 		}
 		return true, nil
 	}
@@ -224,10 +242,11 @@ func (t *timed) evict(js *jobState, forJob string) error {
 	return nil
 }
 
-// fitsWithout reports whether js would start with the chosen victims' GPUs
-// free: a pod on some node (placement.Fit), a gang through
-// placement.PlanGang, as place would.
-func (t *timed) fitsWithout(js *jobState, chosen []queue.Victim, running map[string]*jobState) bool {
+// roomWithout returns the claims that would hold room for js with the
+// chosen victims' GPUs free (one per node), or none when js would not fit
+// then: a pod on the first node it fits (placement.Fit), a gang where
+// placement.PlanGang puts it, as place would.
+func (t *timed) roomWithout(js *jobState, chosen []queue.Victim, running map[string]*jobState) []ledger.Claim {
 	var uids []string
 	for _, v := range chosen {
 		if r := running[v.Key]; r != nil {
@@ -236,18 +255,77 @@ func (t *timed) fitsWithout(js *jobState, chosen []queue.Victim, running map[str
 	}
 	snap := t.snap.Without(uids...)
 	j := js.job
+	r := js.req
 	if j.Size == 1 {
 		for _, name := range t.names {
-			if _, reason := placement.Fit(js.req, snap.Node(name)); reason == nil {
-				return true
+			if _, reason := placement.Fit(r, snap.Node(name)); reason == nil {
+				return []ledger.Claim{{Job: j.Name, Node: name, GPUs: max(r.GPUs, 1), Models: r.Models,
+					CPUMilli: r.CPUMilli, HostMemoryMiB: r.HostMemoryMiB}}
 			}
 		}
-		return false
+		return nil
 	}
-	g := placement.Gang{Name: j.Name, Member: js.req}
+	g := placement.Gang{Name: j.Name, Member: r}
 	for m := range j.Size {
 		g.UIDs = append(g.UIDs, "check-"+strconv.Itoa(m))
 	}
-	_, reason := placement.PlanGang(g, snap, nil, t.tiers)
-	return reason == nil
+	plan, reason := placement.PlanGang(g, snap, nil, t.tiers)
+	if reason != nil {
+		return nil
+	}
+	at := map[string]int{}
+	var claims []ledger.Claim
+	for _, a := range plan.Allocations {
+		i, ok := at[a.Node]
+		if !ok {
+			i = len(claims)
+			claims = append(claims, ledger.Claim{Job: j.Name, Gang: true, Node: a.Node, Models: r.Models})
+			at[a.Node] = i
+		}
+		claims[i].GPUs += max(len(a.GPUs), 1)
+		claims[i].CPUMilli += a.CPUMilli
+		claims[i].HostMemoryMiB += a.HostMemoryMiB
+	}
+	return claims
+}
+
+// setReclaimClaims puts the reclaim holds into the ledger (reclaim runs
+// without reservations, so they are its only claims).
+func (t *timed) setReclaimClaims() {
+	var claims []ledger.Claim
+	for _, cs := range t.reclaimHolds {
+		claims = append(claims, cs...)
+	}
+	slices.SortFunc(claims, func(a, b ledger.Claim) int { return cmp.Compare(a.Node, b.Node) })
+	t.l.SetClaims(claims)
+	t.snap = t.l.Snapshot()
+}
+
+// unholdReclaimed drops the hold of a job that started.
+func (t *timed) unholdReclaimed(name string) {
+	if _, ok := t.reclaimHolds[name]; !ok {
+		return
+	}
+	delete(t.reclaimHolds, name)
+	delete(t.reclaimHoldUntil, name)
+	t.setReclaimClaims()
+}
+
+// ReclaimHoldFor is how long, in seconds, reclaim holds the room it freed
+// for a job that has not started (the queue controller's default).
+const ReclaimHoldFor = 600.0
+
+// expireReclaimHolds drops the holds past their time.
+func (t *timed) expireReclaimHolds() {
+	changed := false
+	for name, until := range t.reclaimHoldUntil {
+		if t.now >= until {
+			delete(t.reclaimHolds, name)
+			delete(t.reclaimHoldUntil, name)
+			changed = true
+		}
+	}
+	if changed {
+		t.setReclaimClaims()
+	}
 }

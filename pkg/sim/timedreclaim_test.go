@@ -230,3 +230,40 @@ func TestReclaimOnlyWhereItMakesRoom(t *testing.T) {
 		}
 	}
 }
+
+// TestReclaimHoldsTheRoom: team b borrows the whole 4-GPU node with two
+// 2-GPU jobs; team c (no guarantee) waits to borrow 2 GPUs; team x, within
+// its guarantee, arrives wanting 2. Reclaim evicts one of b's jobs for x.
+// With the room held for x, x starts at once; with quota alone, c (first
+// by fair share among equals) takes the freed GPUs and x waits.
+func TestReclaimHoldsTheRoom(t *testing.T) {
+	whole := func(n int) Pod { return Pod{GPUs: n, GPUMilli: MilliPerGPU, CPUMilli: 1000} }
+	jobs := []Job{
+		{Name: "b1", Team: "b", Member: whole(2), Size: 1, Arrive: 0, Duration: 36000},
+		{Name: "b2", Team: "b", Member: whole(2), Size: 1, Arrive: 0, Duration: 36000},
+		{Name: "c", Team: "c", Member: whole(2), Size: 1, Arrive: 1800, Duration: 36000},
+		{Name: "x", Team: "x", Member: whole(2), Size: 1, Arrive: 3600, Duration: 600},
+	}
+	for i := range jobs {
+		jobs[i].Kind = jobs[i].Name
+	}
+	for _, quotaOnly := range []bool{false, true} {
+		cfg := timedPolicy(t, "fragmentation-aware", jobs, []Node{{Name: "n0", GPUs: 4, CPUMilli: 64000}})
+		cfg.Queue, cfg.Reclaim = QueueDRF, ReclaimNewest
+		cfg.ReclaimOptions.QuotaOnly = quotaOnly
+		cfg.Quota = &quota.Config{Teams: map[string]quota.Team{
+			"x": {GPUs: 2}, "b": {Borrow: quota.Limits{GPUs: 4}}, "c": {Borrow: quota.Limits{GPUs: 2}},
+		}, SharedPool: quota.Limits{GPUs: 4}}
+		r, err := RunTimed(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := waitOf(t, r, "x")
+		if !quotaOnly && w != 0 {
+			t.Errorf("with the room held: x waited %.0f s, want 0", w)
+		}
+		if quotaOnly && w == 0 {
+			t.Errorf("quota alone: x did not wait; the test no longer sets up a competitor for the freed room")
+		}
+	}
+}
