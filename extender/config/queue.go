@@ -71,7 +71,8 @@ type Defrag struct {
 	MaxMovedShare float64 `json:"maxMovedShare"`
 	// MaxMoves bounds the pods one plan moves.
 	MaxMoves int `json:"maxMoves"`
-	// HoldFor is how long the freed room stays held for the waiting pod.
+	// HoldFor is how long the freed room stays held for the waiting pod
+	// (room reclaim frees too).
 	HoldFor time.Duration `json:"holdFor"`
 }
 

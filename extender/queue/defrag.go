@@ -27,8 +27,8 @@ type Defrag struct {
 	MaxMovedShare float64
 	// MaxMoves bounds the pods one plan moves (0: 2).
 	MaxMoves int
-	// HoldFor is how long the freed room stays held for the waiting pod
-	// (0: 10 minutes).
+	// HoldFor is how long the freed room stays held for the waiting pod,
+	// and the room reclaim frees for its workload (0: 10 minutes).
 	HoldFor time.Duration
 }
 

@@ -159,7 +159,7 @@ func parseFlags(args []string) (config.Config, remediation.Config, error) {
 	df := &cfg.Queue.Defrag
 	fs.Float64Var(&df.MaxMovedShare, "defrag-max-moved-share", df.MaxMovedShare, "most pods moved per hour to defragment free GPUs, as a share of running admitted pods (at least one; 0: never move); only for teams whose quota sets defrag, only pods annotated <domain>/movable")
 	fs.IntVar(&df.MaxMoves, "defrag-max-moves", df.MaxMoves, "most pods one defragmentation plan moves (1 to 8)")
-	fs.DurationVar(&df.HoldFor, "defrag-hold", df.HoldFor, "how long room freed by moves stays held for the waiting pod")
+	fs.DurationVar(&df.HoldFor, "defrag-hold", df.HoldFor, "how long room freed by moves, or by reclaim, stays held for the workload it was freed for")
 	fs.String("config", "", "configuration file ("+config.FileAPIVersion+" "+config.FileKind+": the flags by name under 'flags'); flags on the command line override it")
 	if path := config.ConfigArg(args); path != "" {
 		if err := config.ApplyFile(fs, path); err != nil {
