@@ -70,7 +70,9 @@ type options struct {
 	reclaimModes []sim.ReclaimMode
 	// reclaimQuotaOnly evicts whatever frees quota, room or not.
 	reclaimQuotaOnly bool
-	maxGangSize      int
+	// halfLife adds a drf variant with fair share's memory.
+	halfLife    time.Duration
+	maxGangSize int
 }
 
 func main() {
@@ -119,6 +121,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.reserveQuota, "reserve-quota", false, "time mode, --reserve: a large or old head that waits for its team's quota keeps it; later work of the team backfills only by declared runtime")
 	fs.DurationVar(&o.defaultRuntime, "default-runtime", 0, "time mode, --reserve: estimated runtime of a running pod that declared none (0: it never ends as far as reservations go)")
 	fs.StringVar(&o.reclaim, "reclaim", "", "time mode, drf queue: reclaim modes to compare, comma-separated, every --seeds seed: off, newest (newest admitted first), lost-work (least work lost since the last checkpoint first); jobs draw checkpoint intervals from the seed")
+	fs.DurationVar(&o.halfLife, "fair-share-half-life", 0, "time mode: also run each drf variant with fair share's memory of past use at this half-life (0: not)")
 	fs.BoolVar(&o.reclaimQuotaOnly, "reclaim-quota-only", false, "time mode, --reclaim: evict whatever frees the waiting job's quota, even where it would still not fit (the queue controller's rule before it checked room)")
 	fs.IntVar(&o.maxGangSize, "max-preemptible-gang-size", 8, "time mode, --reclaim: members of larger gangs are never evicted (0: any gang may be)")
 	if err := fs.Parse(args); err != nil {

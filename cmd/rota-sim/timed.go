@@ -127,6 +127,8 @@ type variant struct {
 	reclaim sim.ReclaimMode
 	// reclaimOn marks the variants of --reclaim (its "off" included).
 	reclaimOn bool
+	// halfLife is fair share's memory (--fair-share-half-life).
+	halfLife time.Duration
 }
 
 // runTimed is --mode time: one replay per policy and queue discipline (in
@@ -157,6 +159,11 @@ func runTimed(o options, seeds []uint64, stdout io.Writer) error {
 				continue
 			}
 			variants = append(variants, v)
+			if o.halfLife > 0 && v.queue == sim.QueueDRF {
+				h := v
+				h.halfLife = o.halfLife
+				variants = append(variants, h)
+			}
 			if o.reserve && v.queue == sim.QueueDRF {
 				v.reserve = true
 				variants = append(variants, v)
@@ -186,7 +193,8 @@ func runTimed(o options, seeds []uint64, stdout io.Writer) error {
 			if err != nil {
 				return err
 			}
-			cfg := sim.TimedConfig{Nodes: wd.nodes, Jobs: wd.jobs, Policy: pol, Quota: wd.q, Check: o.check, Queue: v.queue}
+			cfg := sim.TimedConfig{Nodes: wd.nodes, Jobs: wd.jobs, Policy: pol, Quota: wd.q, Check: o.check, Queue: v.queue,
+				FairShareHalfLife: v.halfLife.Seconds()}
 			if v.reserve {
 				cfg.Reserve = rsv
 			}
@@ -250,6 +258,9 @@ func (v variant) String() string {
 	}
 	if v.reclaimOn {
 		s += ", reclaim " + string(cmpOr(v.reclaim, "off"))
+	}
+	if v.halfLife > 0 {
+		s += ", fair-share memory " + v.halfLife.String()
 	}
 	return s
 }

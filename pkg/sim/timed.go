@@ -97,6 +97,10 @@ type TimedConfig struct {
 	// pkg/queue: per team priority then age, across teams the lowest
 	// weighted dominant share, quota and room decided together).
 	Queue QueueMode
+	// FairShareHalfLife, with QueueDRF, is fair share's memory in seconds
+	// (pkg/queue.History): teams are ordered by current plus decayed past
+	// dominant share. 0: current share only.
+	FairShareHalfLife float64
 	// Reserve, with QueueDRF, turns on reservation and backfill: after each
 	// queue pass the reservation policy (pkg/reserve.Policy.Pass) holds
 	// room for the heads of the teams' queues that wait for room, and pods
@@ -314,6 +318,8 @@ type timed struct {
 	rsv            *reservations
 	// reclaimHolds are the ledger claims holding, for a job reclaim evicted
 	// for, the room the evictions freed, by job name (timedreclaim.go).
+	// hist is fair share's memory (TimedConfig.FairShareHalfLife).
+	hist             queue.History
 	reclaimHolds     map[string][]ledger.Claim
 	reclaimHoldUntil map[string]float64
 	usage            map[string]quota.Usage

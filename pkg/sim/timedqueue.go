@@ -115,6 +115,19 @@ func (t *timed) queueOnce() (queue.Result, map[string]*jobState, error) {
 		in.TeamUse[team] = queue.Use{GPUs: m / MilliPerGPU}
 	}
 	in.Config = cfg
+	if hl := t.cfg.FairShareHalfLife; hl > 0 {
+		// The shares held since the last pass are those now: use changes
+		// only at events, and every event is followed by a pass.
+		shares := make(map[string]float64, len(in.TeamUse))
+		for team, u := range in.TeamUse {
+			shares[team] = queue.DominantShare(u, in.Capacity)
+		}
+		if t.hist.HalfLife == 0 {
+			t.hist = queue.History{HalfLife: durationOf(hl), At: t0.Add(durationOf(t.now))}
+		}
+		t.hist = t.hist.Observe(shares, t0.Add(durationOf(t.now)))
+		in.Past = t.hist.Share
+	}
 	t.lastIn = in
 	var perr error
 	var failed failures

@@ -267,3 +267,37 @@ func TestReclaimHoldsTheRoom(t *testing.T) {
 		}
 	}
 }
+
+// TestFairShareMemory: team anight runs the whole 4-GPU node for ten
+// hours; as it ends, both teams have a 4-GPU job queued. Without memory the
+// two teams hold nothing then and the tie goes to anight (first by name);
+// with memory, day, which held nothing all night, goes first.
+func TestFairShareMemory(t *testing.T) {
+	whole := func(n int) Pod { return Pod{GPUs: n, GPUMilli: MilliPerGPU, CPUMilli: 1000} }
+	jobs := []Job{
+		{Name: "all-night", Team: "anight", Member: whole(4), Size: 1, Arrive: 0, Duration: 36000},
+		{Name: "night-1", Team: "anight", Member: whole(4), Size: 1, Arrive: 35000, Duration: 3600},
+		{Name: "day-1", Team: "day", Member: whole(4), Size: 1, Arrive: 35500, Duration: 3600},
+	}
+	for i := range jobs {
+		jobs[i].Kind = jobs[i].Name
+	}
+	for _, hl := range []float64{0, 6 * 3600} {
+		cfg := timedPolicy(t, "fragmentation-aware", jobs, []Node{{Name: "n0", GPUs: 4, CPUMilli: 64000}})
+		cfg.Queue, cfg.FairShareHalfLife = QueueDRF, hl
+		cfg.Quota = &quota.Config{Teams: map[string]quota.Team{
+			"anight": {Borrow: quota.Limits{GPUs: 4}}, "day": {Borrow: quota.Limits{GPUs: 4}},
+		}, SharedPool: quota.Limits{GPUs: 4}}
+		r, err := RunTimed(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		day, night := waitOf(t, r, "day-1"), waitOf(t, r, "night-1")
+		if hl > 0 && day >= night {
+			t.Errorf("with memory: day waited %.0f s, night %.0f s; want day first", day, night)
+		}
+		if hl == 0 && night >= day {
+			t.Errorf("without memory: night waited %.0f s, day %.0f s; want anight first (the tie, by name)", night, day)
+		}
+	}
+}
