@@ -103,19 +103,5 @@ func (e *Planner) RoomWithout(pods []*corev1.Pod, model string, without []string
 	if reason != nil {
 		return nil, reason.Message()
 	}
-	byNode := map[string]int{} // node -> index in claims
-	var claims []ledger.Claim
-	for _, a := range plan.Allocations {
-		i, ok := byNode[a.Node]
-		if !ok {
-			i = len(claims)
-			claims = append(claims, ledger.Claim{Job: req.Job, Gang: true, Node: a.Node, Models: req.Models})
-			byNode[a.Node] = i
-		}
-		cl := &claims[i]
-		cl.GPUs += max(len(a.GPUs), 1)
-		cl.CPUMilli += a.CPUMilli
-		cl.HostMemoryMiB += a.HostMemoryMiB
-	}
-	return claims, ""
+	return ledger.ClaimsFor(req.Job, true, req.Models, plan.Allocations), ""
 }

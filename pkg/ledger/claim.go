@@ -213,3 +213,24 @@ func (l *Ledger) Claims() []Claim {
 	slices.SortFunc(out, func(a, b Claim) int { return cmp.Compare(a.Node, b.Node) })
 	return out
 }
+
+// ClaimsFor are the claims that hold, for job, the room planned
+// allocations take: one per node, with the GPUs (a share counts one), CPU
+// and host memory they use there. gang marks a gang's; models, when set,
+// are the GPU models the job must get.
+func ClaimsFor(job string, gang bool, models []string, allocs []Allocation) []Claim {
+	at := map[string]int{} // node -> index in out
+	var out []Claim
+	for _, a := range allocs {
+		i, ok := at[a.Node]
+		if !ok {
+			i = len(out)
+			out = append(out, Claim{Job: job, Gang: gang, Node: a.Node, Models: models})
+			at[a.Node] = i
+		}
+		out[i].GPUs += max(len(a.GPUs), 1)
+		out[i].CPUMilli += a.CPUMilli
+		out[i].HostMemoryMiB += a.HostMemoryMiB
+	}
+	return out
+}

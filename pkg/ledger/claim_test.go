@@ -122,3 +122,19 @@ func TestClaimFollowsFreedGPUs(t *testing.T) {
 		t.Errorf("claims left: %v", got)
 	}
 }
+
+func TestClaimsFor(t *testing.T) {
+	allocs := []ledger.Allocation{
+		{PodUID: "g-0", Node: "n1", CPUMilli: 1000, HostMemoryMiB: 10, GPUs: []ledger.Share{{Index: 0}, {Index: 1}}},
+		{PodUID: "g-1", Node: "n2", CPUMilli: 500, GPUs: []ledger.Share{{Index: 0}, {Index: 1}}},
+		{PodUID: "g-2", Node: "n1", CPUMilli: 1000, HostMemoryMiB: 10, GPUs: []ledger.Share{{Index: 2}, {Index: 3}}},
+	}
+	got := ledger.ClaimsFor("ml/g", true, []string{"H100"}, allocs)
+	if len(got) != 2 || got[0].Node != "n1" || got[0].GPUs != 4 || got[0].CPUMilli != 2000 || got[0].HostMemoryMiB != 20 ||
+		got[1].Node != "n2" || got[1].GPUs != 2 || got[1].CPUMilli != 500 || !got[0].Gang || got[0].Job != "ml/g" || got[1].Models[0] != "H100" {
+		t.Errorf("claims %+v", got)
+	}
+	if got := ledger.ClaimsFor("ml/p", false, nil, nil); len(got) != 0 {
+		t.Errorf("no allocations: %+v", got)
+	}
+}

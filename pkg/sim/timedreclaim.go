@@ -273,20 +273,7 @@ func (t *timed) roomWithout(js *jobState, chosen []queue.Victim, running map[str
 	if reason != nil {
 		return nil
 	}
-	at := map[string]int{}
-	var claims []ledger.Claim
-	for _, a := range plan.Allocations {
-		i, ok := at[a.Node]
-		if !ok {
-			i = len(claims)
-			claims = append(claims, ledger.Claim{Job: j.Name, Gang: true, Node: a.Node, Models: r.Models})
-			at[a.Node] = i
-		}
-		claims[i].GPUs += max(len(a.GPUs), 1)
-		claims[i].CPUMilli += a.CPUMilli
-		claims[i].HostMemoryMiB += a.HostMemoryMiB
-	}
-	return claims
+	return ledger.ClaimsFor(j.Name, true, r.Models, plan.Allocations)
 }
 
 // setReclaimClaims puts the reclaim holds into the ledger (reclaim runs
