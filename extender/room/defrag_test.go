@@ -1,22 +1,13 @@
 package room_test
 
 import (
-	"context"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/klog/v2/ktesting"
 
 	"github.com/rota-sched/rota/extender/room"
-	"github.com/rota-sched/rota/extender/state"
-	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/ledger"
-	"github.com/rota-sched/rota/pkg/placement"
-	"github.com/rota-sched/rota/pkg/podreq"
-	"github.com/rota-sched/rota/pkg/topology"
 	"github.com/rota-sched/rota/test/fixture"
 )
 
@@ -25,31 +16,13 @@ import (
 // free on one node; the claim holds that node for it. A node the pod may
 // not use does not count.
 func TestRoomWithout(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
 	var objs []runtime.Object
 	for _, n := range []string{"n0", "n1"} {
 		objs = append(objs, fixture.GPUNode(n).GPUs(4, 80*1024).Label("zone", n).Obj())
 	}
-	client := fake.NewClientset(objs...)
-	factory := informers.NewSharedInformerFactory(client, 0)
-	led := ledger.New()
-	names, tiers := contract.Default, topology.DefaultLabels(contract.Default)
-	c, err := state.New(ctx, state.Options{Names: names, Tiers: tiers, Ledger: led,
-		Nodes: factory.Core().V1().Nodes().Informer(), Pods: factory.Core().V1().Pods().Informer()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	factory.Start(ctx.Done())
-	defer func() { cancel(); factory.Shutdown() }()
-	if !c.WaitReady(ctx) {
-		t.Fatal("cache never became ready")
-	}
-	request := func(p *corev1.Pod) (placement.Request, error) {
-		parsed := podreq.Parse(p, podreq.Options{Names: names}, podreq.Records{})
-		return parsed.Request, parsed.Err
-	}
-	e, err := room.New(room.Options{Ledger: led, Node: c.Node, Request: request, Tiers: len(tiers.Tiers)})
+	w := newWorld(t, objs...)
+	led := w.led
+	e, err := room.New(room.Options{Ledger: led, Node: w.cache.Node, Request: w.request, Tiers: w.tiers})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package room_test
 
 import (
 	"cmp"
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -12,11 +11,8 @@ import (
 	gocmp "github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
-	"k8s.io/klog/v2/ktesting"
 
 	"github.com/rota-sched/rota/extender/room"
 	"github.com/rota-sched/rota/extender/state"
@@ -24,7 +20,6 @@ import (
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/placement"
 	"github.com/rota-sched/rota/pkg/podreq"
-	"github.com/rota-sched/rota/pkg/topology"
 	"github.com/rota-sched/rota/test/fixture"
 )
 
@@ -36,8 +31,6 @@ import (
 // pod may go there, it fits, and no node it may go to scores higher (the
 // first by name among equals).
 func TestHoldRoomReusesFitsExactly(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
 	var objs []runtime.Object
 	for i := range 16 {
 		b := fixture.GPUNode(fmt.Sprintf("n%02d", i)).GPUs([]int{2, 4, 8}[i%3], contract.MiB([]int{40, 80}[i%2]*1024)).
@@ -47,28 +40,12 @@ func TestHoldRoomReusesFitsExactly(t *testing.T) {
 		}
 		objs = append(objs, b.Obj())
 	}
-	client := fake.NewSimpleClientset(objs...)
-	factory := informers.NewSharedInformerFactory(client, 0)
-	led := ledger.New()
-	names, tiers := contract.Default, topology.DefaultLabels(contract.Default)
-	c, err := state.New(ctx, state.Options{Names: names, Tiers: tiers, Ledger: led,
-		Nodes: factory.Core().V1().Nodes().Informer(), Pods: factory.Core().V1().Pods().Informer()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	factory.Start(ctx.Done())
-	defer func() { cancel(); factory.Shutdown() }()
-	if !c.WaitReady(ctx) {
-		t.Fatal("cache never became ready")
-	}
+	w := newWorld(t, objs...)
+	led, c, request := w.led, w.cache, w.request
 	policy, _ := placement.NewPolicy(placement.Binpack, nil)
-	request := func(p *corev1.Pod) (placement.Request, error) {
-		parsed := podreq.Parse(p, podreq.Options{Names: names}, podreq.Records{})
-		return parsed.Request, parsed.Err
-	}
 	newExt := func() *room.Planner {
 		e, err := room.New(room.Options{Ledger: led, Node: c.Node, Request: request, Policy: policy,
-			Tiers: len(tiers.Tiers), Candidates: 3})
+			Tiers: w.tiers, Candidates: 3})
 		if err != nil {
 			t.Fatal(err)
 		}
