@@ -71,8 +71,12 @@ type options struct {
 	// reclaimQuotaOnly evicts whatever frees quota, room or not.
 	reclaimQuotaOnly bool
 	// halfLife adds a drf variant with fair share's memory.
-	halfLife    time.Duration
-	maxGangSize int
+	halfLife time.Duration
+	// deadlines gives that share of jobs a deadline; deadlineLead is the
+	// lead of the drf variant added to order by them.
+	deadlines    float64
+	deadlineLead time.Duration
+	maxGangSize  int
 }
 
 func main() {
@@ -121,6 +125,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.reserveQuota, "reserve-quota", false, "time mode, --reserve: a large or old head that waits for its team's quota keeps it; later work of the team backfills only by declared runtime")
 	fs.DurationVar(&o.defaultRuntime, "default-runtime", 0, "time mode, --reserve: estimated runtime of a running pod that declared none (0: it never ends as far as reservations go)")
 	fs.StringVar(&o.reclaim, "reclaim", "", "time mode, drf queue: reclaim modes to compare, comma-separated, every --seeds seed: off, newest (newest admitted first), lost-work (least work lost since the last checkpoint first); jobs draw checkpoint intervals from the seed")
+	fs.Float64Var(&o.deadlines, "deadlines", 0, "time mode: give this share of the jobs (0 to 1) a deadline (arrival + duration x U(1.2, 4); those without a declared runtime declare 1.25 x their duration), and also run each drf variant ordering by them (--deadline-lead)")
+	fs.DurationVar(&o.deadlineLead, "deadline-lead", 30*time.Minute, "time mode, --deadlines: the queue's deadline lead, as rota-extender's --deadline-lead")
 	fs.DurationVar(&o.halfLife, "fair-share-half-life", 0, "time mode: also run each drf variant with fair share's memory of past use at this half-life (0: not)")
 	fs.BoolVar(&o.reclaimQuotaOnly, "reclaim-quota-only", false, "time mode, --reclaim: evict whatever frees the waiting job's quota, even where it would still not fit (the queue controller's rule before it checked room)")
 	fs.IntVar(&o.maxGangSize, "max-preemptible-gang-size", 8, "time mode, --reclaim: members of larger gangs are never evicted (0: any gang may be)")

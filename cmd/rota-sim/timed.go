@@ -105,6 +105,10 @@ func timedWorld(o options, seed uint64) (world, error) {
 		}
 		title += fmt.Sprintf("; declared runtimes: real x U(%g, %g), %.0f %% declare none", o.factorMin, o.factorMax, 100*o.undeclared)
 	}
+	if o.deadlines > 0 {
+		jobs = sim.DrawDeadlines(jobs, o.deadlines, seed)
+		title += fmt.Sprintf("; %.0f %% of jobs have a deadline", 100*o.deadlines)
+	}
 	if o.reclaim != "" {
 		jobs = sim.DrawCheckpoints(jobs, seed)
 		title += fmt.Sprintf("; checkpoint intervals drawn from %v s (0: none declared, %g s assumed)", sim.CheckpointIntervals, sim.DefaultCheckpointInterval)
@@ -129,6 +133,8 @@ type variant struct {
 	reclaimOn bool
 	// halfLife is fair share's memory (--fair-share-half-life).
 	halfLife time.Duration
+	// lead is the deadline lead (--deadlines, --deadline-lead).
+	lead time.Duration
 }
 
 // runTimed is --mode time: one replay per policy and queue discipline (in
@@ -164,6 +170,11 @@ func runTimed(o options, seeds []uint64, stdout io.Writer) error {
 				h.halfLife = o.halfLife
 				variants = append(variants, h)
 			}
+			if o.deadlines > 0 && v.queue == sim.QueueDRF {
+				d := v
+				d.lead = o.deadlineLead
+				variants = append(variants, d)
+			}
 			if o.reserve && v.queue == sim.QueueDRF {
 				v.reserve = true
 				variants = append(variants, v)
@@ -194,7 +205,7 @@ func runTimed(o options, seeds []uint64, stdout io.Writer) error {
 				return err
 			}
 			cfg := sim.TimedConfig{Nodes: wd.nodes, Jobs: wd.jobs, Policy: pol, Quota: wd.q, Check: o.check, Queue: v.queue,
-				FairShareHalfLife: v.halfLife.Seconds()}
+				FairShareHalfLife: v.halfLife.Seconds(), DeadlineLead: v.lead.Seconds()}
 			if v.reserve {
 				cfg.Reserve = rsv
 			}
@@ -261,6 +272,9 @@ func (v variant) String() string {
 	}
 	if v.halfLife > 0 {
 		s += ", fair-share memory " + v.halfLife.String()
+	}
+	if v.lead > 0 {
+		s += ", deadline lead " + v.lead.String()
 	}
 	return s
 }

@@ -41,6 +41,11 @@ type Job struct {
 	// its first checkpoint comes. Reclaim weighs the work an eviction loses
 	// by them (TimedConfig.Reclaim).
 	Checkpoint, CheckpointPhase float64
+	// Deadline is when the job must end by, in seconds (0: none; see
+	// DrawDeadlines). With TimedConfig.DeadlineLead the queue moves it
+	// ahead inside its team when its latest start (Deadline less its
+	// declared runtime, or its duration when it declares none) comes near.
+	Deadline float64
 }
 
 // runtime is how long the job runs: its duration, cut at its declared
@@ -97,6 +102,10 @@ type TimedConfig struct {
 	// pkg/queue: per team priority then age, across teams the lowest
 	// weighted dominant share, quota and room decided together).
 	Queue QueueMode
+	// DeadlineLead, with QueueDRF, is the queue's deadline lead in seconds
+	// (pkg/queue.Input.DeadlineLead); 0: no deadline ordering (jobs'
+	// deadlines are still counted in TimedResult.Deadlines).
+	DeadlineLead float64
 	// FairShareHalfLife, with QueueDRF, is fair share's memory in seconds
 	// (pkg/queue.History): teams are ordered by current plus decayed past
 	// dominant share. 0: current share only.
@@ -220,6 +229,9 @@ type TimedResult struct {
 	ReclaimsWithoutRoom int
 	Evictions           []Eviction
 	LostWorkGPUHours    float64
+	// Deadlines counts the jobs that declare a deadline, DeadlinesMet those
+	// that ended by it.
+	Deadlines, DeadlinesMet int
 	// LargeGangs counts gangs of at least LargeGangGPUs GPUs;
 	// LargeGangWaitMean and LargeGangWaitMax are their waits (every
 	// stretch queued, after an eviction too), seconds.
@@ -744,6 +756,12 @@ func (t *timed) finish(jobs []*jobState) {
 		}
 		if js.job.OneGPU() {
 			r.SmallMaxWait = max(r.SmallMaxWait, wait(js))
+		}
+		if d := js.job.Deadline; d > 0 {
+			r.Deadlines++
+			if js.start >= 0 && js.end <= d {
+				r.DeadlinesMet++
+			}
 		}
 		if largeGangMilli(js.job) > 0 {
 			r.LargeGangs++

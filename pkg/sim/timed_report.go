@@ -33,6 +33,11 @@ func WriteTimedTable(w io.Writer, rs []TimedResult) error {
 	})
 	row("longest wait of a 1-GPU job", func(r TimedResult) string { return hours(r.SmallMaxWait) })
 	row("gangs partly placed", func(r TimedResult) string { return fmt.Sprint(r.GangPartial) })
+	if slices.ContainsFunc(rs, func(r TimedResult) bool { return r.Deadlines > 0 }) {
+		row("jobs that ended by their deadline / had one", func(r TimedResult) string {
+			return fmt.Sprintf("%d / %d", r.DeadlinesMet, r.Deadlines)
+		})
+	}
 	row("Jain's fairness of team GPU shares (time mean)", func(r TimedResult) string { return fmt.Sprintf("%.3f", r.Jain) })
 	row("last job left at", func(r TimedResult) string { return hours(r.End) })
 	if slices.ContainsFunc(rs, func(r TimedResult) bool { return r.Reserve }) {

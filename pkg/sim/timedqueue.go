@@ -85,6 +85,9 @@ func (t *timed) queueOnce() (queue.Result, map[string]*jobState, error) {
 		if t.rsv != nil && js.job.Declared > 0 {
 			w.Ends = t0.Add(durationOf(t.now + js.job.Declared))
 		}
+		if d := js.job.Deadline; d > 0 {
+			w.LatestStart = t0.Add(durationOf(d - js.job.planned()))
+		}
 		in.Queued = append(in.Queued, w)
 	}
 	if t.cfg.Reclaim != ReclaimOff {
@@ -115,6 +118,9 @@ func (t *timed) queueOnce() (queue.Result, map[string]*jobState, error) {
 		in.TeamUse[team] = queue.Use{GPUs: m / MilliPerGPU}
 	}
 	in.Config = cfg
+	if t.cfg.DeadlineLead > 0 {
+		in.Now, in.DeadlineLead = t0.Add(durationOf(t.now)), durationOf(t.cfg.DeadlineLead)
+	}
 	if hl := t.cfg.FairShareHalfLife; hl > 0 {
 		// The shares held since the last pass are those now: use changes
 		// only at events, and every event is followed by a pass.

@@ -92,6 +92,31 @@ func DrawCheckpoints(jobs []Job, seed uint64) []Job {
 	return out
 }
 
+// DrawDeadlines gives a share of the jobs, drawn from seed, a deadline:
+// their arrival plus their duration times a slack drawn from 1.2 to 4, as
+// a user who asks for a result by a time would. A job given a deadline
+// that declares no runtime declares 1.25 times its duration (a deadline
+// helps only with a runtime: the latest start is the deadline less it).
+// Other jobs are unchanged.
+func DrawDeadlines(jobs []Job, share float64, seed uint64) []Job {
+	rng := rand.New(rand.NewPCG(seed, 0x646c696e))
+	out := slices.Clone(jobs)
+	for i := range out {
+		if rng.Float64() < share {
+			j := &out[i]
+			j.Deadline = j.Arrive + j.Duration*(1.2+2.8*rng.Float64())
+			if j.Declared == 0 {
+				j.Declared = 1.25 * j.Duration
+			}
+		}
+	}
+	return out
+}
+
+// planned is the runtime the job declares (0: none), which a deadline's
+// latest start subtracts, as podreq.LatestStart does.
+func (j Job) planned() float64 { return j.Declared }
+
 // stopPolicy is the replay's pkg/stopcost policy for team.
 func (t *timed) stopPolicy(team string) stopcost.Policy {
 	p := stopcost.Policy{DefaultInterval: durationOf(cmp0(t.cfg.ReclaimOptions.DefaultInterval, DefaultCheckpointInterval))}

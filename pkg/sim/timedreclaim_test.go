@@ -301,3 +301,31 @@ func TestFairShareMemory(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadlineOrder: on a 4-GPU node held until 3600 s, two 4-GPU jobs of
+// one team wait: "old", and "urgent", whose deadline it meets only if it
+// goes first. With the deadline lead, it goes first and meets it; without,
+// it misses it.
+func TestDeadlineOrder(t *testing.T) {
+	whole := func(n int) Pod { return Pod{GPUs: n, GPUMilli: MilliPerGPU, CPUMilli: 1000} }
+	jobs := []Job{
+		{Name: "hold", Team: "a", Member: whole(4), Size: 1, Arrive: 0, Duration: 3600},
+		{Name: "old", Team: "a", Member: whole(4), Size: 1, Arrive: 100, Duration: 3600},
+		{Name: "urgent", Team: "a", Member: whole(4), Size: 1, Arrive: 200, Duration: 1800, Declared: 1800, Deadline: 3600 + 2400},
+	}
+	for i := range jobs {
+		jobs[i].Kind = jobs[i].Name
+	}
+	for _, lead := range []float64{0, 3600} {
+		cfg := timedPolicy(t, "fragmentation-aware", jobs, []Node{{Name: "n0", GPUs: 4, CPUMilli: 64000}})
+		cfg.Queue, cfg.DeadlineLead = QueueDRF, lead
+		cfg.Quota = &quota.Config{Teams: map[string]quota.Team{"a": {GPUs: 4}}}
+		r, err := RunTimed(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Deadlines != 1 || (lead > 0) != (r.DeadlinesMet == 1) {
+			t.Errorf("lead %.0f s: %d of %d deadlines met; want it met only with the lead", lead, r.DeadlinesMet, r.Deadlines)
+		}
+	}
+}
