@@ -54,9 +54,6 @@ const defragTries = 4
 // member only with its whole gang (the planner's rule).
 func (c *Controller) defrag(ctx context.Context, cfg quota.Config, res pkgqueue.Result, byKey map[string]*workload,
 	victims map[string]*pkgqueue.Victim, victimPods map[string][]*corev1.Pod, now time.Time) {
-	c.mu.Lock()
-	c.moves = slices.DeleteFunc(c.moves, func(t time.Time) bool { return now.Sub(t) >= pkgqueue.MoveWindow })
-	c.mu.Unlock()
 	if c.o.Defrag.MaxMovedShare <= 0 || c.o.Defragger == nil {
 		return
 	}
@@ -72,6 +69,7 @@ func (c *Controller) defrag(ctx context.Context, cfg quota.Config, res pkgqueue.
 		}
 	}
 	c.mu.Lock()
+	c.moves = slices.DeleteFunc(c.moves, func(t time.Time) bool { return now.Sub(t) >= pkgqueue.MoveWindow })
 	budget := pkgqueue.MoveBudget(c.moves, now, len(running), c.o.Defrag.MaxMovedShare)
 	c.mu.Unlock()
 	if budget == 0 {

@@ -58,9 +58,7 @@ func (e *Planner) Defrag(pod *corev1.Pod, model string, m Moves) (placement.Defr
 	if !ok {
 		return plan, ledger.Claim{}, false
 	}
-	c := ledger.Claim{Job: req.Job, Node: plan.Node, GPUs: max(req.GPUs, 1), Models: req.Models,
-		CPUMilli: req.CPUMilli, HostMemoryMiB: req.HostMemoryMiB}
-	return plan, c, true
+	return plan, req.ClaimOn(plan.Node), true
 }
 
 // RoomWithout says whether pods (a single pod, or a gang's members) would
@@ -88,8 +86,7 @@ func (e *Planner) RoomWithout(pods []*corev1.Pod, model string, without []string
 	if len(pods) == 1 {
 		for _, i := range at {
 			if _, reason := placement.Fit(req, snap.At(int(i))); reason == nil {
-				return []ledger.Claim{{Job: req.Job, Node: snap.Names()[i], GPUs: max(req.GPUs, 1), Models: req.Models,
-					CPUMilli: req.CPUMilli, HostMemoryMiB: req.HostMemoryMiB}}, ""
+				return []ledger.Claim{req.ClaimOn(snap.Names()[i])}, ""
 			}
 		}
 		return nil, "no node the pod may use would fit it with those pods gone"

@@ -107,3 +107,10 @@ func (c Choice) Indexes(ni *ledger.NodeInfo) []int {
 	}
 	return out
 }
+
+// ClaimOn is the claim that holds room for r alone on node (ledger.Claim):
+// its GPUs (a share holds a whole GPU), CPU and host memory, for r's job.
+func (r Request) ClaimOn(node string) ledger.Claim {
+	return ledger.Claim{Job: r.Job, Node: node, GPUs: max(r.GPUs, 1), Models: r.Models,
+		CPUMilli: r.CPUMilli, HostMemoryMiB: r.HostMemoryMiB}
+}

@@ -284,8 +284,7 @@ func (t *timed) roomWithout(js *jobState, chosen []queue.Victim, running map[str
 	if j.Size == 1 {
 		for _, name := range t.names {
 			if _, reason := placement.Fit(r, snap.Node(name)); reason == nil {
-				return []ledger.Claim{{Job: j.Name, Node: name, GPUs: max(r.GPUs, 1), Models: r.Models,
-					CPUMilli: r.CPUMilli, HostMemoryMiB: r.HostMemoryMiB}}
+				return []ledger.Claim{r.ClaimOn(name)}
 			}
 		}
 		return nil
