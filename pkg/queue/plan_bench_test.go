@@ -304,7 +304,7 @@ func (in *Input) nextRef(ws []*Workload, admitted map[string]bool, usage map[quo
 			if quotaMsg == "" {
 				quotaMsg = "waiting for quota"
 			}
-			why[w.Key] = Status{Reason: WaitQuota, Message: quotaMsg}
+			why[w.Key] = Status{Reason: WaitQuota, Message: quotaMsg + beyondGuarantee(in.Config, w)}
 			if guard == nil && w.Complete() && in.Protected != nil && in.Protected(w) {
 				guard = w
 				if _, ok := starts[w.Key]; !ok {

@@ -495,7 +495,7 @@ func (p *pass) next(t int, fit Fitter) (Admission, bool) {
 			if quotaMsg == "" {
 				quotaMsg = "waiting for quota"
 			}
-			p.wait(i, Status{Reason: WaitQuota, Message: quotaMsg})
+			p.wait(i, Status{Reason: WaitQuota, Message: quotaMsg + beyondGuarantee(in.Config, w)})
 			if guard == nil && w.Complete() && in.Protected != nil && in.Protected(w) {
 				guard = w
 				start, ok := p.starts[i]
@@ -559,6 +559,32 @@ func (in *Input) deadline(w *Workload, st *Status) {
 	default:
 		st.Message += fmt.Sprintf("; to end by its deadline it must start by %s", at)
 	}
+}
+
+// beyondGuarantee explains, for a workload that needs more GPUs than any
+// of its accounts guarantees, that only the shared pool can give it the
+// rest, and that reclaim does not: it starts when other teams' borrowed
+// work ends. Empty otherwise.
+func beyondGuarantee(cfg quota.Config, w *Workload) string {
+	need := w.Need()
+	if need.GPUs == 0 {
+		return ""
+	}
+	most := int64(-1)
+	for _, a := range w.Accounts {
+		g, _, _, ok := cfg.AccountLimits(a)
+		if ok && g.GPUs >= need.GPUs {
+			return ""
+		}
+		if ok {
+			most = max(most, g.GPUs)
+		}
+	}
+	if most < 0 {
+		return ""
+	}
+	return fmt.Sprintf("; it needs %d GPUs beyond team %s's guarantee of %d, which only the shared pool lends: it starts when other teams' borrowed work gives that much back, and reclaim does not take it back for it (reclaim returns guarantees only), so work that must start soon fits within the guarantee",
+		need.GPUs-most, w.Team, most)
 }
 
 func sharesAccount(a, b *Workload) bool {

@@ -130,6 +130,16 @@ func TestPlanMessages(t *testing.T) {
 	if b := res.Waiting["ml/b"]; b.Reason != WaitRoom || !strings.Contains(b.Message, "0 GPUs free, needs 8") {
 		t.Errorf("ml/b = %+v, want a room wait with the fitter's reason", b)
 	}
+	if strings.Contains(a.Message, "beyond team") {
+		t.Errorf("ml/a asks for 16 GPUs, within vision's guarantee of 64, yet: %s", a.Message)
+	}
+	// A gang larger than the team's guarantee is told that only the pool
+	// can give it the rest.
+	in.Queued = []Workload{gang("vision", "ml/big", 10, 10, 8)}
+	big := Plan(in, &pool{free: 0}).Waiting["ml/big"]
+	if big.Reason != WaitQuota || !strings.Contains(big.Message, "it needs 16 GPUs beyond team vision's guarantee of 64, which only the shared pool lends") {
+		t.Errorf("ml/big = %+v, want the pool explained", big)
+	}
 }
 
 func TestPlanFairShare(t *testing.T) {
