@@ -304,7 +304,20 @@ func neverHolds(cfg *quota.Config, accounts []quota.Account, req Request, size i
 		}
 		reach := cfg.ReachableAccount(a)
 		var s string
-		if mem {
+		if cfg.Nested() && pool == "" {
+			// The tree's pools and borrow limits bound it (pkg/quota.Group).
+			r, gr := reach.GPUs, g.GPUs
+			what := gpuCount(r)
+			if mem {
+				r, gr, what = int64(reach.MemoryMiB), int64(g.MemoryMiB), reach.MemoryMiB.String()+" of GPU memory"
+			}
+			s = fmt.Sprintf("at most %s (%s quota + %s borrowed through the pools of groups %s and the shared pool, within their borrow limits",
+				what, fmt.Sprint(gr), fmt.Sprint(r-gr), quoteList(cfg.Path(a.Team)))
+			if mem {
+				s = fmt.Sprintf("at most %s (%s quota + %s borrowed through the pools of groups %s and the shared pool, within their borrow limits",
+					what, g.MemoryMiB, reach.MemoryMiB-g.MemoryMiB, quoteList(cfg.Path(a.Team)))
+			}
+		} else if mem {
 			s = fmt.Sprintf("at most %s of GPU memory (%s quota + %s borrow", reach.MemoryMiB, g.MemoryMiB, min(b.MemoryMiB, p.MemoryMiB))
 			if p.MemoryMiB < b.MemoryMiB {
 				s += fmt.Sprintf(": borrow limit %s, %s %s", b.MemoryMiB, poolName, p.MemoryMiB)

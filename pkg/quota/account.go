@@ -162,6 +162,9 @@ func (c Config) ReachableAccount(a Account) Amount {
 	if !ok {
 		return Amount{}
 	}
+	if c.Nested() && pool == "" {
+		return c.reachableTree(a)
+	}
 	p := c.PoolSize(pool)
 	return g.Add(Amount{GPUs: min(b.GPUs, p.GPUs), MemoryMiB: min(b.MemoryMiB, p.MemoryMiB)})
 }
@@ -187,6 +190,9 @@ func (c Config) CheckAccount(a Account, usage map[Account]Usage, need Amount) De
 	g, b, pool, ok := c.AccountLimits(a)
 	if !ok {
 		return Decision{}
+	}
+	if c.Nested() && pool == "" {
+		return c.checkTree(a, usage, need)
 	}
 	return check(a.String(), usage[a], g, b, c.PoolSize(pool), c.AccountPoolUsed(pool, usage), need)
 }

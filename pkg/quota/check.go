@@ -39,6 +39,9 @@ type Shortfall struct {
 	Borrowable int64
 	// BorrowLimit is the team's borrow limit; PoolFree the pool's free room.
 	BorrowLimit, PoolFree int64
+	// Limit, in a nested configuration, names the node of the tree whose
+	// limit binds, in words.
+	Limit string
 }
 
 // Message formats the shortfall; subject names what asks, e.g. "this pod"
@@ -54,8 +57,13 @@ func (s Shortfall) Message(subject string) string {
 		quota = contract.MiB(s.Quota).String() + " of GPU memory"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "team %s: quota %s, %s in use or queued (%s running, %s pending); %s needs %s; borrowable from shared pool: %s",
-		s.Team, quota, f(s.Running+s.Pending), f(s.Running), f(s.Pending), subject, f(s.Need), f(s.Borrowable))
+	fmt.Fprintf(&b, "team %s: quota %s, %s in use or queued (%s running, %s pending); %s needs %s; ",
+		s.Team, quota, f(s.Running+s.Pending), f(s.Running), f(s.Pending), subject, f(s.Need))
+	if s.Limit != "" {
+		fmt.Fprintf(&b, "borrowable now: %s (team borrow limit %s): %s", f(s.Borrowable), f(s.BorrowLimit), s.Limit)
+		return b.String()
+	}
+	fmt.Fprintf(&b, "borrowable from shared pool: %s", f(s.Borrowable))
 	if s.BorrowLimit == 0 {
 		b.WriteString(" (the team may not borrow)")
 	} else {
@@ -95,6 +103,13 @@ func (c Config) Check(team string, usage map[string]Usage, need Amount) Decision
 	t, ok := c.Teams[team]
 	if !ok {
 		return Decision{}
+	}
+	if c.Nested() {
+		byAccount := make(map[Account]Usage, len(usage))
+		for name, u := range usage {
+			byAccount[Account{Team: name}] = u
+		}
+		return c.CheckAccount(Account{Team: team}, byAccount, need)
 	}
 	return check(team, usage[team], t.Guarantee(), t.Borrow.Amount(), c.SharedPool.Amount(), c.PoolUsed(usage), need)
 }

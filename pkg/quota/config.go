@@ -69,6 +69,10 @@ type Config struct {
 	// ModelPools are shared pools per GPU model, for teams with per-model
 	// quota; a model without a pool borrows from SharedPool.
 	ModelPools map[string]Limits `json:"modelPools,omitempty"`
+	// Groups, when set, make the teams a tree (see Group): a team that
+	// names its group borrows from that group's pool first, then from the
+	// pools above it. Without groups every team borrows from SharedPool.
+	Groups map[string]Group `json:"groups,omitempty"`
 }
 
 // Limits is an amount as written in the configuration.
@@ -109,6 +113,9 @@ type Team struct {
 	// running pods that declared themselves movable, when free GPUs are
 	// fragmented (off by default).
 	Defrag bool `json:"defrag,omitempty"`
+	// Group is the group (Config.Groups) the team belongs to; empty: it
+	// borrows from the shared pool alone.
+	Group string `json:"group,omitempty"`
 	// Models, when set, makes the team's quota per GPU model: GPUs, GPU
 	// memory and borrowing count per model, and the team-wide gpus,
 	// gpuMemoryGiB and borrow above are not used.
@@ -204,6 +211,7 @@ func (c Config) Validate() error {
 			}
 		}
 	}
+	validateGroups(c, add, limits)
 	return errors.Join(errs...)
 }
 
@@ -248,6 +256,9 @@ func (c Config) Reachable(team string) Amount {
 	t, ok := c.Teams[team]
 	if !ok {
 		return Amount{}
+	}
+	if c.Nested() {
+		return c.ReachableAccount(Account{Team: team})
 	}
 	b, p := t.Borrow.Amount(), c.SharedPool.Amount()
 	return t.Guarantee().Add(Amount{GPUs: min(b.GPUs, p.GPUs), MemoryMiB: min(b.MemoryMiB, p.MemoryMiB)})

@@ -465,6 +465,10 @@ func checkQuota(pods []corev1.Pod, namespaces []corev1.Namespace, topo map[strin
 					u.Total(), u.Running, u.Pending, limit)})
 		}
 	}
+	if cfg.Nested() {
+		out = append(out, checkTree(cfg, usage)...)
+		delete(pools, "") // the tree's pools lend to it, not the shared pool alone
+	}
 	for pool := range pools {
 		if used, size := cfg.AccountPoolUsed(pool, usage), cfg.PoolSize(pool); !used.Fits(size) {
 			name := "shared pool"
@@ -474,6 +478,63 @@ func checkQuota(pods []corev1.Pod, namespaces []corev1.Namespace, topo map[strin
 			out = append(out, Violation{Kind: PoolExceeded, Object: name,
 				Message: fmt.Sprintf("teams borrow %s in all, more than the pool's %s", used, size)})
 		}
+	}
+	return out
+}
+
+// checkTree checks a nested quota configuration (quota.Group) from the
+// admitted use, apart from pkg/quota's accounting: for each group, what its
+// subtree's teams take past their guarantees, less the group's own pool, is
+// what the group borrows from above; that must fit the group's borrow
+// limit, and what the top of the tree borrows must fit the shared pool
+// plus what groups lend. A group's lending is counted at its limit, the
+// most it can give, so a violation reported here is one under any lending.
+func checkTree(cfg quota.Config, usage map[quota.Account]quota.Usage) []Violation {
+	children := map[string][]string{}
+	for name, g := range cfg.Groups {
+		children[g.Parent] = append(children[g.Parent], name)
+	}
+	over := map[string]quota.Amount{} // per group ("" the top): its teams' use past their guarantees
+	for a, u := range usage {
+		g, _, pool, ok := cfg.AccountLimits(a)
+		if !ok || pool != "" {
+			continue
+		}
+		d := u.Total().Sub(g)
+		parent := ""
+		if a.Model == "" {
+			parent = cfg.Teams[a.Team].Group
+		}
+		over[parent] = over[parent].Add(quota.Amount{GPUs: max(d.GPUs, 0), MemoryMiB: max(d.MemoryMiB, 0)})
+	}
+	var out []Violation
+	lent := map[string]quota.Amount{}
+	var up func(name string) quota.Amount
+	up = func(name string) quota.Amount {
+		need := over[name]
+		for _, ch := range children[name] {
+			need = need.Add(up(ch))
+		}
+		g := cfg.Groups[name]
+		pool := quota.Limits{GPUs: g.GPUs, GPUMemoryGiB: g.GPUMemoryGiB}.Amount()
+		lent[g.Parent] = lent[g.Parent].Add(g.Lend.Amount())
+		rest := need.Sub(pool).Sub(lent[name])
+		rest = quota.Amount{GPUs: max(rest.GPUs, 0), MemoryMiB: max(rest.MemoryMiB, 0)}
+		if g.Borrow != nil && !rest.Fits(g.Borrow.Amount()) {
+			out = append(out, Violation{Kind: PoolExceeded, Object: "group " + name,
+				Message: fmt.Sprintf("its teams borrow %s past the group's pool %s, more than its borrow limit %s", rest, pool, g.Borrow.Amount())})
+		}
+		return rest
+	}
+	top := over[""]
+	tops := children[""]
+	sort.Strings(tops)
+	for _, name := range tops {
+		top = top.Add(up(name))
+	}
+	if room := cfg.SharedPool.Amount().Add(lent[""]); !top.Fits(room) {
+		out = append(out, Violation{Kind: PoolExceeded, Object: "shared pool",
+			Message: fmt.Sprintf("the tree borrows %s past its groups' pools, more than the shared pool and what groups lend, %s", top, room)})
 	}
 	return out
 }

@@ -28,6 +28,17 @@ func TestCheck(t *testing.T) {
 		SharedPool:   quota.Limits{GPUs: 2},
 		UnknownTeams: quota.UnlimitedUnknown,
 	}
+	// The same teams in a group with a pool of 2 GPUs that may borrow 1
+	// from above: 3 GPUs past their guarantees in all, no shared pool.
+	treeCfg := &quota.Config{
+		Groups: map[string]quota.Group{"lab": {GPUs: 2, Borrow: &quota.Limits{GPUs: 1}}},
+		Teams: map[string]quota.Team{
+			"vision": {GPUs: 2, GPUMemoryGiB: 40, Borrow: quota.Limits{GPUs: 4}, Group: "lab"},
+			"nlp":    {GPUs: 1, Borrow: quota.Limits{GPUs: 4}, Group: "lab"},
+		},
+		SharedPool:   quota.Limits{GPUs: 1},
+		UnknownTeams: quota.UnlimitedUnknown,
+	}
 	tests := []struct {
 		name     string
 		give     []runtime.Object
@@ -215,6 +226,24 @@ func TestCheck(t *testing.T) {
 			giveOpts: Options{Quota: quotaCfg},
 			want:     []Kind{PoolExceeded},
 			wantText: "teams borrow 3 GPUs",
+		},
+		{
+			name: "a tree's pools lend past the shared pool",
+			give: []runtime.Object{fixture.GPUNode("n1").GPUs(8, 80*gib).NVLink(4).Obj(), fixture.Namespace("cv", "vision"), fixture.Namespace("lm", "nlp"),
+				fixture.Pod("cv", "w").GPUs(4).Whole("n1", 80*gib, 0, 1, 2, 3).Running("n1").Obj(),
+				fixture.Pod("lm", "q").GPUs(2).Obj(),
+			},
+			giveOpts: Options{Quota: treeCfg},
+		},
+		{
+			name: "a group borrows past its limit",
+			give: []runtime.Object{fixture.GPUNode("n1").GPUs(8, 80*gib).NVLink(4).Obj(), fixture.Namespace("cv", "vision"), fixture.Namespace("lm", "nlp"),
+				fixture.Pod("cv", "w").GPUs(5).Obj(),
+				fixture.Pod("lm", "q").GPUs(2).Obj(),
+			},
+			giveOpts: Options{Quota: treeCfg},
+			want:     []Kind{PoolExceeded, PoolExceeded},
+			wantText: "group lab: its teams borrow 2 GPUs past the group's pool 2 GPUs, more than its borrow limit 1 GPU",
 		},
 		{
 			name: "a forged assignment is checked against the kubelet's grant",

@@ -1,0 +1,372 @@
+package quota
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Group is an inner node of the quota tree: a department, an organisation,
+// a team with projects under it. Teams (the leaves) and groups name their
+// parent group; those that name none hang under the shared pool, the
+// root. Everything a group's subtree uses above its members' guarantees
+// is lent, nearest first: by the parent group's pool, then its parent's,
+// up to the shared pool. So a project's burst takes its siblings' slack
+// before its cousins', and another department's only last.
+//
+//	groups:
+//	  research:   {gpus: 64, borrow: {gpus: 32}}
+//	  vision:     {parent: research, gpus: 16, lend: {gpus: 8}}
+//	teams:
+//	  detection:  {gpus: 8, borrow: {gpus: 24}, group: vision}
+//	  tracking:   {gpus: 8, borrow: {gpus: 24}, group: vision}
+//	  speech:     {gpus: 32, borrow: {gpus: 16}, group: research}
+type Group struct {
+	// Parent is the group it belongs to; empty: it hangs under the shared
+	// pool.
+	Parent string `json:"parent,omitempty"`
+	// GPUs and GPUMemoryGiB are the group's pool: what it lends to the
+	// teams of its subtree on top of their guarantees (its guarantee to its
+	// subtree).
+	GPUs         int64 `json:"gpus"`
+	GPUMemoryGiB int64 `json:"gpuMemoryGiB"`
+	// Borrow, when set, is the most the subtree takes from above the
+	// group (its parent's pool and up). Unset: only the pools above bound
+	// it.
+	Borrow *Limits `json:"borrow,omitempty"`
+	// Lend is the most of the group's pool, unused by its subtree, that
+	// its parent's other children may borrow (default none: the pool is
+	// its subtree's alone).
+	Lend Limits `json:"lend,omitzero"`
+}
+
+// maxTreeDepth bounds the groups above a team.
+const maxTreeDepth = 16
+
+// Nested reports whether the configuration is a tree (it has groups);
+// otherwise every team borrows from the shared pool alone, as before
+// groups existed.
+func (c Config) Nested() bool { return len(c.Groups) > 0 }
+
+// Path is the groups above team, nearest first (nil for a team under the
+// shared pool, or unknown).
+func (c Config) Path(team string) []string {
+	t, ok := c.Teams[team]
+	if !ok {
+		return nil
+	}
+	var path []string
+	for g := t.Group; g != "" && len(path) <= maxTreeDepth; g = c.Groups[g].Parent {
+		path = append(path, g)
+	}
+	return path
+}
+
+func validateGroups(c Config, add func(field string, value any, problem, fix string), limits func(string, Limits)) {
+	names := make([]string, 0, len(c.Groups))
+	for name := range c.Groups {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		g := c.Groups[name]
+		f := "groups." + name
+		if len(name) > maxTeamNameLen || !teamNameRE.MatchString(name) {
+			add("groups", name, "is not a valid group name", "use up to 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit")
+		}
+		if _, clash := c.Teams[name]; clash {
+			add(f, name, "is also a team's name", "give the group and the team different names")
+		}
+		pool := Limits{GPUs: g.GPUs, GPUMemoryGiB: g.GPUMemoryGiB}
+		limits(f, pool)
+		if g.Borrow != nil {
+			limits(f+".borrow", *g.Borrow)
+		}
+		limits(f+".lend", g.Lend)
+		if g.Lend.GPUs > g.GPUs || g.Lend.GPUMemoryGiB > g.GPUMemoryGiB {
+			add(f+".lend", fmt.Sprintf("%+v", g.Lend), "is more than the group's pool", "lend at most the group's own gpus and gpuMemoryGiB")
+		}
+		if g.Parent != "" {
+			if _, ok := c.Groups[g.Parent]; !ok {
+				add(f+".parent", g.Parent, "is not a group", "name a group listed under groups, or leave parent out to hang it under the shared pool")
+				continue
+			}
+		}
+		seen := map[string]bool{name: true}
+		depth := 0
+		for p := g.Parent; p != ""; p = c.Groups[p].Parent {
+			if seen[p] {
+				add(f+".parent", g.Parent, "makes a cycle", "make every chain of parents end at a group without a parent")
+				break
+			}
+			seen[p] = true
+			if depth++; depth >= maxTreeDepth {
+				add(f+".parent", g.Parent, fmt.Sprintf("makes the tree deeper than %d groups", maxTreeDepth), "flatten the tree")
+				break
+			}
+		}
+	}
+	teams := make([]string, 0, len(c.Teams))
+	for name := range c.Teams {
+		teams = append(teams, name)
+	}
+	slices.Sort(teams)
+	for _, name := range teams {
+		t := c.Teams[name]
+		if t.Group == "" {
+			continue
+		}
+		f := "teams." + name + ".group"
+		if _, ok := c.Groups[t.Group]; !ok {
+			add(f, t.Group, "is not a group", "name a group listed under groups, or leave group out to borrow from the shared pool alone")
+		}
+		if len(t.Models) > 0 {
+			add(f, t.Group, "is set on a team with per-model quota", "nested groups count all GPU models together: leave group out of a team with models")
+		}
+	}
+}
+
+// vec is one amount per resource, in the order of resources.
+type vec [2]int64
+
+var resources = [2]Resource{GPUs, GPUMemory}
+
+func vecOf(a Amount) vec { return vec{a.GPUs, int64(a.MemoryMiB)} }
+
+// node keys of the tree's excess: a team's, a group's, and the root's.
+func teamNode(t string) string  { return "team " + t }
+func groupNode(g string) string { return "group " + g }
+
+const rootNode = "shared pool"
+
+// treeExcess is, per node of the tree and resource, how far usage goes
+// past the node's limit: a team past its borrow limit, a group whose
+// subtree borrows past the group's borrow limit, and the root whose
+// lenders (the shared pool and what the top groups lend) are short. Each
+// group's subtree borrows from the group's own pool first, then from what
+// its child groups lend, then from above; a child lends what its own
+// subtree leaves of its pool, up to its lend limit. Accounts of other
+// pools (per-model pools) do not count.
+func (c Config) treeExcess(usage map[Account]Usage) map[string]vec {
+	ex := map[string]vec{}
+	demand := map[string]vec{} // per group ("" the root): borrowed by its subtree
+	for a, u := range usage {
+		g, b, pool, ok := c.AccountLimits(a)
+		if !ok || pool != "" {
+			continue
+		}
+		over := vecOf(u.Total().Sub(g))
+		lim := vecOf(b)
+		var e vec
+		for r := range over {
+			over[r] = max(0, over[r])
+			e[r] = max(0, over[r]-lim[r])
+		}
+		if e != (vec{}) {
+			ex[teamNode(a.Team)] = e
+		}
+		parent := ""
+		if a.Model == "" {
+			parent = c.Teams[a.Team].Group
+		}
+		d := demand[parent]
+		for r := range d {
+			d[r] += over[r]
+		}
+		demand[parent] = d
+	}
+	lendIn := map[string]vec{}
+	for _, name := range c.groupsDeepestFirst() {
+		g := c.Groups[name]
+		d, in := demand[name], lendIn[name]
+		own := vecOf(Limits{GPUs: g.GPUs, GPUMemoryGiB: g.GPUMemoryGiB}.Amount())
+		lend := vecOf(g.Lend.Amount())
+		var up, out, e vec
+		for r := range d {
+			fromOwn := min(d[r], own[r])
+			up[r] = max(0, d[r]-fromOwn-in[r])
+			out[r] = min(lend[r], own[r]-fromOwn)
+			if g.Borrow != nil {
+				e[r] = max(0, up[r]-vecOf(g.Borrow.Amount())[r])
+			}
+		}
+		if e != (vec{}) {
+			ex[groupNode(name)] = e
+		}
+		pd, pl := demand[g.Parent], lendIn[g.Parent]
+		for r := range up {
+			pd[r] += up[r]
+			pl[r] += out[r]
+		}
+		demand[g.Parent], lendIn[g.Parent] = pd, pl
+	}
+	d, in, pool := demand[""], lendIn[""], vecOf(c.SharedPool.Amount())
+	var e vec
+	for r := range d {
+		e[r] = max(0, d[r]-pool[r]-in[r])
+	}
+	if e != (vec{}) {
+		ex[rootNode] = e
+	}
+	return ex
+}
+
+// groupsDeepestFirst orders the groups so that every group comes before
+// its parent (by depth, then name).
+func (c Config) groupsDeepestFirst() []string {
+	depth := make(map[string]int, len(c.Groups))
+	names := make([]string, 0, len(c.Groups))
+	for name := range c.Groups {
+		names = append(names, name)
+		n := 0
+		for p := c.Groups[name].Parent; p != "" && n <= maxTreeDepth; p = c.Groups[p].Parent {
+			n++
+		}
+		depth[name] = n
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		if depth[a] != depth[b] {
+			return depth[b] - depth[a]
+		}
+		return strings.Compare(a, b)
+	})
+	return names
+}
+
+// checkTree is CheckAccount for an account of the tree (a model-agnostic
+// team or an account that borrows from the shared pool, in a nested
+// configuration): need fits when adding it takes no node of the tree
+// further past its limit, in any resource need asks for.
+func (c Config) checkTree(a Account, usage map[Account]Usage, need Amount) Decision {
+	g, b, _, _ := c.AccountLimits(a)
+	u := usage[a]
+	before := c.treeExcess(usage)
+	with := func(n Amount) map[string]vec {
+		next := make(map[Account]Usage, len(usage)+1)
+		for k, v := range usage {
+			next[k] = v
+		}
+		w := u
+		w.Pending = w.Pending.Add(n)
+		next[a] = w
+		return c.treeExcess(next)
+	}
+	worse := func(after map[string]vec, r int) string {
+		keys := make([]string, 0, len(after))
+		for k := range after {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			if after[k][r] > before[k][r] {
+				return k
+			}
+		}
+		return ""
+	}
+	after := with(need)
+	d := Decision{Allowed: true}
+	nv, gv, bv, used := vecOf(need), vecOf(g), vecOf(b), vecOf(u.Total())
+	var borrowed vec
+	for r := range nv {
+		if nv[r] == 0 {
+			continue
+		}
+		free := max(0, gv[r]-used[r])
+		if node := worse(after, r); node != "" {
+			d.Allowed = false
+			// The most it could add now: a binary search over the part
+			// beyond the team's free guarantee.
+			lo, hi := int64(0), max(0, nv[r]-free-1)
+			for lo < hi {
+				mid := lo + (hi-lo+1)/2
+				var try vec
+				try[r] = free + mid
+				if worse(with(amountOfVec(try)), r) == "" {
+					lo = mid
+				} else {
+					hi = mid - 1
+				}
+			}
+			d.Shortfalls = append(d.Shortfalls, Shortfall{Team: a.String(), Resource: resources[r], Quota: gv[r],
+				Running: vecOf(u.Running)[r], Pending: vecOf(u.Pending)[r], Need: nv[r], Borrowable: lo, BorrowLimit: bv[r],
+				PoolFree: lo, Limit: c.limitPhrase(node, resources[r])})
+			continue
+		}
+		borrowed[r] = max(0, nv[r]-free)
+	}
+	if d.Allowed {
+		d.Borrowed = amountOfVec(borrowed)
+	}
+	return d
+}
+
+func amountOfVec(v vec) Amount { return amountOf(GPUs, v[0]).Add(amountOf(GPUMemory, v[1])) }
+
+// limitPhrase names the node whose limit binds, with the limit.
+func (c Config) limitPhrase(node string, r Resource) string {
+	f := func(l Limits) string {
+		if r == GPUMemory {
+			return fmt.Sprintf("%d GiB of GPU memory", l.GPUMemoryGiB)
+		}
+		return gpus(l.GPUs)
+	}
+	switch {
+	case node == rootNode:
+		return "the shared pool (" + f(c.SharedPool) + ", with what the top groups lend) is lent out"
+	case strings.HasPrefix(node, "group "):
+		g := c.Groups[strings.TrimPrefix(node, "group ")]
+		lim := "no borrow limit"
+		if g.Borrow != nil {
+			lim = "borrow limit " + f(*g.Borrow)
+		}
+		return fmt.Sprintf("%s (pool %s, %s) would borrow past its limit", node, f(Limits{GPUs: g.GPUs, GPUMemoryGiB: g.GPUMemoryGiB}), lim)
+	default:
+		return node + "'s borrow limit"
+	}
+}
+
+// treeAllows is checkTree's answer without the shortfalls.
+func (c Config) treeAllows(a Account, usage map[Account]Usage, need Amount) bool {
+	before := c.treeExcess(usage)
+	next := make(map[Account]Usage, len(usage)+1)
+	for k, v := range usage {
+		next[k] = v
+	}
+	w := next[a]
+	w.Pending = w.Pending.Add(need)
+	next[a] = w
+	nv := vecOf(need)
+	for k, e := range c.treeExcess(next) {
+		for r := range e {
+			if nv[r] > 0 && e[r] > before[k][r] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// reachableTree is the most a tree account can ever hold: with nothing
+// else in use, the largest amount checkTree allows, per resource.
+func (c Config) reachableTree(a Account) Amount {
+	var out vec
+	for r := range out {
+		lo, hi := int64(0), int64(maxGPUs)
+		if r == 1 {
+			hi = maxMemoryGiB * 1024
+		}
+		for lo < hi {
+			mid := lo + (hi-lo+1)/2
+			var try vec
+			try[r] = mid
+			if c.treeAllows(a, nil, amountOfVec(try)) {
+				lo = mid
+			} else {
+				hi = mid - 1
+			}
+		}
+		out[r] = lo
+	}
+	return amountOfVec(out)
+}
