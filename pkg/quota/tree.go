@@ -148,6 +148,13 @@ const rootNode = "shared pool"
 // subtree leaves of its pool, up to its lend limit. Accounts of other
 // pools (per-model pools) do not count.
 func (c Config) treeExcess(usage map[Account]Usage) map[string]vec {
+	ex, _ := c.treeFlow(usage)
+	return ex
+}
+
+// treeFlow is treeExcess, and what the root has left to lend (the shared
+// pool and what the top groups lend, less what the tree borrows from it).
+func (c Config) treeFlow(usage map[Account]Usage) (map[string]vec, vec) {
 	ex := map[string]vec{}
 	demand := map[string]vec{} // per group ("" the root): borrowed by its subtree
 	for a, u := range usage {
@@ -201,14 +208,15 @@ func (c Config) treeExcess(usage map[Account]Usage) map[string]vec {
 		demand[g.Parent], lendIn[g.Parent] = pd, pl
 	}
 	d, in, pool := demand[""], lendIn[""], vecOf(c.SharedPool.Amount())
-	var e vec
+	var e, free vec
 	for r := range d {
 		e[r] = max(0, d[r]-pool[r]-in[r])
+		free[r] = max(0, pool[r]+in[r]-d[r])
 	}
 	if e != (vec{}) {
 		ex[rootNode] = e
 	}
-	return ex
+	return ex, free
 }
 
 // groupsDeepestFirst orders the groups so that every group comes before
@@ -240,7 +248,10 @@ func (c Config) groupsDeepestFirst() []string {
 func (c Config) checkTree(a Account, usage map[Account]Usage, need Amount) Decision {
 	g, b, _, _ := c.AccountLimits(a)
 	u := usage[a]
-	before := c.treeExcess(usage)
+	before, rootFree := c.treeFlow(usage)
+	// A team under the shared pool is told as in a flat configuration;
+	// one in a group is told which node of the tree binds.
+	inGroup := a.Model == "" && c.Teams[a.Team].Group != ""
 	with := func(n Amount) map[string]vec {
 		next := make(map[Account]Usage, len(usage)+1)
 		for k, v := range usage {
@@ -288,9 +299,13 @@ func (c Config) checkTree(a Account, usage map[Account]Usage, need Amount) Decis
 					hi = mid - 1
 				}
 			}
-			d.Shortfalls = append(d.Shortfalls, Shortfall{Team: a.String(), Resource: resources[r], Quota: gv[r],
+			s := Shortfall{Team: a.String(), Resource: resources[r], Quota: gv[r],
 				Running: vecOf(u.Running)[r], Pending: vecOf(u.Pending)[r], Need: nv[r], Borrowable: lo, BorrowLimit: bv[r],
-				PoolFree: lo, Limit: c.limitPhrase(node, resources[r])})
+				PoolFree: rootFree[r]}
+			if inGroup {
+				s.Limit = c.limitPhrase(node, resources[r])
+			}
+			d.Shortfalls = append(d.Shortfalls, s)
 			continue
 		}
 		borrowed[r] = max(0, nv[r]-free)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/rota-sched/rota/pkg/contract"
 )
 
@@ -158,6 +160,13 @@ func TestTreeOfOneGroupIsFlat(t *testing.T) {
 				}
 				if !want.Allowed && want.Shortfalls[0].Borrowable != got.Shortfalls[0].Borrowable {
 					t.Fatalf("seed %d: borrowable flat %d, tree %d", seed, want.Shortfalls[0].Borrowable, got.Shortfalls[0].Borrowable)
+				}
+				// Teams under the shared pool of a nested configuration
+				// are told exactly as in the flat one.
+				mixed := flat
+				mixed.Groups = map[string]Group{"other": {GPUs: 3}}
+				if got := mixed.CheckAccount(a, usage, need); !cmp.Equal(want, got) {
+					t.Fatalf("seed %d, a team under the shared pool beside a group: flat %+v, nested %+v", seed, want, got)
 				}
 			}
 			if flat.ReachableAccount(Account{Team: name}) != tree.ReachableAccount(Account{Team: name}) {

@@ -101,6 +101,14 @@ const quotaDoc = `teams:
   qdefrag:
     defrag: true
     models: {"Rota Defrag GPU": {gpus: 4}}
+  qtree-p1: {gpus: 1, borrow: {gpus: 10}, group: qtree-t}
+  qtree-q1: {borrow: {gpus: 10}, group: qtree-u}
+# The nested-groups scenario's tree: department qtree-dept (pool 2, never
+# borrowing from the shared pool) holds qtree-t (pool 2) and qtree-u.
+groups:
+  qtree-dept: {gpus: 2, borrow: {gpus: 0}}
+  qtree-t: {parent: qtree-dept, gpus: 2}
+  qtree-u: {parent: qtree-dept}
 sharedPool: {gpus: 2, gpuMemoryGiB: 0}
 # The queue scenarios' own pools (per GPU model), apart from the shared one.
 modelPools:

@@ -1,0 +1,68 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/rota-sched/rota/test/e2e/harness"
+)
+
+// TestQueueTreeSiblingsFirst: nested quota groups on the real control
+// plane. Project qtree-p1 (1 GPU guaranteed, in group qtree-t with a pool
+// of 2) bursts to 3 GPUs: its group's pool lends the 2, so department
+// qtree-dept's pool (2) is still there for its cousin qtree-q1 (in
+// qtree-u, no guarantee), whose 2 pods run too. p1's fourth pod would need
+// the department's pool, now lent to q1, and the department may not
+// borrow from the shared pool: it stays queued, its Queued condition
+// naming the group that binds. Borrowing the department's pool first
+// (flat borrowing, or the wrong order) would leave q1 queued.
+func TestQueueTreeSiblingsFirst(t *testing.T) {
+	const name = "qtree"
+	ctx, nsP := setup(t, name, "qtree-p1", 3*time.Minute)
+	nsQ := "e2e-qtree-q1"
+	if err := env.CreateNamespace(ctx, nsQ, "qtree-q1"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = env.DeletePods(dctx, nsQ)
+	})
+	queueing(ctx, t)
+	nodes(ctx, t, name, "qtree", 1, harness.GPUNodeSpec{Model: h100.Model, MemoryMiB: h100.MemoryMiB, Count: 8})
+	for i := range 3 {
+		create(ctx, t, pod(nsP, fmt.Sprintf("p%d", i), name).GPUs(1).Obj())
+	}
+	waitPods(ctx, t, nsP, "p1's 3 pods running (1 guaranteed, 2 from its group's pool)", func(p []corev1.Pod) bool {
+		return running(p, "p0", "p1", "p2")
+	})
+	for i := range 2 {
+		create(ctx, t, pod(nsQ, fmt.Sprintf("q%d", i), name).GPUs(1).Obj())
+	}
+	waitPods(ctx, t, nsQ, "the cousin's 2 pods running on the department's pool", func(p []corev1.Pod) bool {
+		return running(p, "q0", "q1")
+	})
+	create(ctx, t, pod(nsP, "p3", name).GPUs(1).Obj())
+	pods := waitPods(ctx, t, nsP, "p3 queued for the department's limit", func(p []corev1.Pod) bool {
+		p3 := byName(p, "p3")
+		return p3 != nil && gated(p3) && queuedCondition(p3) != nil && strings.Contains(queuedCondition(p3).Message, "waiting for quota")
+	})
+	msg := queuedCondition(byName(pods, "p3")).Message
+	if !strings.Contains(msg, "group qtree-dept (pool 2 GPUs, borrow limit 0 GPUs) would borrow past its limit") {
+		t.Errorf("p3's Queued condition %q does not name the department's limit", msg)
+	}
+	// The cousin's pods end: the department's pool is p1's to borrow.
+	if err := env.DeletePods(ctx, nsQ); err != nil {
+		t.Fatal(err)
+	}
+	waitPods(ctx, t, nsP, "p3 running once the cousin's work ended", func(p []corev1.Pod) bool { return running(p, "p3") })
+	note(name, "p1 borrowed its group's pool, q1 the department's; p3 queued: %s", msg)
+	checkInvariants(ctx, t, nil)
+}
