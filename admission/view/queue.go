@@ -306,16 +306,14 @@ func neverHolds(cfg *quota.Config, accounts []quota.Account, req Request, size i
 		var s string
 		if cfg.Nested() && pool == "" {
 			// The tree's pools and borrow limits bound it (pkg/quota.Group).
-			r, gr := reach.GPUs, g.GPUs
-			what := gpuCount(r)
-			if mem {
-				r, gr, what = int64(reach.MemoryMiB), int64(g.MemoryMiB), reach.MemoryMiB.String()+" of GPU memory"
+			via := "the shared pool"
+			if path := cfg.Path(a.Team); len(path) > 0 {
+				via = "the pools of groups " + quoteList(path) + " and the shared pool, within their borrow limits"
 			}
-			s = fmt.Sprintf("at most %s (%s quota + %s borrowed through the pools of groups %s and the shared pool, within their borrow limits",
-				what, fmt.Sprint(gr), fmt.Sprint(r-gr), quoteList(cfg.Path(a.Team)))
 			if mem {
-				s = fmt.Sprintf("at most %s (%s quota + %s borrowed through the pools of groups %s and the shared pool, within their borrow limits",
-					what, g.MemoryMiB, reach.MemoryMiB-g.MemoryMiB, quoteList(cfg.Path(a.Team)))
+				s = fmt.Sprintf("at most %s of GPU memory (%s quota + %s borrowed from %s", reach.MemoryMiB, g.MemoryMiB, reach.MemoryMiB-g.MemoryMiB, via)
+			} else {
+				s = fmt.Sprintf("at most %s (%d quota + %d borrowed from %s", gpuCount(reach.GPUs), g.GPUs, reach.GPUs-g.GPUs, via)
 			}
 		} else if mem {
 			s = fmt.Sprintf("at most %s of GPU memory (%s quota + %s borrow", reach.MemoryMiB, g.MemoryMiB, min(b.MemoryMiB, p.MemoryMiB))

@@ -327,3 +327,24 @@ func TestGated(t *testing.T) {
 		}
 	}
 }
+
+// In a nested configuration a gang beyond what its team can reach through
+// the tree is refused with the groups on the way; within it, it queues.
+func TestQueueNeverFitsInATree(t *testing.T) {
+	v, _ := queueView(t)
+	borrow := quota.Limits{GPUs: 8}
+	v.SetConfig(quota.Config{
+		Groups:     map[string]quota.Group{"org": {GPUs: 16, Borrow: &borrow}, "lab": {Parent: "org", GPUs: 4}},
+		Teams:      map[string]quota.Team{"vision": {GPUs: 8, Borrow: quota.Limits{GPUs: 64}, Group: "lab"}},
+		SharedPool: quota.Limits{GPUs: 32},
+	})
+	// 8 + lab's 4 + org's 16 + 8 from the shared pool = 36.
+	if out := v.Queue(queueGang("vision", "g-0", "fits", 9, 4)); out.Reason != Queued {
+		t.Errorf("a 36-GPU gang: %+v, want queued", out)
+	}
+	out := v.Queue(queueGang("vision", "g-0", "train", 37, 1))
+	want := `team vision may hold at most 36 GPUs (8 quota + 28 borrowed from the pools of groups "lab", "org" and the shared pool, within their borrow limits); this gang needs 37 GPUs`
+	if out.Reason != GangNeverFits || !strings.Contains(out.Message, want) {
+		t.Errorf("a 37-GPU gang: %+v\nwant %q", out, want)
+	}
+}
