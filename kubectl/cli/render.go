@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -299,7 +300,11 @@ func (p *printer) teamsText(out io.Writer, r report.Teams) error {
 		lw.printf("%s\n\n", p.paint(red, "quota configuration: "+r.QuotaError))
 	}
 	t := &table{}
-	t.row(plain, "TEAM", "NAMESPACES", "QUOTA", "BORROW", "RUNNING", "PENDING", "ROOM", "STATE", "REJECTED")
+	head := []string{"TEAM", "NAMESPACES", "QUOTA", "BORROW", "RUNNING", "PENDING", "ROOM", "STATE", "REJECTED"}
+	if len(r.Groups) > 0 {
+		head = slices.Insert(head, 1, "GROUP")
+	}
+	t.row(plain, head...)
 	for _, q := range r.Teams {
 		rej := ""
 		if q.Rejections > 0 {
@@ -309,10 +314,28 @@ func (p *printer) teamsText(out io.Writer, r report.Teams) error {
 		if q.Configured {
 			quota, borrow, room = q.Guarantee.String(), q.BorrowLimit.String(), q.Headroom.String()
 		}
-		t.row(p.stateColor(q.State), orDash(q.Team), strings.Join(q.Namespaces, ","), quota, borrow,
-			q.Running.String(), q.Pending.String(), room, q.State, rej)
+		cells := []string{orDash(q.Team), strings.Join(q.Namespaces, ","), quota, borrow,
+			q.Running.String(), q.Pending.String(), room, q.State, rej}
+		if len(r.Groups) > 0 {
+			cells = slices.Insert(cells, 1, orDash(q.Group))
+		}
+		t.row(p.stateColor(q.State), cells...)
 	}
 	lw.table(t, p, "")
+	if len(r.Groups) > 0 {
+		g := &table{}
+		g.row(plain, "GROUP", "POOL", "TEAMS", "BORROWED", "FROM POOL", "FROM CHILDREN", "FROM ABOVE", "ABOVE LIMIT", "LENT", "LEND LIMIT")
+		for _, q := range r.Groups {
+			limit := "none"
+			if q.BorrowLimit != nil {
+				limit = q.BorrowLimit.String()
+			}
+			g.row(plain, strings.Repeat("  ", q.Depth)+q.Group, q.Pool.String(), strings.Join(q.Teams, ","), q.Borrowed.String(),
+				q.FromPool.String(), q.FromLent.String(), q.Above.String(), limit, q.Lent.String(), q.LendLimit.String())
+		}
+		lw.printf("\nQuota groups (borrowing is lent by the nearest pool first):\n")
+		lw.table(g, p, "")
+	}
 	if r.QuotaError == "" {
 		lw.printf("\nShared pool: %s; borrowed %s; free %s. Teams without an entry: %s.\n",
 			r.SharedPool, r.SharedPoolUsed, r.SharedPoolFree, r.UnknownTeams)

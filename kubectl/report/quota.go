@@ -28,6 +28,9 @@ type TeamQuota struct {
 	// Namespaces labelled with the team.
 	Namespaces []string `json:"namespaces,omitempty"`
 	Configured bool     `json:"configured"`
+	// Group is the quota group the team belongs to, in a nested
+	// configuration ("" under the shared pool).
+	Group string `json:"group,omitempty"`
 	// Guarantee, BorrowLimit and Reachable (guarantee plus what it may
 	// borrow, bounded by the shared pool) come from the configuration.
 	Guarantee   Amount `json:"guarantee"`
@@ -78,6 +81,7 @@ func (c *Cluster) teamQuota(team string) TeamQuota {
 		return tq
 	}
 	tq.Configured = true
+	tq.Group = t.Group
 	tq.Guarantee = amount(t.Guarantee())
 	tq.BorrowLimit = amount(t.Borrow.Amount())
 	tq.Reachable = amount(c.quota.Reachable(team))
@@ -105,6 +109,9 @@ func (c *Cluster) teamQuota(team string) TeamQuota {
 	case !tq.Borrowed.isZero():
 		tq.State = StateBorrowing
 		tq.Note = fmt.Sprintf("borrows %s from the shared pool", tq.Borrowed)
+		if tq.Group != "" {
+			tq.Note = fmt.Sprintf("borrows %s through group %s (nearest pool first)", tq.Borrowed, tq.Group)
+		}
 	default:
 		tq.State = StateWithin
 	}
@@ -116,6 +123,9 @@ func (a Amount) isZero() bool { return a.GPUs == 0 && a.MemoryMiB == 0 }
 // headroom is what team may add now, per resource (quota.Config.Check's
 // formula): max(0, g-u) + max(0, min(b-o, P-p)).
 func (c *Cluster) headroom(team string) quota.Amount {
+	if c.quota.Nested() {
+		return c.quota.Headroom(quota.Account{Team: team}, c.accountUsage())
+	}
 	t, _ := c.quota.Team(team)
 	u := c.usage[team].Total()
 	g, b := t.Guarantee(), t.Borrow.Amount()
@@ -131,9 +141,87 @@ func (c *Cluster) headroom(team string) quota.Amount {
 	}
 }
 
+// accountUsage is the teams' use keyed by quota account (model-agnostic).
+func (c *Cluster) accountUsage() map[quota.Account]quota.Usage {
+	out := make(map[quota.Account]quota.Usage, len(c.usage))
+	for team, u := range c.usage {
+		if team != "" {
+			out[quota.Account{Team: team}] = u
+		}
+	}
+	return out
+}
+
+// GroupQuota is one quota group of a nested configuration and what its
+// subtree borrows, from where.
+type GroupQuota struct {
+	Group  string `json:"group"`
+	Parent string `json:"parent,omitempty"`
+	// Depth is 0 for a group under the shared pool.
+	Depth int `json:"depth"`
+	// Pool is the group's own pool; BorrowLimit what its subtree may take
+	// from above (nil: no limit); LendLimit what of its pool it may lend.
+	Pool        Amount  `json:"pool"`
+	BorrowLimit *Amount `json:"borrowLimit,omitempty"`
+	LendLimit   Amount  `json:"lendLimit"`
+	// Borrowed is what its teams use past their guarantees; FromPool,
+	// FromLent (child groups' loans) and Above say where it comes from;
+	// Lent is what of its pool others borrow now.
+	Borrowed Amount `json:"borrowed"`
+	FromPool Amount `json:"fromPool"`
+	FromLent Amount `json:"fromLent"`
+	Above    Amount `json:"above"`
+	Lent     Amount `json:"lent"`
+	// Teams are the teams directly in it.
+	Teams []string `json:"teams,omitempty"`
+}
+
+// groups lists the quota tree's groups, each parent before its children,
+// siblings by name.
+func (c *Cluster) groups() []GroupQuota {
+	flows, _, _ := c.quota.GroupFlows(c.accountUsage())
+	children := map[string][]string{}
+	for name, g := range c.quota.Groups {
+		children[g.Parent] = append(children[g.Parent], name)
+	}
+	members := map[string][]string{}
+	for name, t := range c.quota.Teams {
+		if t.Group != "" {
+			members[t.Group] = append(members[t.Group], name)
+		}
+	}
+	var out []GroupQuota
+	var walk func(parent string, depth int)
+	walk = func(parent string, depth int) {
+		names := children[parent]
+		slices.Sort(names)
+		for _, name := range names {
+			g, f := c.quota.Groups[name], flows[name]
+			teams := members[name]
+			slices.Sort(teams)
+			gq := GroupQuota{Group: name, Parent: g.Parent, Depth: depth,
+				Pool: amount(quota.Limits{GPUs: g.GPUs, GPUMemoryGiB: g.GPUMemoryGiB}.Amount()), LendLimit: amount(g.Lend.Amount()),
+				Borrowed: amount(f.Borrowed), FromPool: amount(f.FromPool), FromLent: amount(f.FromLent), Above: amount(f.Above),
+				Lent: amount(f.Lent), Teams: teams}
+			if g.Borrow != nil {
+				b := amount(g.Borrow.Amount())
+				gq.BorrowLimit = &b
+			}
+			out = append(out, gq)
+			if depth < 32 {
+				walk(name, depth+1)
+			}
+		}
+	}
+	walk("", 0)
+	return out
+}
+
 // Teams is the `top teams` report.
 type Teams struct {
 	Teams []TeamQuota `json:"teams"`
+	// Groups is the quota tree, parents first (empty without groups).
+	Groups []GroupQuota `json:"groups,omitempty"`
 	// SharedPool is the pool's size, use and free room.
 	SharedPool     Amount `json:"sharedPool"`
 	SharedPoolUsed Amount `json:"sharedPoolUsed"`
@@ -175,9 +263,14 @@ func (c *Cluster) TopTeams() Teams {
 	if c.quotaOK {
 		pool := c.quota.SharedPool.Amount()
 		used := c.quota.PoolUsed(c.usage)
-		out.SharedPool, out.SharedPoolUsed = amount(pool), amount(used)
 		free := pool.Sub(used)
-		out.SharedPoolFree = Amount{GPUs: max(free.GPUs, 0), MemoryMiB: max(free.MemoryMiB, 0)}
+		free = quota.Amount{GPUs: max(free.GPUs, 0), MemoryMiB: max(free.MemoryMiB, 0)}
+		if c.quota.Nested() {
+			// The groups' pools lend first; the shared pool the rest.
+			_, used, free = c.quota.GroupFlows(c.accountUsage())
+			out.Groups = c.groups()
+		}
+		out.SharedPool, out.SharedPoolUsed, out.SharedPoolFree = amount(pool), amount(used), amount(free)
 		out.UnknownTeams = string(c.quota.Policy())
 	}
 	rej := c.rejections()

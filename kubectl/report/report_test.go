@@ -245,3 +245,56 @@ func TestWhyRespectsNodeSelectorAndCordons(t *testing.T) {
 		t.Errorf("fit = %+v; the room is on cordoned nodes", w.Fit)
 	}
 }
+
+// TestTopTeamsTree: with the fixture's teams in quota groups, top teams
+// shows each team's group, the tree with what each group's subtree borrows
+// and from where, and headroom that CheckAccount agrees with.
+func TestTopTeamsTree(t *testing.T) {
+	in := fixture(t)
+	in.Quota.Data["quota.yaml"] = `groups:
+  ml: {gpus: 4, borrow: {gpus: 8, gpuMemoryGiB: 256}}
+  cv: {parent: ml, gpus: 2}
+teams:
+  llm: {gpus: 32, borrow: {gpus: 8}, group: ml}
+  vision: {gpus: 4, gpuMemoryGiB: 160, group: cv}
+  research: {gpus: 8, gpuMemoryGiB: 32, borrow: {gpus: 8, gpuMemoryGiB: 64}, group: cv}
+  speech: {gpus: 2}
+sharedPool: {gpus: 16, gpuMemoryGiB: 256}
+allowPodTeamOverride: true
+unknownTeams: deny
+`
+	c := Build(in, DefaultOptions())
+	r := c.TopTeams()
+	if r.QuotaError != "" {
+		t.Fatal(r.QuotaError)
+	}
+	groups := map[string]GroupQuota{}
+	var order []string
+	for _, g := range r.Groups {
+		groups[g.Group] = g
+		order = append(order, g.Group)
+	}
+	if !slices.Equal(order, []string{"ml", "cv"}) || groups["cv"].Depth != 1 || groups["cv"].Parent != "ml" {
+		t.Fatalf("groups %+v, want ml then cv under it", r.Groups)
+	}
+	// research runs 4 GPUs and has 8 pending: 12, 4 past its guarantee of
+	// 8; cv's pool lends 2 and ml's pool the other 2. llm uses 32, its
+	// guarantee. The shared pool lends nothing to the tree.
+	if cv := groups["cv"]; cv.Borrowed.GPUs != 4 || cv.FromPool.GPUs != 2 || cv.Above.GPUs != 2 {
+		t.Errorf("cv: %+v, want 4 borrowed, 2 from its pool, 2 from above", cv)
+	}
+	if ml := groups["ml"]; ml.Borrowed.GPUs != 2 || ml.FromPool.GPUs != 2 || ml.Above.GPUs != 0 || ml.BorrowLimit == nil || ml.BorrowLimit.GPUs != 8 {
+		t.Errorf("ml: %+v, want cv's 2 from its own pool", ml)
+	}
+	usage := c.accountUsage()
+	for _, q := range r.Teams {
+		if q.Team == "research" && (q.Group != "cv" || !strings.Contains(q.Note, "through group cv")) {
+			t.Errorf("research: %+v", q)
+		}
+		a := quota.Account{Team: q.Team}
+		if h := q.Headroom.GPUs; !c.quota.CheckAccount(a, usage, quota.Amount{GPUs: h}).Allowed && h > 0 ||
+			c.quota.CheckAccount(a, usage, quota.Amount{GPUs: h + 1}).Allowed {
+			t.Errorf("team %s: headroom %d GPUs is not the most CheckAccount allows", q.Team, h)
+		}
+	}
+}

@@ -148,13 +148,39 @@ const rootNode = "shared pool"
 // subtree leaves of its pool, up to its lend limit. Accounts of other
 // pools (per-model pools) do not count.
 func (c Config) treeExcess(usage map[Account]Usage) map[string]vec {
-	ex, _ := c.treeFlow(usage)
+	ex, _ := c.treeFlow(usage, nil)
 	return ex
+}
+
+// GroupFlow is what one group's subtree borrows and where it comes from.
+type GroupFlow struct {
+	// Borrowed is what the subtree's teams use past their guarantees
+	// (through child groups too); FromPool the part the group's own pool
+	// lends, FromLent the part its child groups lend, Above the rest, taken
+	// from above the group.
+	Borrowed, FromPool, FromLent, Above Amount
+	// Lent is what of the group's pool it lends to its parent's other
+	// children now (at most its lend limit).
+	Lent Amount
+}
+
+// GroupFlows is each group's flow (nil without groups), and the shared
+// pool's: what the tree borrows from it and what it has left.
+func (c Config) GroupFlows(usage map[Account]Usage) (groups map[string]GroupFlow, sharedUsed, sharedFree Amount) {
+	if !c.Nested() {
+		return nil, Amount{}, Amount{}
+	}
+	groups = map[string]GroupFlow{}
+	_, free := c.treeFlow(usage, groups)
+	root := groups[""]
+	delete(groups, "")
+	return groups, root.Borrowed, amountOfVec(free)
 }
 
 // treeFlow is treeExcess, and what the root has left to lend (the shared
 // pool and what the top groups lend, less what the tree borrows from it).
-func (c Config) treeFlow(usage map[Account]Usage) (map[string]vec, vec) {
+// With flows, it records each group's flow there ("" the root's).
+func (c Config) treeFlow(usage map[Account]Usage, flows map[string]GroupFlow) (map[string]vec, vec) {
 	ex := map[string]vec{}
 	demand := map[string]vec{} // per group ("" the root): borrowed by its subtree
 	for a, u := range usage {
@@ -200,6 +226,15 @@ func (c Config) treeFlow(usage map[Account]Usage) (map[string]vec, vec) {
 		if e != (vec{}) {
 			ex[groupNode(name)] = e
 		}
+		if flows != nil {
+			var pool, lent vec
+			for r := range d {
+				pool[r] = min(d[r], own[r])
+				lent[r] = min(d[r]-pool[r], in[r])
+			}
+			flows[name] = GroupFlow{Borrowed: amountOfVec(d), FromPool: amountOfVec(pool), FromLent: amountOfVec(lent),
+				Above: amountOfVec(up), Lent: amountOfVec(out)}
+		}
 		pd, pl := demand[g.Parent], lendIn[g.Parent]
 		for r := range up {
 			pd[r] += up[r]
@@ -215,6 +250,9 @@ func (c Config) treeFlow(usage map[Account]Usage) (map[string]vec, vec) {
 	}
 	if e != (vec{}) {
 		ex[rootNode] = e
+	}
+	if flows != nil {
+		flows[""] = GroupFlow{Borrowed: amountOfVec(d)}
 	}
 	return ex, free
 }
@@ -248,7 +286,7 @@ func (c Config) groupsDeepestFirst() []string {
 func (c Config) checkTree(a Account, usage map[Account]Usage, need Amount) Decision {
 	g, b, _, _ := c.AccountLimits(a)
 	u := usage[a]
-	before, rootFree := c.treeFlow(usage)
+	before, rootFree := c.treeFlow(usage, nil)
 	// A team under the shared pool is told as in a flat configuration;
 	// one in a group is told which node of the tree binds.
 	inGroup := a.Model == "" && c.Teams[a.Team].Group != ""
@@ -339,6 +377,45 @@ func (c Config) limitPhrase(node string, r Resource) string {
 	default:
 		return node + "'s borrow limit"
 	}
+}
+
+// Headroom is what account a may add now, per resource: the most
+// CheckAccount allows.
+func (c Config) Headroom(a Account, usage map[Account]Usage) Amount {
+	g, b, pool, ok := c.AccountLimits(a)
+	if !ok {
+		return Amount{}
+	}
+	if !c.Nested() || pool != "" {
+		u := usage[a].Total()
+		p, pu := vecOf(c.PoolSize(pool)), vecOf(c.AccountPoolUsed(pool, usage))
+		gv, bv, uv := vecOf(g), vecOf(b), vecOf(u)
+		var h vec
+		for r := range h {
+			own := max(0, uv[r]-gv[r])
+			h[r] = max(0, gv[r]-uv[r]) + max(0, min(bv[r]-own, p[r]-pu[r]))
+		}
+		return amountOfVec(h)
+	}
+	var h vec
+	for r := range h {
+		lo, hi := int64(0), int64(maxGPUs)
+		if r == 1 {
+			hi = maxMemoryGiB * 1024
+		}
+		for lo < hi {
+			mid := lo + (hi-lo+1)/2
+			var try vec
+			try[r] = mid
+			if c.treeAllows(a, usage, amountOfVec(try)) {
+				lo = mid
+			} else {
+				hi = mid - 1
+			}
+		}
+		h[r] = lo
+	}
+	return amountOfVec(h)
 }
 
 // treeAllows is checkTree's answer without the shortfalls.

@@ -169,6 +169,9 @@ func TestTreeOfOneGroupIsFlat(t *testing.T) {
 					t.Fatalf("seed %d, a team under the shared pool beside a group: flat %+v, nested %+v", seed, want, got)
 				}
 			}
+			if a := (Account{Team: name}); flat.Headroom(a, usage) != tree.Headroom(a, usage) {
+				t.Fatalf("seed %d: %s's headroom %v flat, %v in the tree", seed, name, flat.Headroom(a, usage), tree.Headroom(a, usage))
+			}
 			if flat.ReachableAccount(Account{Team: name}) != tree.ReachableAccount(Account{Team: name}) {
 				t.Fatalf("seed %d: %s reaches %v flat, %v in the tree", seed, name,
 					flat.ReachableAccount(Account{Team: name}), tree.ReachableAccount(Account{Team: name}))
@@ -216,6 +219,11 @@ func TestTreeNeverPastALimit(t *testing.T) {
 		for range 60 {
 			name := teams[r.IntN(len(teams))]
 			a := Account{Team: name}
+			// Headroom is the most CheckAccount allows.
+			h := c.Headroom(a, usage).GPUs
+			if !c.CheckAccount(a, usage, Amount{GPUs: h}).Allowed || c.CheckAccount(a, usage, Amount{GPUs: h + 1}).Allowed {
+				t.Fatalf("seed %d: %s's headroom %d is not the most CheckAccount allows", seed, name, h)
+			}
 			n := int64(1 + r.IntN(3))
 			if !c.CheckAccount(a, usage, Amount{GPUs: n}).Allowed {
 				continue
@@ -293,5 +301,35 @@ func TestTreeValidate(t *testing.T) {
 	}
 	if _, err := ParseYAML([]byte("groups: {org: {gpus: 4}, dept: {parent: org, gpus: 2, borrow: {gpus: 2}, lend: {gpus: 1}}}\nteams: {x: {gpus: 1, group: dept}}")); err != nil {
 		t.Errorf("a valid tree: %v", err)
+	}
+}
+
+// GroupFlows says, per group, what its subtree borrows and from where.
+func TestGroupFlows(t *testing.T) {
+	c := orgTree()
+	tg := c.Groups["t"]
+	tg.Lend = Limits{GPUs: 2}
+	c.Groups["t"] = tg
+	c.SharedPool = Limits{GPUs: 4}
+	// p1 borrows 1 of t's pool; t lends its other 1 to q1, which borrows 4:
+	// 1 from t's loan, 2 from dept's pool, 1 from the shared pool.
+	usage := map[Account]Usage{{Team: "p1"}: gpuUse(2), {Team: "q1"}: gpuUse(4)}
+	flows, used, free := c.GroupFlows(usage)
+	want := map[string]GroupFlow{
+		"t":    {Borrowed: Amount{GPUs: 1}, FromPool: Amount{GPUs: 1}, Lent: Amount{GPUs: 1}},
+		"u":    {Borrowed: Amount{GPUs: 4}, Above: Amount{GPUs: 4}},
+		"dept": {Borrowed: Amount{GPUs: 4}, FromPool: Amount{GPUs: 2}, FromLent: Amount{GPUs: 1}, Above: Amount{GPUs: 1}},
+	}
+	if diff := cmp.Diff(want, flows); diff != "" {
+		t.Errorf("flows (-want +got):\n%s", diff)
+	}
+	if used.GPUs != 1 || free.GPUs != 3 {
+		t.Errorf("shared pool: used %v, free %v; want 1 and 3", used, free)
+	}
+	if f, _, _ := orgTree().GroupFlows(nil); len(f) != 3 {
+		t.Errorf("flows of an idle tree: %v, want the 3 groups", f)
+	}
+	if f, _, _ := (Config{}).GroupFlows(nil); f != nil {
+		t.Errorf("flows of a flat configuration: %v", f)
 	}
 }
