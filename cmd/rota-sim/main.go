@@ -72,6 +72,9 @@ type options struct {
 	reclaimQuotaOnly bool
 	// halfLife adds a drf variant with fair share's memory.
 	halfLife time.Duration
+	// quotaTree adds a drf variant with the gang mix's quota as a tree.
+	quotaTree     bool
+	quotaTreeLend float64
 	// deadlines gives that share of jobs a deadline; deadlineLead is the
 	// lead of the drf variant added to order by them.
 	deadlines    float64
@@ -127,6 +130,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.reclaim, "reclaim", "", "time mode, drf queue: reclaim modes to compare, comma-separated, every --seeds seed: off, newest (newest admitted first), lost-work (least work lost since the last checkpoint first); jobs draw checkpoint intervals from the seed")
 	fs.Float64Var(&o.deadlines, "deadlines", 0, "time mode: give this share of the jobs (0 to 1) a deadline (arrival + duration x U(1.2, 4); those without a declared runtime declare 1.25 x their duration), and also run each drf variant ordering by them (--deadline-lead)")
 	fs.DurationVar(&o.deadlineLead, "deadline-lead", 30*time.Minute, "time mode, --deadlines: the queue's deadline lead, as rota-extender's --deadline-lead")
+	fs.BoolVar(&o.quotaTree, "quota-tree", false, "time mode, gang workload: also run each drf variant with the teams' quota as a three-level tree (two departments with pools of their own, sharedPool smaller by as much; sim.GangLoad.TreeQuota)")
+	fs.Float64Var(&o.quotaTreeLend, "quota-tree-lend", 0, "time mode, --quota-tree: the share of each department's pool it lends to the other department (0 to 1)")
 	fs.DurationVar(&o.halfLife, "fair-share-half-life", 0, "time mode: also run each drf variant with fair share's memory of past use at this half-life (0: not)")
 	fs.BoolVar(&o.reclaimQuotaOnly, "reclaim-quota-only", false, "time mode, --reclaim: evict whatever frees the waiting job's quota, even where it would still not fit (the queue controller's rule before it checked room)")
 	fs.IntVar(&o.maxGangSize, "max-preemptible-gang-size", 8, "time mode, --reclaim: members of larger gangs are never evicted (0: any gang may be)")
@@ -198,6 +203,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		if o.reserve || !strings.Contains(o.queue, "drf") || o.maxGangSize < 0 {
 			errs = append(errs, errors.New("--reclaim: needs the drf queue, no --reserve, and --max-preemptible-gang-size 0 or more"))
 		}
+	}
+	if o.quotaTreeLend < 0 || o.quotaTreeLend > 1 {
+		errs = append(errs, fmt.Errorf("--quota-tree-lend %g: want a share from 0 to 1", o.quotaTreeLend))
 	}
 	switch o.progress {
 	case "auto", "bar", "lines", "none":

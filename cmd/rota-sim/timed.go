@@ -25,6 +25,8 @@ type world struct {
 	nodes []sim.Node
 	jobs  []sim.Job
 	q     *quota.Config
+	// tree is q as a tree of departments (sim.GangLoad.TreeQuota).
+	tree  *quota.Config
 	title string
 	w     placement.Workload
 }
@@ -34,11 +36,11 @@ type world struct {
 // --reserve, the jobs declare runtimes.
 func timedWorld(o options, seed uint64) (world, error) {
 	var (
-		nodes []sim.Node
-		jobs  []sim.Job
-		q     *quota.Config
-		title string
-		err   error
+		nodes   []sim.Node
+		jobs    []sim.Job
+		q, tree *quota.Config
+		title   string
+		err     error
 	)
 	switch o.workload {
 	case "gang":
@@ -55,12 +57,12 @@ func timedWorld(o options, seed uint64) (world, error) {
 			return world{}, err
 		}
 		nodes = g.Cluster()
-		qc := g.Quota()
-		q = &qc
+		qc, tc := g.Quota(), g.TreeQuota(o.quotaTreeLend)
+		q, tree = &qc, &tc
 		title = fmt.Sprintf("gang workload: %d jobs, %d nodes (%d leaves x %d) x %d GPUs, offered load %.2f, seed %d",
 			len(jobs), len(nodes), g.Leaves, g.NodesPerLeaf, g.GPUsPerNode, g.Load, g.Seed)
 		if !o.quota {
-			q = nil
+			q, tree = nil, nil
 			title += ", no quota"
 		}
 	case "trace":
@@ -119,7 +121,7 @@ func timedWorld(o options, seed uint64) (world, error) {
 			workload = append(workload, j.Member)
 		}
 	}
-	return world{seed: seed, nodes: nodes, jobs: jobs, q: q, title: title, w: sim.WorkloadOf(workload, sim.WorkloadOptions{})}, nil
+	return world{seed: seed, nodes: nodes, jobs: jobs, q: q, tree: tree, title: title, w: sim.WorkloadOf(workload, sim.WorkloadOptions{})}, nil
 }
 
 // variant is one column: a policy, a queue discipline, with or without
@@ -135,6 +137,8 @@ type variant struct {
 	halfLife time.Duration
 	// lead is the deadline lead (--deadlines, --deadline-lead).
 	lead time.Duration
+	// tree runs the gang mix's quota as a tree (--quota-tree).
+	tree bool
 }
 
 // runTimed is --mode time: one replay per policy and queue discipline (in
@@ -165,10 +169,19 @@ func runTimed(o options, seeds []uint64, stdout io.Writer) error {
 				continue
 			}
 			variants = append(variants, v)
+			if o.quotaTree && v.queue == sim.QueueDRF {
+				tr := v
+				tr.tree = true
+				variants = append(variants, tr)
+			}
 			if o.halfLife > 0 && v.queue == sim.QueueDRF {
 				h := v
 				h.halfLife = o.halfLife
 				variants = append(variants, h)
+				if o.quotaTree {
+					h.tree = true
+					variants = append(variants, h)
+				}
 			}
 			if o.deadlines > 0 && v.queue == sim.QueueDRF {
 				d := v
@@ -211,6 +224,15 @@ func runTimed(o options, seeds []uint64, stdout io.Writer) error {
 			}
 			cfg.Reclaim = v.reclaim
 			cfg.ReclaimOptions = sim.ReclaimOptions{MaxPreemptibleGangSize: o.maxGangSize, QuotaOnly: o.reclaimQuotaOnly}
+			if v.tree || v.halfLife > 0 || v.lead > 0 {
+				cfg.Label = v.String()
+			}
+			if v.tree {
+				if wd.tree == nil {
+					return errors.New("--quota-tree needs the gang workload with quota")
+				}
+				cfg.Quota = wd.tree
+			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -275,6 +297,9 @@ func (v variant) String() string {
 	}
 	if v.lead > 0 {
 		s += ", deadline lead " + v.lead.String()
+	}
+	if v.tree {
+		s += ", quota tree"
 	}
 	return s
 }

@@ -197,6 +197,30 @@ func (g GangLoad) Quota() quota.Config {
 	}
 }
 
+// TreeQuota is Quota as a three-level tree (the shared pool, two
+// departments, the teams): pretraining (foundation, vision) and applied
+// (speech, research) each hold a pool of 2/16 of the GPUs, of which they
+// lend the share lend (0 to 1) to the other department when their own
+// teams leave it unused, and the shared pool keeps 2/16, so the tree lends
+// as much in all as Quota's pool of 6/16, nearest first. Guarantees and
+// borrow limits are Quota's.
+func (g GangLoad) TreeQuota(lend float64) quota.Config {
+	q := g.Quota()
+	c := g.capacity()
+	pool := int64(c * 2 / 16)
+	mem := q.SharedPool.GPUMemoryGiB / 4
+	lent := quota.Limits{GPUs: int64(lend * float64(pool)), GPUMemoryGiB: int64(lend * float64(mem))}
+	dept := quota.Group{GPUs: pool, GPUMemoryGiB: mem, Lend: lent}
+	q.Groups = map[string]quota.Group{"pretraining": dept, "applied": dept}
+	for name, dept := range map[string]string{"foundation": "pretraining", "vision": "pretraining", "speech": "applied", "research": "applied"} {
+		t := q.Teams[name]
+		t.Group = dept
+		q.Teams[name] = t
+	}
+	q.SharedPool = quota.Limits{GPUs: int64(c)*6/16 - 2*pool, GPUMemoryGiB: q.SharedPool.GPUMemoryGiB - 2*mem}
+	return q
+}
+
 // Generate draws the jobs. runtimes is the duration sample (seconds); each
 // kind draws from its range of it (a kind whose range holds no sample uses
 // the range's lower end).

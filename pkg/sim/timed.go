@@ -110,6 +110,9 @@ type TimedConfig struct {
 	// (pkg/queue.History): teams are ordered by current plus decayed past
 	// dominant share. 0: current share only.
 	FairShareHalfLife float64
+	// Label, when set, names the run in tables instead of its policy and
+	// queue.
+	Label string
 	// Reserve, with QueueDRF, turns on reservation and backfill: after each
 	// queue pass the reservation policy (pkg/reserve.Policy.Pass) holds
 	// room for the heads of the teams' queues that wait for room, and pods
@@ -169,7 +172,9 @@ type TeamStats struct {
 
 // TimedResult is the outcome of RunTimed.
 type TimedResult struct {
-	Policy       string
+	Policy string
+	// Label names the run in tables (TimedConfig.Label).
+	Label        string
 	CapacityGPUs float64
 	// Window is the arrival window [0, Window]; End the time the last job
 	// left (or the replay stopped because nothing queued could ever fit).
@@ -421,7 +426,7 @@ func RunTimed(cfg TimedConfig) (TimedResult, error) {
 	}
 	arrivals := slices.Clone(jobs)
 	slices.SortStableFunc(arrivals, func(a, b *jobState) int { return cmp.Compare(a.job.Arrive, b.job.Arrive) })
-	t.res = TimedResult{Policy: cfg.Policy.Name(), CapacityGPUs: float64(t.capMilli) / MilliPerGPU,
+	t.res = TimedResult{Policy: cfg.Policy.Name(), Label: cfg.Label, CapacityGPUs: float64(t.capMilli) / MilliPerGPU,
 		Jobs: len(jobs), Window: t.res.Window}
 	n := cmp.Or(cfg.Samples, 50)
 	for k := range n {

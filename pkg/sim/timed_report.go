@@ -105,7 +105,9 @@ func tableHead(b *strings.Builder, title, first string, rs []TimedResult) {
 	}
 	fmt.Fprintf(b, "| %s |", first)
 	for _, r := range rs {
-		if r.Queue == QueueDRF && r.Reserve {
+		if r.Label != "" {
+			fmt.Fprintf(b, " %s |", r.Label)
+		} else if r.Queue == QueueDRF && r.Reserve {
 			fmt.Fprintf(b, " %s, Rota queue + reservations |", r.Policy)
 		} else if r.Queue == QueueDRF {
 			fmt.Fprintf(b, " %s, Rota queue |", r.Policy)

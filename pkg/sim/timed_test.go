@@ -1,15 +1,17 @@
 package sim
 
 import (
-	"github.com/google/go-cmp/cmp"
-
 	"errors"
 	"fmt"
-	"github.com/rota-sched/rota/pkg/quota"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/rota-sched/rota/pkg/quota"
 )
 
 func timedPolicy(t *testing.T, name string, jobs []Job, nodes []Node) TimedConfig {
@@ -304,5 +306,61 @@ func TestReadRuntimes(t *testing.T) {
 		} else if !errors.Is(err, ErrBadValue) && !errors.Is(err, ErrMissingColumn) {
 			t.Errorf("ReadRuntimes(%q): %v", in, err)
 		}
+	}
+}
+
+// TestTreeQuota: the gang mix's quota as a tree lends as much in all as
+// the flat pool. Lending whole department pools, it decides as the flat
+// configuration does (the same run, job for job); lending none, each
+// department's teams borrow at most their pool and the shared pool's.
+func TestTreeQuota(t *testing.T) {
+	g := GangLoad{Leaves: 2, NodesPerLeaf: 8, GPUsPerNode: 8, CPUMilliPerNode: 128000, Jobs: 300, Load: 1.5, Seed: 11}
+	jobs, err := g.Generate([]float64{30, 120, 900, 3000, 7200, 20000, 50000, 90000, 200000, 400000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flat, open, closed := g.Quota(), g.TreeQuota(1), g.TreeQuota(0)
+	for _, q := range []quota.Config{open, closed} {
+		if err := q.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		pools := q.SharedPool.GPUs
+		for _, d := range q.Groups {
+			pools += d.GPUs
+		}
+		if pools != flat.SharedPool.GPUs {
+			t.Errorf("the tree's pools hold %d GPUs, the flat pool %d", pools, flat.SharedPool.GPUs)
+		}
+	}
+	run := func(q quota.Config) TimedResult {
+		cfg := timedPolicy(t, "bestfit", jobs, g.Cluster())
+		cfg.Quota, cfg.Queue = &q, QueueDRF
+		r, err := RunTimed(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	a, b := run(flat), run(open)
+	if !slices.EqualFunc(a.Waits, b.Waits, func(x, y JobWait) bool { return x.Wait == y.Wait }) {
+		t.Error("a tree lending whole department pools waits differently from the flat pool")
+	}
+	c := run(closed)
+	for _, ts := range c.Teams {
+		// Whole GPUs: the guarantee, then the department's pool and the
+		// shared pool's (the other department lends nothing); memory
+		// shares count as fractions of a GPU.
+		dept := closed.Groups[closed.Teams[ts.Team].Group]
+		tm := closed.Teams[ts.Team]
+		reach := closed.Reachable(ts.Team)
+		if reach.GPUs != tm.GPUs+min(tm.Borrow.GPUs, dept.GPUs+closed.SharedPool.GPUs) {
+			t.Errorf("team %s reaches %d GPUs in the isolated tree", ts.Team, reach.GPUs)
+		}
+		if most := float64(reach.GPUs) + float64(reach.MemoryMiB)/float64(GPUMemoryMiB); ts.PeakGPUs > most+1e-9 {
+			t.Errorf("team %s peaked at %.1f GPUs in the isolated tree, more than it reaches (%v)", ts.Team, ts.PeakGPUs, reach)
+		}
+	}
+	if slices.EqualFunc(a.Waits, c.Waits, func(x, y JobWait) bool { return x.Wait == y.Wait }) {
+		t.Error("isolated departments wait exactly as the flat pool: the tree made no difference in this run")
 	}
 }
