@@ -85,6 +85,10 @@ func ReclaimableAt(cfg quota.Config, admitted map[quota.Account]quota.Usage, w *
 // the same order (least lost work, then newest), then gives back any victim
 // the others make unnecessary, most costly first.
 //
+// In a tree of groups (quota.Group), the work nearest in the tree goes
+// first: the victims in w's group's subtree, if they can free w's need,
+// then those in its parent's, up to all (treeLevels).
+//
 // Because the reclaiming account never goes above its guarantee and every
 // victim's account stays at or above its own, two teams can never reclaim
 // from each other in turn.
@@ -110,12 +114,53 @@ func Reclaim(cfg quota.Config, admitted map[quota.Account]quota.Usage, w *Worklo
 		cands = append(cands, v)
 	}
 	slices.SortFunc(cands, victimLess)
-	r := reclaimSearch{cfg: cfg, admitted: admitted, need: need, cands: cands, left: map[quota.Account]quota.Amount{}}
-	if len(cands) <= exactLimit {
+	// In a tree of groups, borrowed work nearest in the tree goes first:
+	// the search runs on the victims in w's own group's subtree, then its
+	// parent's, up to all, and the first level that frees w's need wins.
+	for _, level := range treeLevels(cfg, a, cands) {
+		r := reclaimSearch{cfg: cfg, admitted: admitted, need: need, cands: level, left: map[quota.Account]quota.Amount{}}
+		if set := r.run(); set != nil {
+			return set
+		}
+	}
+	return nil
+}
+
+// run searches r's candidates: exactly up to exactLimit of them, else
+// greedily.
+func (r *reclaimSearch) run() []Victim {
+	if len(r.cands) <= exactLimit {
 		r.exact(0, nil, quota.Amount{}, 0)
 		return r.best
 	}
 	return r.greedy()
+}
+
+// treeLevels splits reclaim's candidates for account a by their place in
+// the tree of groups (quota.Config.Path): those in a's group's subtree,
+// then in its parent's, and so on, then all of them; each level holds the
+// one before. Without groups, or for a per-model account, one level: all.
+func treeLevels(cfg quota.Config, a quota.Account, cands []Victim) [][]Victim {
+	path := cfg.Path(a.Team)
+	if !cfg.Nested() || a.Model != "" || len(path) == 0 {
+		return [][]Victim{cands}
+	}
+	var levels [][]Victim
+	for _, g := range path {
+		var in []Victim
+		for _, v := range cands {
+			if v.Account.Model == "" && slices.Contains(cfg.Path(v.Team), g) {
+				in = append(in, v)
+			}
+		}
+		if len(in) > 0 && (len(levels) == 0 || len(in) > len(levels[len(levels)-1])) {
+			levels = append(levels, in)
+		}
+	}
+	if len(levels) == 0 || len(cands) > len(levels[len(levels)-1]) {
+		levels = append(levels, cands)
+	}
+	return levels
 }
 
 // exactLimit bounds the exact search (2^n sets at worst, pruned by lost

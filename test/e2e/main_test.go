@@ -103,6 +103,7 @@ const quotaDoc = `teams:
     models: {"Rota Defrag GPU": {gpus: 4}}
   qtree-p1: {gpus: 1, borrow: {gpus: 10}, group: qtree-t}
   qtree-q1: {borrow: {gpus: 10}, group: qtree-u}
+  qtree-p2: {gpus: 1, group: qtree-t}
 # The nested-groups scenario's tree: department qtree-dept (pool 2, never
 # borrowing from the shared pool) holds qtree-t (pool 2) and qtree-u.
 groups:

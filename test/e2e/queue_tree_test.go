@@ -66,3 +66,52 @@ func TestQueueTreeSiblingsFirst(t *testing.T) {
 	note(name, "p1 borrowed its group's pool, q1 the department's; p3 queued: %s", msg)
 	checkInvariants(ctx, t, nil)
 }
+
+// TestQueueTreeReclaimsFromSibling: reclaim in a tree takes borrowed work
+// nearest in the tree first. On a node of 5 GPUs, project qtree-p1 runs 3
+// pods (1 guaranteed, 2 borrowed from its group's pool) and its cousin
+// qtree-q1 then borrows the other 2. Project qtree-p2, p1's sibling, asks
+// for the 1 GPU it is guaranteed: there is no room, and reclaim evicts one
+// of p1's pods, not one of q1's, although q1's started later and so lose
+// less work (which alone would choose them, as in a flat configuration).
+func TestQueueTreeReclaimsFromSibling(t *testing.T) {
+	const name = "qtreerc"
+	ctx, nsP2 := setup(t, name, "qtree-p2", 3*time.Minute)
+	nsP1, nsQ := "e2e-qtreerc-p1", "e2e-qtreerc-q1"
+	for ns, team := range map[string]string{nsP1: "qtree-p1", nsQ: "qtree-q1"} {
+		if err := env.CreateNamespace(ctx, ns, team); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_ = env.DeletePods(dctx, ns)
+		})
+	}
+	queueing(ctx, t)
+	nodes(ctx, t, name, name, 1, harness.GPUNodeSpec{Model: h100.Model, MemoryMiB: h100.MemoryMiB, Count: 5})
+	for i := range 3 {
+		create(ctx, t, pod(nsP1, fmt.Sprintf("p%d", i), name).GPUs(1).Obj())
+	}
+	waitPods(ctx, t, nsP1, "p1's 3 pods running", func(p []corev1.Pod) bool { return harness.Running(p) == 3 })
+	time.Sleep(2 * time.Second) // p1's pods have run longer than q1's will have
+	for i := range 2 {
+		create(ctx, t, pod(nsQ, fmt.Sprintf("q%d", i), name).GPUs(1).Obj())
+	}
+	waitPods(ctx, t, nsQ, "q1's 2 pods running, the node full", func(p []corev1.Pod) bool { return harness.Running(p) == 2 })
+	create(ctx, t, pod(nsP2, "mine", name).GPUs(1).Obj())
+	waitPods(ctx, t, nsP2, "p2's guaranteed pod running", func(p []corev1.Pod) bool { return running(p, "mine") })
+	fromP1, err := env.NamespaceEvents(ctx, nsP1, "Reclaimed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromQ, err := env.NamespaceEvents(ctx, nsQ, "Reclaimed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fromP1) != 1 || len(fromQ) != 0 {
+		t.Errorf("Reclaimed events: %d in the sibling's namespace, %d in the cousin's; want 1 and 0", len(fromP1), len(fromQ))
+	}
+	note(name, "p2's guarantee returned from its sibling p1 (%d evicted), its cousin untouched (%d)", len(fromP1), len(fromQ))
+	checkInvariants(ctx, t, nil)
+}
