@@ -351,14 +351,21 @@ func newPass(in *Input) *pass {
 
 func (p *pass) run(fit Fitter) {
 	in := p.in
+	tree := newShareTree(in.Config, p.names)
 	for open := len(p.names); open > 0 && (in.MaxAdmissions == 0 || len(p.res.Admitted) < in.MaxAdmissions); {
-		// The open team with the lowest weighted dominant share.
+		// The open team with the lowest weighted dominant share; in a tree
+		// of groups, level by level among siblings.
 		best, bestShare := -1, 0.0
+		var keys [][]nodeShare
+		if tree != nil {
+			keys = tree.keys(p)
+		}
 		for t := range p.names {
 			if !p.open[t] {
 				continue
 			}
-			if s := p.share(t); best < 0 || s < bestShare {
+			s := p.share(t)
+			if best < 0 || (keys == nil && s < bestShare) || (keys != nil && lessKey(keys[t], keys[best])) {
 				best, bestShare = t, s
 			}
 		}
@@ -614,4 +621,75 @@ func subject(w *Workload) string {
 		return fmt.Sprintf("gang %s (%d pods x %s)", w.Key, w.Members, w.PerMember)
 	}
 	return "this pod"
+}
+
+// shareTree orders teams by fair share level by level in a tree of
+// quota groups (quota.Group): at the top the group (or team) with the
+// lowest weighted dominant share among its siblings, then inside it.
+type shareTree struct {
+	cfg   quota.Config
+	paths [][]string // per team, its groups from the top down
+}
+
+// newShareTree is nil for a configuration without groups.
+func newShareTree(cfg quota.Config, names []string) *shareTree {
+	if !cfg.Nested() {
+		return nil
+	}
+	st := &shareTree{cfg: cfg, paths: make([][]string, len(names))}
+	for t, name := range names {
+		path := cfg.Path(name)
+		slices.Reverse(path)
+		st.paths[t] = path
+	}
+	return st
+}
+
+// nodeShare is one level of a team's key: a node of the tree (a group, or
+// the team itself at the end) and its weighted share.
+type nodeShare struct {
+	share float64
+	name  string
+}
+
+// keys is each team's key: its groups' weighted shares from the top down,
+// then its own. A group's share is the dominant share of its subtree's
+// use (with the teams' past use, Input.Past) over its weight.
+func (st *shareTree) keys(p *pass) [][]nodeShare {
+	use := map[string]Use{}
+	past := map[string]float64{}
+	for t, path := range st.paths {
+		for _, g := range path {
+			u := use[g]
+			u.GPUs += p.use[t].GPUs
+			u.MemoryMiB += p.use[t].MemoryMiB
+			u.CPUMilli += p.use[t].CPUMilli
+			use[g] = u
+			past[g] += p.in.Past[p.names[t]]
+		}
+	}
+	keys := make([][]nodeShare, len(st.paths))
+	for t, path := range st.paths {
+		k := make([]nodeShare, 0, len(path)+1)
+		for _, g := range path {
+			k = append(k, nodeShare{share: (DominantShare(use[g], p.in.Capacity) + past[g]) / st.cfg.Groups[g].EffectiveWeight(), name: g})
+		}
+		keys[t] = append(k, nodeShare{share: p.share(t), name: p.names[t]})
+	}
+	return keys
+}
+
+// lessKey compares two teams' keys level by level: at the first level
+// where their nodes differ, the lower share (then name) goes first.
+func lessKey(a, b []nodeShare) bool {
+	for i := range min(len(a), len(b)) {
+		if a[i].name == b[i].name {
+			continue
+		}
+		if a[i].share != b[i].share {
+			return a[i].share < b[i].share
+		}
+		return a[i].name < b[i].name
+	}
+	return len(a) < len(b)
 }

@@ -38,6 +38,18 @@ type Group struct {
 	// its parent's other children may borrow (default none: the pool is
 	// its subtree's alone).
 	Lend Limits `json:"lend,omitzero"`
+	// Weight is the group's fair-share weight among its siblings (default
+	// 1): the queue picks, level by level, the sibling with the lowest
+	// weighted dominant share, then inside it.
+	Weight float64 `json:"weight,omitempty"`
+}
+
+// EffectiveWeight is the group's fair-share weight: 1 unless configured.
+func (g Group) EffectiveWeight() float64 {
+	if g.Weight <= 0 {
+		return 1
+	}
+	return g.Weight
 }
 
 // maxTreeDepth bounds the groups above a team.
@@ -83,6 +95,9 @@ func validateGroups(c Config, add func(field string, value any, problem, fix str
 			limits(f+".borrow", *g.Borrow)
 		}
 		limits(f+".lend", g.Lend)
+		if g.Weight < 0 || g.Weight > maxWeight {
+			add(f+".weight", g.Weight, "is out of range", fmt.Sprintf("write a positive weight up to %d (default 1)", maxWeight))
+		}
 		if g.Lend.GPUs > g.GPUs || g.Lend.GPUMemoryGiB > g.GPUMemoryGiB {
 			add(f+".lend", fmt.Sprintf("%+v", g.Lend), "is more than the group's pool", "lend at most the group's own gpus and gpuMemoryGiB")
 		}
