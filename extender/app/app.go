@@ -327,10 +327,7 @@ func (a *App) addServer(cfg config.Config, logger klog.Logger) {
 	uo := ui.Options{Names: a.names, Parser: a.parser, Snapshot: a.ledger.Snapshot, Pods: a.podFactory.Core().V1().Pods().Lister(),
 		Decisions: a.extender.Decisions}
 	if a.queue != nil {
-		uo.Queue = func() contract.QueueView { // what /debug/queue serves
-			pods, teams := a.queue.Positions()
-			return contract.QueueView{Leader: a.serving(), Teams: teams, Pods: pods}
-		}
+		uo.Queue = func() contract.QueueView { return a.queue.View(a.serving()) } // what /debug/queue serves
 	}
 	a.status = ui.New(uo)
 	so := server.Options{MaxBodyBytes: cfg.MaxBodyBytes, Metrics: a.metrics, Logger: logger, UI: a.status,

@@ -169,6 +169,7 @@ type Controller struct {
 	// the one that admitted a pod before the informer hears of the update.
 	ungated map[types.UID]*corev1.Pod
 	teams   map[string]TeamStatus
+	groups  []contract.QueueGroup
 	// restored is set once the first pass held the recorded reservations.
 	restored bool
 	// events gathers the current pass's Queued and Admitted events (only

@@ -3,17 +3,15 @@ package queue
 import (
 	"encoding/json"
 	"net/http"
-
-	"github.com/rota-sched/rota/pkg/contract"
 )
 
 // Handler serves GET /debug/queue[?team=T]. leading says whether this
 // replica runs the controller (nil: always).
 func (c *Controller) Handler(leading func() bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		pods, teams := c.Positions()
-		v := contract.QueueView{Leader: leading == nil || leading(), Teams: teams, Pods: pods}
+		v := c.View(leading == nil || leading())
 		if t := r.URL.Query().Get("team"); t != "" {
+			teams, pods := v.Teams, v.Pods
 			v.Teams, v.Pods = nil, nil
 			for _, ts := range teams {
 				if ts.Team == t {

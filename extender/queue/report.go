@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -12,7 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/rota-sched/rota/pkg/contract"
 	pkgqueue "github.com/rota-sched/rota/pkg/queue"
+	"github.com/rota-sched/rota/pkg/quota"
 	"github.com/rota-sched/rota/pkg/reserve"
 )
 
@@ -92,6 +95,9 @@ func (c *Controller) report(ctx context.Context, in pkgqueue.Input, res pkgqueue
 	}
 	for t, ts := range teams {
 		ts.Share = shareOf(in, t)
+		if tm, ok := in.Config.Teams[t]; ok {
+			ts.Group = tm.Group
+		}
 		teams[t] = ts
 		c.o.Metrics.Length.WithLabelValues(t).Set(float64(ts.Queued))
 		c.o.Metrics.OldestWait.WithLabelValues(t).Set(oldest[t])
@@ -102,8 +108,9 @@ func (c *Controller) report(ctx context.Context, in pkgqueue.Input, res pkgqueue
 			queuedUIDs[p.UID] = true
 		}
 	}
+	groups := queueGroups(in.Config, in.Admitted)
 	c.mu.Lock()
-	c.status, c.teams = status, teams
+	c.status, c.teams, c.groups = status, teams, groups
 	// Forget pods that left the queue (admitted, deleted).
 	for uid := range c.written {
 		if !queuedUIDs[uid] {
@@ -198,4 +205,50 @@ func (c *Controller) event(pod *corev1.Pod, typ, reason, msg string) {
 	if c.o.Recorder != nil {
 		c.o.Recorder.Event(pod, typ, reason, msg)
 	}
+}
+
+// queueGroups is the quota tree for /debug/queue and /ui: each group,
+// parents first, siblings by name, with what its subtree borrows now and
+// from where (pkg/quota.Config.GroupFlows).
+func queueGroups(cfg quota.Config, admitted map[quota.Account]quota.Usage) []contract.QueueGroup {
+	flows, _, _ := cfg.GroupFlows(admitted)
+	if flows == nil {
+		return nil
+	}
+	children := map[string][]string{}
+	for name, g := range cfg.Groups {
+		children[g.Parent] = append(children[g.Parent], name)
+	}
+	var out []contract.QueueGroup
+	var walk func(parent string, depth int)
+	walk = func(parent string, depth int) {
+		names := children[parent]
+		slices.Sort(names)
+		for _, name := range names {
+			g, f := cfg.Groups[name], flows[name]
+			qg := contract.QueueGroup{Group: name, Parent: g.Parent, Depth: depth, PoolGPUs: g.GPUs, BorrowedGPUs: f.Borrowed.GPUs,
+				FromPoolGPUs: f.FromPool.GPUs, FromLentGPUs: f.FromLent.GPUs, AboveGPUs: f.Above.GPUs, LentGPUs: f.Lent.GPUs}
+			if g.Borrow != nil {
+				b := g.Borrow.GPUs
+				qg.BorrowLimitGPUs = &b
+			}
+			out = append(out, qg)
+			if depth < 32 {
+				walk(name, depth+1)
+			}
+		}
+	}
+	walk("", 0)
+	return out
+}
+
+// View is what /debug/queue and /ui show: the positions, the teams and the
+// quota tree after the last pass; leader says whether this replica runs
+// the controller.
+func (c *Controller) View(leader bool) contract.QueueView {
+	pods, teams := c.Positions()
+	c.mu.Lock()
+	groups := slices.Clone(c.groups)
+	c.mu.Unlock()
+	return contract.QueueView{Leader: leader, Teams: teams, Pods: pods, Groups: groups}
 }

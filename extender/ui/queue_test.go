@@ -40,9 +40,12 @@ func TestStateTeamQueues(t *testing.T) {
 		}
 	}
 	msg := "position 1 of 2 in team vision; waiting for quota: team vision: quota 2 GPUs, 2 in use or queued"
+	limit := int64(8)
 	view := contract.QueueView{Leader: true,
+		Groups: []contract.QueueGroup{{Group: "ml", PoolGPUs: 4, BorrowedGPUs: 2, FromPoolGPUs: 2, BorrowLimitGPUs: &limit},
+			{Group: "cv", Parent: "ml", Depth: 1}},
 		Teams: []contract.QueueTeam{
-			{Team: "vision", Queued: 2, GPUs: 2, MemoryMiB: 160 * 1024, Share: 0.25},
+			{Team: "vision", Group: "cv", Queued: 2, GPUs: 2, MemoryMiB: 160 * 1024, Share: 0.25},
 			{Team: "audio", GPUs: 1, Share: 0.125},
 		},
 		Pods: []contract.QueuePosition{
@@ -64,7 +67,7 @@ func TestStateTeamQueues(t *testing.T) {
 		{QueueTeam: view.Teams[1], Pods: []contract.QueuePosition{}},
 		{QueueTeam: contract.QueueTeam{Team: "nlp"}, Pods: []contract.QueuePosition{view.Pods[2]}},
 		{QueueTeam: view.Teams[0], Pods: []contract.QueuePosition{view.Pods[1], view.Pods[0]}},
-	}}
+	}, Groups: view.Groups}
 	if d := diff(want, got.TeamQueues); d != "" {
 		t.Errorf("team queues mismatch:\n%s", d)
 	}

@@ -46,6 +46,8 @@ type TeamQueues struct {
 	// run: its teams are then empty.
 	Leader bool        `json:"leader"`
 	Teams  []TeamQueue `json:"teams"`
+	// Groups is the quota tree, parents first (empty without groups).
+	Groups []contract.QueueGroup `json:"groups,omitempty"`
 }
 
 // TeamQueue is one team's admitted use and queued pods, in queue order.
@@ -70,7 +72,7 @@ func teamQueues(v contract.QueueView) *TeamQueues {
 		}
 		tq.Pods = append(tq.Pods, p)
 	}
-	out := &TeamQueues{Leader: v.Leader, Teams: make([]TeamQueue, 0, len(by))}
+	out := &TeamQueues{Leader: v.Leader, Teams: make([]TeamQueue, 0, len(by)), Groups: v.Groups}
 	for _, tq := range by {
 		slices.SortStableFunc(tq.Pods, func(a, b contract.QueuePosition) int {
 			if c := cmp.Compare(a.Position, b.Position); c != 0 {

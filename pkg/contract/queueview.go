@@ -11,11 +11,37 @@ type QueueView struct {
 	Leader bool            `json:"leader"`
 	Teams  []QueueTeam     `json:"teams"`
 	Pods   []QueuePosition `json:"pods"`
+	// Groups is the quota tree (quota groups), parents before their
+	// children; empty without groups.
+	Groups []QueueGroup `json:"groups,omitempty"`
+}
+
+// QueueGroup is one quota group and what its subtree borrows, from where.
+type QueueGroup struct {
+	Group  string `json:"group"`
+	Parent string `json:"parent,omitempty"`
+	// Depth is 0 for a group under the shared pool.
+	Depth int `json:"depth"`
+	// PoolGPUs is the group's own pool; BorrowedGPUs what its teams use
+	// past their guarantees; FromPoolGPUs, FromLentGPUs (its child groups'
+	// loans) and AboveGPUs where that comes from; LentGPUs what of its pool
+	// others borrow now.
+	PoolGPUs     int64 `json:"poolGPUs"`
+	BorrowedGPUs int64 `json:"borrowedGPUs"`
+	FromPoolGPUs int64 `json:"fromPoolGPUs"`
+	FromLentGPUs int64 `json:"fromLentGPUs"`
+	AboveGPUs    int64 `json:"aboveGPUs"`
+	LentGPUs     int64 `json:"lentGPUs"`
+	// BorrowLimitGPUs caps what the subtree takes from above (absent: no
+	// limit).
+	BorrowLimitGPUs *int64 `json:"borrowLimitGPUs,omitempty"`
 }
 
 // QueueTeam is one team's queue and admitted use.
 type QueueTeam struct {
-	Team      string  `json:"team"`
+	Team string `json:"team"`
+	// Group is the team's quota group ("" under the shared pool).
+	Group     string  `json:"group,omitempty"`
 	Queued    int     `json:"queued"`
 	GPUs      int64   `json:"admittedGPUs"`
 	MemoryMiB int64   `json:"admittedGPUMemoryMiB"`

@@ -64,8 +64,18 @@ func TestQueueUI(t *testing.T) {
 	if !strings.Contains(waitRow, "position 1 of 2 in team qui") {
 		t.Errorf("waiting list row of p-1 %q does not give its queue position", waitRow)
 	}
+	// The shared quota has groups (qtree-dept over qtree-t and qtree-u):
+	// the page draws the tree, children indented under their parent.
+	groups := regexp.MustCompile(`(?s)<table class="queue quota-groups">.*?</table>`).FindString(dom)
+	for _, want := range []string{`<tr data-group="qtree-dept"><td class="group-name" style="padding-left: 0.3em;">qtree-dept</td><td class="num">2 GPUs</td>`,
+		`<tr data-group="qtree-t"><td class="group-name" style="padding-left: 1.5em;">qtree-t</td>`,
+		`<tr data-group="qtree-u"><td class="group-name" style="padding-left: 1.5em;">qtree-u</td>`} {
+		if !strings.Contains(groups, want) {
+			t.Errorf("the quota tree on /ui does not hold %s: %s", want, groups)
+		}
+	}
 	if t.Failed() {
 		t.Logf("rendered page:\n%s", dom)
 	}
-	note(name, "team qui's admitted use and queue (2 pods, in order) on /ui, rendered by %s", bin)
+	note(name, "team qui's admitted use and queue (2 pods, in order) on /ui, and the quota tree, rendered by %s", bin)
 }

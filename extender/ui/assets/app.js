@@ -123,6 +123,7 @@
     var queued = 0;
     q.teams.forEach(function (t) { queued += t.pods.length; });
     document.getElementById("teams-count").textContent = "(" + q.teams.length + " teams, " + queued + " pods queued)";
+    renderGroups(q);
     if (q.leader && q.teams.length === 0) {
       box.appendChild(el("p", "empty", "No team has admitted or queued GPU pods."));
       return;
@@ -132,6 +133,7 @@
       div.dataset.team = t.team;
       var head = el("div", "team-head");
       head.appendChild(el("b", "team-name", t.team || "(namespaces without a team label)"));
+      if (t.group) head.appendChild(el("span", "team-group", "in group " + t.group));
       head.appendChild(el("span", "team-use", t.admittedGPUs + (t.admittedGPUs === 1 ? " GPU" : " GPUs") + " admitted" +
         (t.admittedGPUMemoryMiB ? " (" + gib(t.admittedGPUMemoryMiB) + ")" : "") +
         ", dominant share " + percent(t.dominantShare) + ", " + t.pods.length + " queued"));
@@ -161,6 +163,38 @@
       }
       box.appendChild(div);
     });
+  }
+
+  // renderGroups shows the quota tree: per group, indented under its
+  // parent, what its teams borrow past their guarantees and from where.
+  function renderGroups(q) {
+    var box = document.getElementById("groups");
+    box.textContent = "";
+    if (!q.groups || q.groups.length === 0) return;
+    var table = el("table", "queue quota-groups");
+    var hr = el("tr");
+    ["Quota group", "Pool", "Borrowed", "From its pool", "From child groups", "From above", "Above limit", "Lent"].forEach(function (h) {
+      hr.appendChild(el("th", null, h));
+    });
+    var thead = el("thead");
+    thead.appendChild(hr);
+    table.appendChild(thead);
+    var body = el("tbody");
+    q.groups.forEach(function (g) {
+      var tr = el("tr");
+      tr.dataset.group = g.group;
+      var name = el("td", "group-name", g.group);
+      name.style.paddingLeft = (0.3 + 1.2 * g.depth) + "em";
+      tr.appendChild(name);
+      [g.poolGPUs, g.borrowedGPUs, g.fromPoolGPUs, g.fromLentGPUs, g.aboveGPUs].forEach(function (n) {
+        tr.appendChild(el("td", "num", n + (n === 1 ? " GPU" : " GPUs")));
+      });
+      tr.appendChild(el("td", "num", g.borrowLimitGPUs === undefined ? "none" : g.borrowLimitGPUs + " GPUs"));
+      tr.appendChild(el("td", "num", g.lentGPUs + (g.lentGPUs === 1 ? " GPU" : " GPUs")));
+      body.appendChild(tr);
+    });
+    table.appendChild(body);
+    box.appendChild(table);
   }
 
   function renderUsage(st) {
