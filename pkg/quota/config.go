@@ -150,6 +150,13 @@ func Parse(data []byte) (Config, error) {
 	if err := c.Validate(); err != nil {
 		return Config{}, err
 	}
+	// An empty map is no map: written back, it is left out.
+	if len(c.Groups) == 0 {
+		c.Groups = nil
+	}
+	if len(c.ModelPools) == 0 {
+		c.ModelPools = nil
+	}
 	return c, nil
 }
 

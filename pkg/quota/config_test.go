@@ -133,6 +133,9 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"teams":{"a":{"maxPriority":-5}},"unknownTeams":"unlimited","allowPodTeamOverride":true}`))
 	f.Add([]byte(`{"teams":null}`))
 	f.Add([]byte(`[]`))
+	f.Add([]byte(`{"groups":{"org":{"gpus":4,"borrow":{"gpus":2}},"lab":{"parent":"org","gpus":2,"lend":{"gpus":1},"weight":2}},` +
+		`"teams":{"x":{"gpus":1,"borrow":{"gpus":8},"group":"lab"},"y":{"gpus":2}},"sharedPool":{"gpus":3}}`))
+	f.Add([]byte(`{"groups":{"a":{"parent":"b"},"b":{"parent":"a"}},"teams":{}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data)
 		if err != nil {
@@ -153,10 +156,15 @@ func FuzzParse(f *testing.F) {
 		if diff := cmp.Diff(c, c2); diff != "" {
 			t.Fatalf("round trip changed the config (-before +after):\n%s", diff)
 		}
-		// Reachable never overflows into negative numbers.
+		// Reachable never overflows into negative numbers, and (in a tree
+		// too) what a team reaches with nothing else in use is allowed.
 		for name := range c.Teams {
-			if r := c.Reachable(name); r.GPUs < 0 || r.MemoryMiB < 0 {
+			r := c.Reachable(name)
+			if r.GPUs < 0 || r.MemoryMiB < 0 {
 				t.Fatalf("Reachable(%q) = %v is negative", name, r)
+			}
+			if a := (Account{Team: name}); len(c.Teams[name].Models) == 0 && r.GPUs > 0 && !c.CheckAccount(a, nil, Amount{GPUs: r.GPUs}).Allowed {
+				t.Fatalf("team %q reaches %d GPUs, yet CheckAccount refuses them with nothing in use", name, r.GPUs)
 			}
 		}
 	})
