@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -200,7 +201,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, fmt.Errorf("creating certificates: %w", err)
 	}
 	c.pki = p
-	ports, err := FreePorts(4)
+	ports, err := drawPorts(4)
 	if err != nil {
 		return nil, err
 	}
@@ -217,12 +218,34 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	newProcess := func(name string, args []string) *Process {
 		return NewProcess(name, filepath.Join(opts.BinDir, name), filepath.Join(c.Dir, name+".log"), args)
 	}
-	c.etcd = newProcess(etcdBin, etcdArgs(c.Dir, etcdClient, etcdPeer))
-	if err := c.etcd.Start(); err != nil {
-		return nil, err
-	}
-	if err := c.waitHTTP(ctx, c.etcd, c.EtcdURL+"/health", nil); err != nil {
-		return nil, err
+	// A port FreePorts found free can be taken before the server binds it
+	// (another test process's server, or its FreePorts probe): a server
+	// that fails for that starts again on newly drawn ports, at most
+	// portAttempts times.
+	for attempt := 1; ; attempt++ {
+		c.etcd = newProcess(etcdBin, etcdArgs(c.Dir, etcdClient, etcdPeer))
+		from := logSize(c.etcd)
+		err := c.etcd.Start()
+		if err == nil {
+			err = c.waitHTTP(ctx, c.etcd, c.EtcdURL+"/health", nil)
+		}
+		if err == nil {
+			break
+		}
+		if attempt == portAttempts || !portTaken(c.etcd, from) {
+			return nil, err
+		}
+		klog.InfoS("A port etcd drew was taken; starting it on others", "attempt", attempt, "err", err)
+		_ = c.etcd.Kill()
+		if err := os.RemoveAll(filepath.Join(c.Dir, "etcd")); err != nil {
+			return nil, err
+		}
+		ports, err := FreePorts(2)
+		if err != nil {
+			return nil, err
+		}
+		etcdClient, etcdPeer = ports[0], ports[1]
+		c.EtcdURL = "http://127.0.0.1:" + strconv.Itoa(etcdClient)
 	}
 
 	apiArgs := apiServerArgs(p, c.EtcdURL, apiPort)
@@ -238,9 +261,34 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		}
 		apiArgs = append(apiArgs, auditArgs...)
 	}
-	c.apiServer = newProcess(apiServerBin, append(apiArgs, opts.APIServerArgs...))
-	if err := c.startAPIServer(ctx); err != nil {
-		return nil, err
+	for attempt := 1; ; attempt++ {
+		c.apiServer = newProcess(apiServerBin, append(slices.Clone(apiArgs), opts.APIServerArgs...))
+		from := logSize(c.apiServer)
+		err := c.startAPIServer(ctx)
+		if err == nil {
+			break
+		}
+		if attempt == portAttempts || !portTaken(c.apiServer, from) {
+			return nil, err
+		}
+		klog.InfoS("The port kube-apiserver drew was taken; starting it on another", "attempt", attempt, "err", err)
+		_ = c.apiServer.Kill()
+		c.apiServerRuns = c.apiServerRuns[:len(c.apiServerRuns)-1]
+		ports, err := FreePorts(1)
+		if err != nil {
+			return nil, err
+		}
+		old := "--secure-port=" + strconv.Itoa(apiPort)
+		apiPort = ports[0]
+		for i, a := range apiArgs {
+			if a == old {
+				apiArgs[i] = "--secure-port=" + strconv.Itoa(apiPort)
+			}
+		}
+		c.APIServerURL = "https://127.0.0.1:" + strconv.Itoa(apiPort)
+		if err := c.writeKubeconfigs(p); err != nil {
+			return nil, err
+		}
 	}
 
 	schedConfigFile, err := c.writeSchedulerConfig(opts.SchedulerConfig)
@@ -250,8 +298,24 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	c.scheduler = newProcess(schedulerBin,
 		append(schedulerArgs(c.Dir, schedConfigFile, c.schedulerPort), opts.SchedulerArgs...))
 	if !opts.NoScheduler {
-		if err := c.StartScheduler(ctx); err != nil {
-			return nil, err
+		for attempt := 1; ; attempt++ {
+			from := logSize(c.scheduler)
+			err := c.StartScheduler(ctx)
+			if err == nil {
+				break
+			}
+			if attempt == portAttempts || !portTaken(c.scheduler, from) {
+				return nil, err
+			}
+			klog.InfoS("The port kube-scheduler drew was taken; starting it on another", "attempt", attempt, "err", err)
+			_ = c.scheduler.Kill()
+			ports, err := FreePorts(1)
+			if err != nil {
+				return nil, err
+			}
+			c.schedulerPort = ports[0]
+			c.scheduler = newProcess(schedulerBin,
+				append(schedulerArgs(c.Dir, schedConfigFile, c.schedulerPort), opts.SchedulerArgs...))
 		}
 	}
 
@@ -689,6 +753,32 @@ func schedulerArgs(dir, configFile string, port int) []string {
 		"--cert-dir=" + filepath.Join(dir, "scheduler-certs"),
 		"--v=2",
 	}
+}
+
+// drawPorts is FreePorts for Start's first draw (a test replaces it to
+// hand out a taken port).
+var drawPorts = FreePorts
+
+// portAttempts bounds the starts of one server whose drawn port was taken.
+const portAttempts = 3
+
+// logSize is the size of p's log now (0 when there is none yet).
+func logSize(p *Process) int64 {
+	fi, err := os.Stat(p.LogPath)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// portTaken reports whether what p logged past offset from says it could
+// not bind its port.
+func portTaken(p *Process, from int64) bool {
+	data, err := os.ReadFile(p.LogPath)
+	if err != nil || int64(len(data)) < from {
+		return false
+	}
+	return bytes.Contains(data[from:], []byte("address already in use"))
 }
 
 // FreePorts returns n distinct free TCP ports on 127.0.0.1, chosen below the
