@@ -215,30 +215,17 @@ func queueGroups(cfg quota.Config, admitted map[quota.Account]quota.Usage) []con
 	if flows == nil {
 		return nil
 	}
-	children := map[string][]string{}
-	for name, g := range cfg.Groups {
-		children[g.Parent] = append(children[g.Parent], name)
-	}
 	var out []contract.QueueGroup
-	var walk func(parent string, depth int)
-	walk = func(parent string, depth int) {
-		names := children[parent]
-		slices.Sort(names)
-		for _, name := range names {
-			g, f := cfg.Groups[name], flows[name]
-			qg := contract.QueueGroup{Group: name, Parent: g.Parent, Depth: depth, PoolGPUs: g.GPUs, BorrowedGPUs: f.Borrowed.GPUs,
-				FromPoolGPUs: f.FromPool.GPUs, FromLentGPUs: f.FromLent.GPUs, AboveGPUs: f.Above.GPUs, LentGPUs: f.Lent.GPUs}
-			if g.Borrow != nil {
-				b := g.Borrow.GPUs
-				qg.BorrowLimitGPUs = &b
-			}
-			out = append(out, qg)
-			if depth < 32 {
-				walk(name, depth+1)
-			}
+	for _, at := range cfg.GroupsTopDown() {
+		g, f := cfg.Groups[at.Name], flows[at.Name]
+		qg := contract.QueueGroup{Group: at.Name, Parent: g.Parent, Depth: at.Depth, PoolGPUs: g.GPUs, BorrowedGPUs: f.Borrowed.GPUs,
+			FromPoolGPUs: f.FromPool.GPUs, FromLentGPUs: f.FromLent.GPUs, AboveGPUs: f.Above.GPUs, LentGPUs: f.Lent.GPUs}
+		if g.Borrow != nil {
+			b := g.Borrow.GPUs
+			qg.BorrowLimitGPUs = &b
 		}
+		out = append(out, qg)
 	}
-	walk("", 0)
 	return out
 }
 

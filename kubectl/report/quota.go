@@ -180,10 +180,6 @@ type GroupQuota struct {
 // siblings by name.
 func (c *Cluster) groups() []GroupQuota {
 	flows, _, _ := c.quota.GroupFlows(c.accountUsage())
-	children := map[string][]string{}
-	for name, g := range c.quota.Groups {
-		children[g.Parent] = append(children[g.Parent], name)
-	}
 	members := map[string][]string{}
 	for name, t := range c.quota.Teams {
 		if t.Group != "" {
@@ -191,29 +187,20 @@ func (c *Cluster) groups() []GroupQuota {
 		}
 	}
 	var out []GroupQuota
-	var walk func(parent string, depth int)
-	walk = func(parent string, depth int) {
-		names := children[parent]
-		slices.Sort(names)
-		for _, name := range names {
-			g, f := c.quota.Groups[name], flows[name]
-			teams := members[name]
-			slices.Sort(teams)
-			gq := GroupQuota{Group: name, Parent: g.Parent, Depth: depth,
-				Pool: amount(quota.Limits{GPUs: g.GPUs, GPUMemoryGiB: g.GPUMemoryGiB}.Amount()), LendLimit: amount(g.Lend.Amount()),
-				Borrowed: amount(f.Borrowed), FromPool: amount(f.FromPool), FromLent: amount(f.FromLent), Above: amount(f.Above),
-				Lent: amount(f.Lent), Teams: teams}
-			if g.Borrow != nil {
-				b := amount(g.Borrow.Amount())
-				gq.BorrowLimit = &b
-			}
-			out = append(out, gq)
-			if depth < 32 {
-				walk(name, depth+1)
-			}
+	for _, at := range c.quota.GroupsTopDown() {
+		g, f := c.quota.Groups[at.Name], flows[at.Name]
+		teams := members[at.Name]
+		slices.Sort(teams)
+		gq := GroupQuota{Group: at.Name, Parent: g.Parent, Depth: at.Depth,
+			Pool: amount(quota.Limits{GPUs: g.GPUs, GPUMemoryGiB: g.GPUMemoryGiB}.Amount()), LendLimit: amount(g.Lend.Amount()),
+			Borrowed: amount(f.Borrowed), FromPool: amount(f.FromPool), FromLent: amount(f.FromLent), Above: amount(f.Above),
+			Lent: amount(f.Lent), Teams: teams}
+		if g.Borrow != nil {
+			b := amount(g.Borrow.Amount())
+			gq.BorrowLimit = &b
 		}
+		out = append(out, gq)
 	}
-	walk("", 0)
 	return out
 }
 

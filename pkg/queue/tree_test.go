@@ -56,13 +56,7 @@ func TestReclaimNearestInTheTree(t *testing.T) {
 		t.Errorf("p2 reclaims %v for 3 GPUs, want the dept level's least lost work: p1/b, q1/a, q1/b", got)
 	}
 	// Without groups, the least lost work anywhere goes first.
-	flat := cfg
-	flat.Groups = nil
-	flat.Teams = map[string]quota.Team{}
-	for name, tm := range cfg.Teams {
-		tm.Group = ""
-		flat.Teams[name] = tm
-	}
+	flat := flatten(cfg)
 	if got := keys(Reclaim(flat, admitted, &w, quota.Account{Team: "p2"}, victims)); !slices.Equal(got, []string{"x/a", "x/b"}) {
 		t.Errorf("flat: p2 reclaims %v, want x's two pods (no lost work)", got)
 	}
@@ -105,13 +99,7 @@ func TestPlanFairShareAmongSiblings(t *testing.T) {
 		t.Errorf("first admitted %s, want a2/w once A weighs 2", got)
 	}
 	// Flat: the lightest team.
-	flat := cfg
-	flat.Groups = nil
-	flat.Teams = map[string]quota.Team{}
-	for name, tm := range cfg.Teams {
-		tm.Group = ""
-		flat.Teams[name] = tm
-	}
+	flat := flatten(cfg)
 	in.Config = flat
 	if got := first(in); got != "a2/w" {
 		t.Errorf("flat: first admitted %s, want a2/w", got)
@@ -174,4 +162,16 @@ func TestTreeFairShareConverges(t *testing.T) {
 	if math.Abs(a-1.0/3) > 0.05 || math.Abs(b-2.0/3) > 0.05 || math.Abs(late[0]-late[1]) > 0.05 {
 		t.Errorf("late shares: a1 %.3f, a2 %.3f (A %.3f), b1 %.3f; want A 1/3 split evenly, B 2/3", late[0], late[1], a, b)
 	}
+}
+
+// flatten is cfg without its groups: every team under the shared pool.
+func flatten(cfg quota.Config) quota.Config {
+	flat := cfg
+	flat.Groups = nil
+	flat.Teams = map[string]quota.Team{}
+	for name, tm := range cfg.Teams {
+		tm.Group = ""
+		flat.Teams[name] = tm
+	}
+	return flat
 }

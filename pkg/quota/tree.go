@@ -272,6 +272,36 @@ func (c Config) treeFlow(usage map[Account]Usage, flows map[string]GroupFlow) (m
 	return ex, free
 }
 
+// GroupAt is a group's place in the tree: its name and depth (0 under the
+// shared pool).
+type GroupAt struct {
+	Name  string
+	Depth int
+}
+
+// GroupsTopDown lists the groups parents first, each followed by its
+// subtree, siblings by name (the order reports draw the tree in).
+func (c Config) GroupsTopDown() []GroupAt {
+	children := map[string][]string{}
+	for name, g := range c.Groups {
+		children[g.Parent] = append(children[g.Parent], name)
+	}
+	var out []GroupAt
+	var walk func(parent string, depth int)
+	walk = func(parent string, depth int) {
+		names := children[parent]
+		slices.Sort(names)
+		for _, name := range names {
+			out = append(out, GroupAt{Name: name, Depth: depth})
+			if depth < maxTreeDepth {
+				walk(name, depth+1)
+			}
+		}
+	}
+	walk("", 0)
+	return out
+}
+
 // groupsDeepestFirst orders the groups so that every group comes before
 // its parent (by depth, then name).
 func (c Config) groupsDeepestFirst() []string {
@@ -412,6 +442,12 @@ func (c Config) Headroom(a Account, usage map[Account]Usage) Amount {
 		}
 		return amountOfVec(h)
 	}
+	return c.mostAllowed(a, usage)
+}
+
+// mostAllowed is, per resource, the most a tree account may add to usage
+// (a binary search over treeAllows).
+func (c Config) mostAllowed(a Account, usage map[Account]Usage) Amount {
 	var h vec
 	for r := range h {
 		lo, hi := int64(0), int64(maxGPUs)
@@ -456,24 +492,4 @@ func (c Config) treeAllows(a Account, usage map[Account]Usage, need Amount) bool
 
 // reachableTree is the most a tree account can ever hold: with nothing
 // else in use, the largest amount checkTree allows, per resource.
-func (c Config) reachableTree(a Account) Amount {
-	var out vec
-	for r := range out {
-		lo, hi := int64(0), int64(maxGPUs)
-		if r == 1 {
-			hi = maxMemoryGiB * 1024
-		}
-		for lo < hi {
-			mid := lo + (hi-lo+1)/2
-			var try vec
-			try[r] = mid
-			if c.treeAllows(a, nil, amountOfVec(try)) {
-				lo = mid
-			} else {
-				hi = mid - 1
-			}
-		}
-		out[r] = lo
-	}
-	return amountOfVec(out)
-}
+func (c Config) reachableTree(a Account) Amount { return c.mostAllowed(a, nil) }

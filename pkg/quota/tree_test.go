@@ -333,3 +333,14 @@ func TestGroupFlows(t *testing.T) {
 		t.Errorf("flows of a flat configuration: %v", f)
 	}
 }
+
+// GroupsTopDown lists parents first, each followed by its subtree.
+func TestGroupsTopDown(t *testing.T) {
+	c := orgTree()
+	c.Groups["w"] = Group{Parent: "t"}
+	got := c.GroupsTopDown()
+	want := []GroupAt{{"dept", 0}, {"t", 1}, {"w", 2}, {"u", 1}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("GroupsTopDown (-want +got):\n%s", diff)
+	}
+}
