@@ -26,15 +26,7 @@ import (
 func TestQueueTreeSiblingsFirst(t *testing.T) {
 	const name = "qtree"
 	ctx, nsP := setup(t, name, "qtree-p1", 3*time.Minute)
-	nsQ := "e2e-qtree-q1"
-	if err := env.CreateNamespace(ctx, nsQ, "qtree-q1"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = env.DeletePods(dctx, nsQ)
-	})
+	nsQ := teamNamespace(ctx, t, "e2e-qtree-q1", "qtree-q1")
 	queueing(ctx, t)
 	nodes(ctx, t, name, "qtree", 1, harness.GPUNodeSpec{Model: h100.Model, MemoryMiB: h100.MemoryMiB, Count: 8})
 	for i := range 3 {
@@ -77,17 +69,7 @@ func TestQueueTreeSiblingsFirst(t *testing.T) {
 func TestQueueTreeReclaimsFromSibling(t *testing.T) {
 	const name = "qtreerc"
 	ctx, nsP2 := setup(t, name, "qtree-p2", 3*time.Minute)
-	nsP1, nsQ := "e2e-qtreerc-p1", "e2e-qtreerc-q1"
-	for ns, team := range map[string]string{nsP1: "qtree-p1", nsQ: "qtree-q1"} {
-		if err := env.CreateNamespace(ctx, ns, team); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			_ = env.DeletePods(dctx, ns)
-		})
-	}
+	nsP1, nsQ := teamNamespace(ctx, t, "e2e-qtreerc-p1", "qtree-p1"), teamNamespace(ctx, t, "e2e-qtreerc-q1", "qtree-q1")
 	queueing(ctx, t)
 	nodes(ctx, t, name, name, 1, harness.GPUNodeSpec{Model: h100.Model, MemoryMiB: h100.MemoryMiB, Count: 5})
 	for i := range 3 {
@@ -114,4 +96,19 @@ func TestQueueTreeReclaimsFromSibling(t *testing.T) {
 	}
 	note(name, "p2's guarantee returned from its sibling p1 (%d evicted), its cousin untouched (%d)", len(fromP1), len(fromQ))
 	checkInvariants(ctx, t, nil)
+}
+
+// teamNamespace creates a second namespace of a scenario, labelled with
+// team, whose pods are deleted at the end.
+func teamNamespace(ctx context.Context, t *testing.T, ns, team string) string {
+	t.Helper()
+	if err := env.CreateNamespace(ctx, ns, team); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = env.DeletePods(dctx, ns)
+	})
+	return ns
 }
