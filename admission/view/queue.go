@@ -304,12 +304,10 @@ func neverHolds(cfg *quota.Config, accounts []quota.Account, req Request, size i
 		}
 		reach := cfg.ReachableAccount(a)
 		var s string
-		if cfg.Nested() && pool == "" {
-			// The tree's pools and borrow limits bound it (pkg/quota.Group).
-			via := "the shared pool"
-			if path := cfg.Path(a.Team); len(path) > 0 {
-				via = "the pools of groups " + quoteList(path) + " and the shared pool, within their borrow limits"
-			}
+		if path := cfg.Path(a.Team); cfg.Nested() && pool == "" && a.Model == "" && len(path) > 0 {
+			// The tree's pools and borrow limits bound it (pkg/quota.Group);
+			// a team under the shared pool is told as in a flat configuration.
+			via := "the pools of groups " + quoteList(path) + " and the shared pool, within their borrow limits"
 			if mem {
 				s = fmt.Sprintf("at most %s of GPU memory (%s quota + %s borrowed from %s", reach.MemoryMiB, g.MemoryMiB, reach.MemoryMiB-g.MemoryMiB, via)
 			} else {

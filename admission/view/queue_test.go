@@ -334,8 +334,9 @@ func TestQueueNeverFitsInATree(t *testing.T) {
 	v, _ := queueView(t)
 	borrow := quota.Limits{GPUs: 8}
 	v.SetConfig(quota.Config{
-		Groups:     map[string]quota.Group{"org": {GPUs: 16, Borrow: &borrow}, "lab": {Parent: "org", GPUs: 4}},
-		Teams:      map[string]quota.Team{"vision": {GPUs: 8, Borrow: quota.Limits{GPUs: 64}, Group: "lab"}},
+		Groups: map[string]quota.Group{"org": {GPUs: 16, Borrow: &borrow}, "lab": {Parent: "org", GPUs: 4}},
+		Teams: map[string]quota.Team{"vision": {GPUs: 8, Borrow: quota.Limits{GPUs: 64}, Group: "lab"},
+			"models": {GPUs: 4, Borrow: quota.Limits{GPUs: 2}}},
 		SharedPool: quota.Limits{GPUs: 32},
 	})
 	// 8 + lab's 4 + org's 16 + 8 from the shared pool = 36.
@@ -346,5 +347,11 @@ func TestQueueNeverFitsInATree(t *testing.T) {
 	want := `team vision may hold at most 36 GPUs (8 quota + 28 borrowed from the pools of groups "lab", "org" and the shared pool, within their borrow limits); this gang needs 37 GPUs`
 	if out.Reason != GangNeverFits || !strings.Contains(out.Message, want) {
 		t.Errorf("a 37-GPU gang: %+v\nwant %q", out, want)
+	}
+	// A team under the shared pool beside the tree is told as in a flat
+	// configuration.
+	out = v.Queue(queueReq("models", "p", 7))
+	if want := "team models may hold at most 6 GPUs (4 quota + 2 borrow); this pod needs 7 GPUs"; out.Reason != NeverFits || !strings.Contains(out.Message, want) {
+		t.Errorf("a 7-GPU pod of a team under the shared pool: %+v\nwant %q", out, want)
 	}
 }
