@@ -224,7 +224,10 @@ func (c Config) treeFlow(usage map[Account]Usage, flows map[string]GroupFlow) (m
 		demand[parent] = d
 	}
 	lendIn := map[string]vec{}
-	for _, name := range c.groupsDeepestFirst() {
+	order := c.GroupsTopDown()
+	slices.Reverse(order) // every group after its subtree, before its parent
+	for _, at := range order {
+		name := at.Name
 		g := c.Groups[name]
 		d, in := demand[name], lendIn[name]
 		own := vecOf(Limits{GPUs: g.GPUs, GPUMemoryGiB: g.GPUMemoryGiB}.Amount())
@@ -302,28 +305,6 @@ func (c Config) GroupsTopDown() []GroupAt {
 	return out
 }
 
-// groupsDeepestFirst orders the groups so that every group comes before
-// its parent (by depth, then name).
-func (c Config) groupsDeepestFirst() []string {
-	depth := make(map[string]int, len(c.Groups))
-	names := make([]string, 0, len(c.Groups))
-	for name := range c.Groups {
-		names = append(names, name)
-		n := 0
-		for p := c.Groups[name].Parent; p != "" && n <= maxTreeDepth; p = c.Groups[p].Parent {
-			n++
-		}
-		depth[name] = n
-	}
-	slices.SortFunc(names, func(a, b string) int {
-		if depth[a] != depth[b] {
-			return depth[b] - depth[a]
-		}
-		return strings.Compare(a, b)
-	})
-	return names
-}
-
 // checkTree is CheckAccount for an account of the tree (a model-agnostic
 // team or an account that borrows from the shared pool, in a nested
 // configuration): need fits when adding it takes no node of the tree
@@ -335,30 +316,7 @@ func (c Config) checkTree(a Account, usage map[Account]Usage, need Amount) Decis
 	// A team under the shared pool is told as in a flat configuration;
 	// one in a group is told which node of the tree binds.
 	inGroup := a.Model == "" && c.Teams[a.Team].Group != ""
-	with := func(n Amount) map[string]vec {
-		next := make(map[Account]Usage, len(usage)+1)
-		for k, v := range usage {
-			next[k] = v
-		}
-		w := u
-		w.Pending = w.Pending.Add(n)
-		next[a] = w
-		return c.treeExcess(next)
-	}
-	worse := func(after map[string]vec, r int) string {
-		keys := make([]string, 0, len(after))
-		for k := range after {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for _, k := range keys {
-			if after[k][r] > before[k][r] {
-				return k
-			}
-		}
-		return ""
-	}
-	after := with(need)
+	after := c.excessWith(a, usage, need)
 	d := Decision{Allowed: true}
 	nv, gv, bv, used := vecOf(need), vecOf(g), vecOf(b), vecOf(u.Total())
 	var borrowed vec
@@ -367,21 +325,10 @@ func (c Config) checkTree(a Account, usage map[Account]Usage, need Amount) Decis
 			continue
 		}
 		free := max(0, gv[r]-used[r])
-		if node := worse(after, r); node != "" {
+		if node := firstWorse(before, after, r); node != "" {
 			d.Allowed = false
-			// The most it could add now: a binary search over the part
-			// beyond the team's free guarantee.
-			lo, hi := int64(0), max(0, nv[r]-free-1)
-			for lo < hi {
-				mid := lo + (hi-lo+1)/2
-				var try vec
-				try[r] = free + mid
-				if worse(with(amountOfVec(try)), r) == "" {
-					lo = mid
-				} else {
-					hi = mid - 1
-				}
-			}
+			// The most it could add now, past its free guarantee.
+			lo := max(0, c.mostAllowed(a, usage, before, r, nv[r]-1)-free)
 			s := Shortfall{Team: a.String(), Resource: resources[r], Quota: gv[r],
 				Running: vecOf(u.Running)[r], Pending: vecOf(u.Pending)[r], Need: nv[r], Borrowable: lo, BorrowLimit: bv[r],
 				PoolFree: rootFree[r]}
@@ -442,36 +389,37 @@ func (c Config) Headroom(a Account, usage map[Account]Usage) Amount {
 		}
 		return amountOfVec(h)
 	}
-	return c.mostAllowed(a, usage)
-}
-
-// mostAllowed is, per resource, the most a tree account may add to usage
-// (a binary search over treeAllows).
-func (c Config) mostAllowed(a Account, usage map[Account]Usage) Amount {
+	before := c.treeExcess(usage)
 	var h vec
 	for r := range h {
-		lo, hi := int64(0), int64(maxGPUs)
-		if r == 1 {
-			hi = maxMemoryGiB * 1024
-		}
-		for lo < hi {
-			mid := lo + (hi-lo+1)/2
-			var try vec
-			try[r] = mid
-			if c.treeAllows(a, usage, amountOfVec(try)) {
-				lo = mid
-			} else {
-				hi = mid - 1
-			}
-		}
-		h[r] = lo
+		h[r] = c.mostAllowed(a, usage, before, r, resourceMax[r])
 	}
 	return amountOfVec(h)
 }
 
-// treeAllows is checkTree's answer without the shortfalls.
-func (c Config) treeAllows(a Account, usage map[Account]Usage, need Amount) bool {
-	before := c.treeExcess(usage)
+// resourceMax bounds the searches per resource (GPUs, MiB).
+var resourceMax = vec{maxGPUs, maxMemoryGiB * 1024}
+
+// mostAllowed is the most, up to hi, of resource r that a tree account may
+// add to usage (before is usage's excess): a binary search, since adding
+// more never takes a node less far past its limit.
+func (c Config) mostAllowed(a Account, usage map[Account]Usage, before map[string]vec, r int, hi int64) int64 {
+	lo := int64(0)
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		var try vec
+		try[r] = mid
+		if firstWorse(before, c.excessWith(a, usage, amountOfVec(try)), r) == "" {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo
+}
+
+// excessWith is treeExcess with need added to a's pending use.
+func (c Config) excessWith(a Account, usage map[Account]Usage, need Amount) map[string]vec {
 	next := make(map[Account]Usage, len(usage)+1)
 	for k, v := range usage {
 		next[k] = v
@@ -479,17 +427,25 @@ func (c Config) treeAllows(a Account, usage map[Account]Usage, need Amount) bool
 	w := next[a]
 	w.Pending = w.Pending.Add(need)
 	next[a] = w
-	nv := vecOf(need)
-	for k, e := range c.treeExcess(next) {
-		for r := range e {
-			if nv[r] > 0 && e[r] > before[k][r] {
-				return false
-			}
+	return c.treeExcess(next)
+}
+
+// firstWorse is the first node (by name) that after takes further past
+// its limit in resource r than before; "" when none.
+func firstWorse(before, after map[string]vec, r int) string {
+	keys := make([]string, 0, len(after))
+	for k := range after {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if after[k][r] > before[k][r] {
+			return k
 		}
 	}
-	return true
+	return ""
 }
 
 // reachableTree is the most a tree account can ever hold: with nothing
 // else in use, the largest amount checkTree allows, per resource.
-func (c Config) reachableTree(a Account) Amount { return c.mostAllowed(a, nil) }
+func (c Config) reachableTree(a Account) Amount { return c.Headroom(a, nil) }
