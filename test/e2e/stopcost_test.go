@@ -24,14 +24,7 @@ import (
 // removes them at the end.
 func borrowers(ctx context.Context, t *testing.T, name, team, nsB, model string, pods ...string) {
 	t.Helper()
-	if err := env.CreateNamespace(ctx, nsB, team); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = env.DeletePods(dctx, nsB)
-	})
+	teamNamespace(ctx, t, nsB, team)
 	queueing(ctx, t)
 	nodes(ctx, t, name, name, 1, harness.GPUNodeSpec{Model: model, MemoryMiB: h100.MemoryMiB, Count: 4})
 	for _, p := range pods {
