@@ -32,6 +32,7 @@ import (
 	"github.com/rota-sched/rota/extender/config"
 	"github.com/rota-sched/rota/extender/dra"
 	"github.com/rota-sched/rota/extender/metrics"
+	"github.com/rota-sched/rota/extender/nodepool"
 	"github.com/rota-sched/rota/extender/queue"
 	"github.com/rota-sched/rota/extender/remediation"
 	"github.com/rota-sched/rota/extender/scheduling"
@@ -79,10 +80,12 @@ type App struct {
 	nodeFactory, podFactory informers.SharedInformerFactory
 	others                  []informers.SharedInformerFactory
 
-	ledger      *ledger.Ledger
-	cache       *state.Cache
-	metrics     *metrics.Metrics
-	extender    *scheduling.Extender
+	ledger   *ledger.Ledger
+	cache    *state.Cache
+	metrics  *metrics.Metrics
+	extender *scheduling.Extender
+	// pools are the node pools of the quota configuration in force.
+	pools       *nodepool.Policies
 	broadcaster record.EventBroadcaster
 	status      *ui.UI
 	server      *server.Server
@@ -238,8 +241,11 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 			StopCost: stopCost(cfg), UrgentPriority: cfg.Queue.UrgentPriority,
 			Namespaces: a.nodeFactory.Core().V1().Namespaces().Informer()})
 	}
+	// Node pools come with the quota configuration: each pool's policy is
+	// rebuilt when the ConfigMap changes.
+	a.pools = nodepool.New(logger.WithName("nodepool"), quotaFn, policy, workload)
 	a.extender, err = scheduling.New(scheduling.Options{Records: records, Parser: a.parser,
-		Names: names, SchedulerNames: cfg.SchedulerNames, Tiers: len(tiers.Tiers), Policy: policy, Cache: a.cache, Ledger: a.ledger, Binder: b,
+		Names: names, SchedulerNames: cfg.SchedulerNames, Tiers: len(tiers.Tiers), Policy: policy, Pools: a.pools, Cache: a.cache, Ledger: a.ledger, Binder: b,
 		Recorder: recorder, Metrics: a.metrics, PodGroups: pg, Guard: guard,
 		BindTTL: cfg.BindTTL, GangTTL: cfg.GangTTL, MaxPreemptibleGangSize: cfg.MaxPreemptibleGangSize,
 		StopCost: stopCost(cfg), UrgentPriority: cfg.Queue.UrgentPriority,

@@ -183,7 +183,7 @@ func (c Config) Tiers(names contract.Names) topology.Labels {
 	if len(c.TierLabels) == 0 {
 		return topology.DefaultLabels(names)
 	}
-	return topology.Labels{Tiers: slices.Clone(c.TierLabels)}
+	return topology.Labels{Tiers: slices.Clone(c.TierLabels), Pool: topology.PoolLabel(names)}
 }
 
 // Validate reports every problem of c at once.

@@ -80,7 +80,7 @@ func (c *Controller) admit(ctx context.Context, wl *workload, now time.Time) {
 // removed, without a quota check.
 func (c *Controller) complete(ctx context.Context, key string, acct quota.Account, wl *workload, now time.Time) {
 	slices.SortFunc(wl.pods, func(x, y *corev1.Pod) int { return strings.Compare(x.Name, y.Name) })
-	h, reason := c.o.Holder.HoldRoom(wl.pods, acct.Model, now.Add(c.o.HoldTTL))
+	h, reason := c.o.Holder.HoldRoom(wl.pods, c.scope(acct), now.Add(c.o.HoldTTL))
 	if reason != "" {
 		klog.FromContext(ctx).V(2).Info("Completing a partly admitted gang without holding room", "gang", key, "reason", reason)
 	}

@@ -93,7 +93,7 @@ type lockedRoom struct {
 	held int
 }
 
-func (r *lockedRoom) HoldRoom(pods []*corev1.Pod, model string, expires time.Time) (room.Hold, string) {
+func (r *lockedRoom) HoldRoom(pods []*corev1.Pod, scope room.Scope, expires time.Time) (room.Hold, string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.held += len(pods)

@@ -29,7 +29,7 @@ import (
 // Holder holds room in the ledger for pods about to be admitted
 // (*room.Planner).
 type Holder interface {
-	HoldRoom(pods []*corev1.Pod, model string, expires time.Time) (room.Hold, string)
+	HoldRoom(pods []*corev1.Pod, scope room.Scope, expires time.Time) (room.Hold, string)
 	ReleaseHold(h room.Hold)
 }
 

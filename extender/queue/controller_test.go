@@ -38,7 +38,7 @@ type fakeRoom struct {
 	released []string
 }
 
-func (r *fakeRoom) HoldRoom(pods []*corev1.Pod, model string, expires time.Time) (room.Hold, string) {
+func (r *fakeRoom) HoldRoom(pods []*corev1.Pod, scope room.Scope, expires time.Time) (room.Hold, string) {
 	need := 0
 	for _, p := range pods {
 		req, _ := podreq.FromPod(p, podreq.Options{Names: names})

@@ -35,7 +35,7 @@ type Defrag struct {
 // Defragger plans the moves that make room for a queued pod
 // (*room.Planner).
 type Defragger interface {
-	Defrag(pod *corev1.Pod, model string, m room.Moves) (placement.DefragPlan, ledger.Claim, bool)
+	Defrag(pod *corev1.Pod, scope room.Scope, m room.Moves) (placement.DefragPlan, ledger.Claim, bool)
 }
 
 // defragTries bounds the waiting pods one pass plans moves for.
@@ -92,10 +92,6 @@ func (c *Controller) defrag(ctx context.Context, cfg quota.Config, res pkgqueue.
 			return
 		}
 		wl := byKey[k]
-		model := ""
-		if len(wl.w.Accounts) > 0 {
-			model = wl.w.Accounts[0].Model
-		}
 		mover := func(a *ledger.Allocation) *corev1.Pod {
 			p := running[a.PodUID]
 			if p == nil || !c.movable(logger, p, podTeam[a.PodUID], wl.w.Priority, cfg, snap, now) {
@@ -115,7 +111,7 @@ func (c *Controller) defrag(ctx context.Context, cfg quota.Config, res pkgqueue.
 			lost[a.PodUID] = stopcost.LostWork(f, now, pol)
 			return lost[a.PodUID]
 		}
-		plan, claim, ok := c.o.Defragger.Defrag(wl.pods[0], model, room.Moves{Mover: mover, Cost: cost, Max: min(c.moves1(), budget)})
+		plan, claim, ok := c.o.Defragger.Defrag(wl.pods[0], c.scopeOf(wl), room.Moves{Mover: mover, Cost: cost, Max: min(c.moves1(), budget)})
 		if !ok {
 			continue
 		}

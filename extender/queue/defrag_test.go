@@ -26,7 +26,7 @@ type fakeDefragger struct {
 	max     int
 }
 
-func (d *fakeDefragger) Defrag(pod *corev1.Pod, model string, m room.Moves) (placement.DefragPlan, ledger.Claim, bool) {
+func (d *fakeDefragger) Defrag(pod *corev1.Pod, _ room.Scope, m room.Moves) (placement.DefragPlan, ledger.Claim, bool) {
 	d.calls++
 	d.max = m.Max
 	d.movable = nil
@@ -143,7 +143,7 @@ type roomCheck struct {
 	asked [][]string
 }
 
-func (r *roomCheck) RoomWithout(pods []*corev1.Pod, model string, without []string) ([]ledger.Claim, string) {
+func (r *roomCheck) RoomWithout(pods []*corev1.Pod, scope room.Scope, without []string) ([]ledger.Claim, string) {
 	r.asked = append(r.asked, without)
 	if r.fits {
 		return []ledger.Claim{{Job: "ml/" + pods[0].Name, Node: "n1", GPUs: 1}}, ""

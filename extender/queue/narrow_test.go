@@ -19,8 +19,8 @@ import (
 // and n3 as candidates, as HoldRoom does with HoldCandidates 3.
 type candidateRoom struct{ fakeRoom }
 
-func (r *candidateRoom) HoldRoom(pods []*corev1.Pod, model string, expires time.Time) (room.Hold, string) {
-	h, reason := r.fakeRoom.HoldRoom(pods, model, expires)
+func (r *candidateRoom) HoldRoom(pods []*corev1.Pod, scope room.Scope, expires time.Time) (room.Hold, string) {
+	h, reason := r.fakeRoom.HoldRoom(pods, scope, expires)
 	if reason == "" && len(pods) == 1 {
 		h.Candidates = []string{"n1", "n2", "n3"}
 	}

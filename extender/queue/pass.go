@@ -220,7 +220,7 @@ func (c *Controller) pass(ctx context.Context) (full bool) {
 	res := pkgqueue.Plan(in, pkgqueue.FitterFunc(func(w *pkgqueue.Workload, a quota.Account) (bool, string) {
 		wl := byKey[w.Key]
 		slices.SortFunc(wl.pods, func(x, y *corev1.Pod) int { return strings.Compare(x.Name, y.Name) })
-		h, reason := c.o.Holder.HoldRoom(wl.pods, a.Model, now.Add(c.o.HoldTTL))
+		h, reason := c.o.Holder.HoldRoom(wl.pods, c.scope(a), now.Add(c.o.HoldTTL))
 		if reason != "" {
 			if c.o.UrgentPriority > 0 && w.Priority >= c.o.UrgentPriority {
 				// Admitted without room: kube-scheduler preempts for it.

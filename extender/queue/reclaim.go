@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/rota-sched/rota/extender/room"
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/podreq"
@@ -144,7 +145,7 @@ func (c *Controller) reclaim(ctx context.Context, in pkgqueue.Input, res pkgqueu
 // RoomChecker says whether queued pods would find room once some pods'
 // GPUs are free, and which claims would hold it (*room.Planner).
 type RoomChecker interface {
-	RoomWithout(pods []*corev1.Pod, model string, without []string) ([]ledger.Claim, string)
+	RoomWithout(pods []*corev1.Pod, scope room.Scope, without []string) ([]ledger.Claim, string)
 }
 
 // reclaimRoom returns the claims that hold, for wl, the room evicting
@@ -164,7 +165,7 @@ func (c *Controller) reclaimRoom(logger klog.Logger, wl *workload, a quota.Accou
 			uids = append(uids, string(p.UID))
 		}
 	}
-	claims, why := rc.RoomWithout(wl.pods, a.Model, uids)
+	claims, why := rc.RoomWithout(wl.pods, c.scope(a), uids)
 	if len(claims) == 0 {
 		logger.V(2).Info("Reclaim would not make room; no eviction", "workload", wl.w.Key, "account", a.String(),
 			"victims", len(chosen), "why", why)

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/rota-sched/rota/extender/room"
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/ledger"
 	pkgqueue "github.com/rota-sched/rota/pkg/queue"
@@ -22,7 +23,7 @@ import (
 type Reserver interface {
 	// ReservationJob describes a workload's pods for planning, with the
 	// nodes they may run on.
-	ReservationJob(pods []*corev1.Pod, model string) (reserve.Job, []string, error)
+	ReservationJob(pods []*corev1.Pod, scope room.Scope) (reserve.Job, []string, error)
 	// SetClaims replaces the holds in the ledger.
 	SetClaims(claims []ledger.Claim)
 }
@@ -130,11 +131,7 @@ func (c *Controller) restoreClaims(ctx context.Context, byKey map[string]*worklo
 // queuedJob describes a queued workload for the reservation policy,
 // charged to its first quota account's GPU model.
 func (c *Controller) queuedJob(wl *workload, st pkgqueue.Status, rec reserve.Record) (reserve.Queued, bool) {
-	model := ""
-	if len(wl.w.Accounts) > 0 {
-		model = wl.w.Accounts[0].Model
-	}
-	job, candidates, err := c.o.Reserver.ReservationJob(wl.pods, model)
+	job, candidates, err := c.o.Reserver.ReservationJob(wl.pods, c.scopeOf(wl))
 	if err != nil {
 		return reserve.Queued{}, false
 	}

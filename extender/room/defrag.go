@@ -23,14 +23,12 @@ type Moves struct {
 // node the pod may go to, and each moved pod only to a node it may go to.
 // With a plan it returns the claim that holds the freed room for the pod
 // (ledger.Claim, for the queue to keep while the moved pods leave).
-func (e *Planner) Defrag(pod *corev1.Pod, model string, m Moves) (placement.DefragPlan, ledger.Claim, bool) {
+func (e *Planner) Defrag(pod *corev1.Pod, scope Scope, m Moves) (placement.DefragPlan, ledger.Claim, bool) {
 	req, err := e.o.Request(pod)
 	if err != nil || m.Mover == nil || m.Max <= 0 {
 		return placement.DefragPlan{}, ledger.Claim{}, false
 	}
-	if model != "" {
-		req.Models = []string{model}
-	}
+	scope.narrow(&req)
 	e.mu.Lock()
 	snap := e.o.Ledger.Snapshot()
 	e.mu.Unlock()
@@ -67,7 +65,7 @@ func (e *Planner) Defrag(pod *corev1.Pod, model string, m Moves) (placement.Defr
 // per node): reclaim evicts only where the eviction makes room for what it
 // serves, and holds the room while the evicted pods stop. With no room it
 // returns no claims and says why.
-func (e *Planner) RoomWithout(pods []*corev1.Pod, model string, without []string) ([]ledger.Claim, string) {
+func (e *Planner) RoomWithout(pods []*corev1.Pod, scope Scope, without []string) ([]ledger.Claim, string) {
 	if len(pods) == 0 {
 		return nil, "nothing to place"
 	}
@@ -75,9 +73,7 @@ func (e *Planner) RoomWithout(pods []*corev1.Pod, model string, without []string
 	if err != nil {
 		return nil, "invalid GPU request: " + err.Error()
 	}
-	if model != "" {
-		req.Models = []string{model}
-	}
+	scope.narrow(&req)
 	e.mu.Lock()
 	snap := e.o.Ledger.Snapshot()
 	e.mu.Unlock()

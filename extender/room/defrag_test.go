@@ -40,15 +40,15 @@ func TestRoomWithout(t *testing.T) {
 	put("big1", "n1", 0, 1, 2)
 	put("small1", "n1", 3)
 	want := fixture.Pod("ml", "want").UID("uid-want").GPUs(2).Obj()
-	if cl, why := e.RoomWithout([]*corev1.Pod{want}, "", []string{"small0", "small1"}); len(cl) != 0 {
+	if cl, why := e.RoomWithout([]*corev1.Pod{want}, room.Scope{}, []string{"small0", "small1"}); len(cl) != 0 {
 		t.Errorf("with a GPU free on each node: claims %+v (%s), want none", cl, why)
 	}
-	cl, why := e.RoomWithout([]*corev1.Pod{want}, "", []string{"big1"})
+	cl, why := e.RoomWithout([]*corev1.Pod{want}, room.Scope{}, []string{"big1"})
 	if len(cl) != 1 || cl[0].Node != "n1" || cl[0].GPUs != 2 || cl[0].Job == "" {
 		t.Fatalf("with big1 gone: claims %+v (%s), want n1 held for 2 GPUs", cl, why)
 	}
 	pinned := fixture.Pod("ml", "pinned").UID("uid-pinned").GPUs(2).NodeSelector("zone", "n0").Obj()
-	if cl, _ := e.RoomWithout([]*corev1.Pod{pinned}, "", []string{"big1"}); len(cl) != 0 {
+	if cl, _ := e.RoomWithout([]*corev1.Pod{pinned}, room.Scope{}, []string{"big1"}); len(cl) != 0 {
 		t.Errorf("room only on a node the pod may not use: claims %+v", cl)
 	}
 	if _, ok := led.Get("big1"); !ok {

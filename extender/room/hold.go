@@ -27,8 +27,11 @@ type Options struct {
 	Request func(*corev1.Pod) (placement.Request, error)
 	// Gang is a pod's gang (nil: none); the extender's one parse.
 	Gang func(*corev1.Pod) *podreq.GangRef
-	// Policy scores nodes for a single pod (nil: the default policy).
-	Policy placement.Policy
+	// Policy scores nodes for a single pod (nil: the default policy);
+	// PolicyFor, when set, is the policy of a node pool's nodes instead
+	// (nodepool.Policies.For; "" the nodes of none).
+	Policy    placement.Policy
+	PolicyFor func(pool string) placement.Policy
 	// Tiers is the number of topology tier labels (gang planning levels).
 	Tiers int
 	// Candidates is how many nodes HoldRoom names for a single pod
@@ -64,6 +67,10 @@ func New(o Options) (*Planner, error) {
 		}
 		o.Policy = p
 	}
+	if o.PolicyFor == nil {
+		def := o.Policy
+		o.PolicyFor = func(string) placement.Policy { return def }
+	}
 	return &Planner{o: o}, nil
 }
 
@@ -92,18 +99,32 @@ type Hold struct {
 	Candidates []string
 }
 
+// Scope narrows what queued pods may use: the GPU model of the quota
+// account they are charged to (empty: any) and the node pool their team
+// places on (quota.Config.PoolOf; empty: the nodes of none). Their own
+// requests cannot say either: the pods are not admitted yet.
+type Scope struct {
+	Model, Pool string
+}
+
+func (s Scope) narrow(r *placement.Request) {
+	if s.Model != "" {
+		r.Models = []string{s.Model}
+	}
+	r.Pool = s.Pool
+}
+
 // HoldRoom reserves room for pods that the queue admits together: a single
 // pod on the node the policy ranks best, a gang's members in the smallest
 // topology tier that holds them all (placement.PlanGang), each until
-// expires. model, when set, restricts the GPUs to that model (the quota
-// account the pods are charged to). It holds everything or nothing; when it
+// expires, within scope. It holds everything or nothing; when it
 // holds nothing the reason says why, in words.
 //
 // A held pod that kube-scheduler then filters passes only its held node
 // (the extender's filter, HeldNode) and binds onto the held GPUs, so two admissions never count
 // the same free GPUs and an admitted pod does not lose its room to one
 // admitted later.
-func (e *Planner) HoldRoom(pods []*corev1.Pod, model string, expires time.Time) (Hold, string) {
+func (e *Planner) HoldRoom(pods []*corev1.Pod, scope Scope, expires time.Time) (Hold, string) {
 	if len(pods) == 0 {
 		return Hold{}, "nothing to hold"
 	}
@@ -111,9 +132,7 @@ func (e *Planner) HoldRoom(pods []*corev1.Pod, model string, expires time.Time) 
 	if err != nil {
 		return Hold{}, "invalid GPU request: " + err.Error()
 	}
-	if model != "" {
-		req.Models = []string{model}
-	}
+	scope.narrow(&req)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	snap := e.o.Ledger.Snapshot()
@@ -154,7 +173,7 @@ func (e *Planner) HoldRoom(pods []*corev1.Pod, model string, expires time.Time) 
 // may go there. ok is false when no node fits or the pod may not go to
 // that one; holdOne then decides, with the reasons.
 func (e *Planner) holdBest(req placement.Request, pod *corev1.Pod, snap *ledger.Snapshot, expires time.Time) (Hold, string, bool) {
-	fits := e.memo.fits(req, snap, e.o.Policy)
+	fits := e.memo.fits(req, snap, e.o.PolicyFor(req.Pool))
 	best := -1
 	for i := range fits {
 		if f := &fits[i]; f.reason == nil && (best < 0 || f.score > fits[best].score) {
@@ -181,7 +200,7 @@ func (e *Planner) holdBest(req placement.Request, pod *corev1.Pod, snap *ledger.
 // order.
 func (e *Planner) holdOne(req placement.Request, snap *ledger.Snapshot, candidates []int32, expires time.Time) (Hold, string) {
 	names := snap.Names()
-	fits := e.memo.fits(req, snap, e.o.Policy)
+	fits := e.memo.fits(req, snap, e.o.PolicyFor(req.Pool))
 	best := -1
 	var tally placement.Tally
 	for _, i := range candidates {
@@ -284,11 +303,14 @@ type holdMemo struct {
 const holdMemoShapes = 16
 
 type shapeFits struct {
-	req  placement.Request // the shape (placement.Request.SameShape, ShareWithoutMPS)
-	snap *ledger.Snapshot  // positions are this snapshot's (ledger.Snapshot.SameNodes)
-	nis  []*ledger.NodeInfo
-	fits []nodeFit
-	used uint64
+	req placement.Request // the shape (placement.Request.SameShape, ShareWithoutMPS)
+	// policy scored the fits (a node pool's policy can change at a
+	// configuration edit).
+	policy placement.Policy
+	snap   *ledger.Snapshot // positions are this snapshot's (ledger.Snapshot.SameNodes)
+	nis    []*ledger.NodeInfo
+	fits   []nodeFit
+	used   uint64
 }
 
 // nodeFit is one node's Fit answer: reason nil and the choice with its
@@ -305,7 +327,7 @@ func (m *holdMemo) fits(req placement.Request, snap *ledger.Snapshot, policy pla
 	m.tick++
 	var sf *shapeFits
 	for _, c := range m.shapes {
-		if c.req.SameShape(req) && c.req.ShareWithoutMPS == req.ShareWithoutMPS {
+		if c.req.SameShape(req) && c.req.ShareWithoutMPS == req.ShareWithoutMPS && c.policy == policy {
 			sf = c
 			break
 		}
@@ -323,7 +345,7 @@ func (m *holdMemo) fits(req placement.Request, snap *ledger.Snapshot, policy pla
 			}
 			*sf = shapeFits{nis: sf.nis[:0], fits: sf.fits[:0]}
 		}
-		sf.req = req
+		sf.req, sf.policy = req, policy
 		sf.req.Models = slices.Clone(req.Models)
 	}
 	sf.used = m.tick
@@ -435,9 +457,9 @@ func (e *Planner) HeldNode(pod *corev1.Pod) (string, bool) {
 }
 
 // ReservationJob describes a queued workload's pods for reservation
-// planning (pkg/reserve): what each member asks for (with model, when set,
-// as its GPU models), the job's key, and the nodes its pods may run on.
-func (e *Planner) ReservationJob(pods []*corev1.Pod, model string) (reserve.Job, []string, error) {
+// planning (pkg/reserve): what each member asks for (narrowed to scope),
+// the job's key, and the nodes its pods may run on.
+func (e *Planner) ReservationJob(pods []*corev1.Pod, scope Scope) (reserve.Job, []string, error) {
 	if len(pods) == 0 {
 		return reserve.Job{}, nil, fmt.Errorf("no pods")
 	}
@@ -445,9 +467,7 @@ func (e *Planner) ReservationJob(pods []*corev1.Pod, model string) (reserve.Job,
 	if err != nil {
 		return reserve.Job{}, nil, err
 	}
-	if model != "" {
-		req.Models = []string{model}
-	}
+	scope.narrow(&req)
 	ref := e.o.Gang(pods[0])
 	job := reserve.Job{Key: req.Job, Gang: ref != nil, Member: req, Members: len(pods)}
 	if ref != nil {

@@ -73,7 +73,7 @@ func TestHoldRoomReusesFitsExactly(t *testing.T) {
 	for step := range 400 {
 		switch r.IntN(3) {
 		case 0: // another admission keeps its room
-			if h, reason := warm.HoldRoom([]*corev1.Pod{randomPod(fmt.Sprintf("keep-%d", step))}, "", expires); reason == "" {
+			if h, reason := warm.HoldRoom([]*corev1.Pod{randomPod(fmt.Sprintf("keep-%d", step))}, room.Scope{}, expires); reason == "" {
 				kept = append(kept, h)
 			}
 		case 1: // one ends
@@ -89,9 +89,9 @@ func TestHoldRoomReusesFitsExactly(t *testing.T) {
 		if len(ranked) > 0 {
 			wantNode = ranked[0]
 		}
-		want, wantReason := newExt().HoldRoom([]*corev1.Pod{p}, "", expires)
+		want, wantReason := newExt().HoldRoom([]*corev1.Pod{p}, room.Scope{}, expires)
 		newExt().ReleaseHold(want)
-		got, gotReason := warm.HoldRoom([]*corev1.Pod{p}, "", expires)
+		got, gotReason := warm.HoldRoom([]*corev1.Pod{p}, room.Scope{}, expires)
 		warm.ReleaseHold(got)
 		if diff := gocmp.Diff(want, got); diff != "" || gotReason != wantReason {
 			t.Fatalf("step %d: warm extender holds (-fresh +warm):\n%s\nreason %q, fresh %q", step, diff, gotReason, wantReason)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rota-sched/rota/extender/binder"
 	"github.com/rota-sched/rota/extender/metrics"
+	"github.com/rota-sched/rota/extender/nodepool"
 	"github.com/rota-sched/rota/extender/room"
 	"github.com/rota-sched/rota/extender/state"
 	"github.com/rota-sched/rota/pkg/contract"
@@ -48,6 +49,9 @@ type Options struct {
 	// Tiers is the number of topology tier labels (gang planning levels).
 	Tiers  int
 	Policy placement.Policy
+	// Pools says which node pool a team's pods place on and which policy
+	// scores a pool's nodes; nil: no pools, Policy everywhere.
+	Pools  *nodepool.Policies
 	Cache  *state.Cache
 	Ledger *ledger.Ledger
 	Binder *binder.Binder
@@ -92,7 +96,7 @@ type Extender struct {
 	cache     *state.Cache
 	binder    *binder.Binder
 	metrics   *metrics.Metrics
-	policy    placement.Policy
+	pools     *nodepool.Policies
 	now       func() time.Time
 	decisions *decisionLog
 	gangs     *gangs
@@ -116,6 +120,9 @@ func New(o Options) (*Extender, error) {
 		}
 		o.Policy = p
 	}
+	if o.Pools == nil {
+		o.Pools = nodepool.New(klog.Background(), nil, o.Policy, nil)
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -132,13 +139,13 @@ func New(o Options) (*Extender, error) {
 		o.DebugTTL = 30 * time.Minute
 	}
 	e := &Extender{o: o, names: o.Names, ledger: o.Ledger, cache: o.Cache, binder: o.Binder,
-		metrics: o.Metrics, policy: o.Policy, now: o.Now,
+		metrics: o.Metrics, pools: o.Pools, now: o.Now,
 		decisions: newDecisionLog(o.DebugPods, o.DebugTTL)}
 	e.room = o.Room
 	if e.room == nil {
 		r, err := room.New(room.Options{Ledger: o.Ledger, Node: o.Cache.Node, Request: e.request,
 			Gang:   func(p *corev1.Pod) *podreq.GangRef { return o.Parser.Of(p).Gang },
-			Policy: o.Policy, Tiers: o.Tiers, Candidates: o.HoldCandidates})
+			Policy: o.Policy, PolicyFor: o.Pools.For, Tiers: o.Tiers, Candidates: o.HoldCandidates})
 		if err != nil {
 			return nil, err
 		}
@@ -247,6 +254,11 @@ func (e *Extender) request(pod *corev1.Pod) (placement.Request, error) {
 	if r.GPUFree() {
 		return r, nil
 	}
+	if p.Admission != nil {
+		// The team Rota admitted the pod for (a record it believes), not
+		// one the pod's owner can write.
+		r.Pool = e.pools.PoolOf(p.Admission.Team)
+	}
 	if p.Admission != nil && p.Admission.Model != "" {
 		r.Models = []string{p.Admission.Model}
 		return r, nil
@@ -257,6 +269,9 @@ func (e *Extender) request(pod *corev1.Pod) (placement.Request, error) {
 	r.Models = p.Models
 	return r, nil
 }
+
+// policyFor is the policy that scores r's nodes: its node pool's.
+func (e *Extender) policyFor(r placement.Request) placement.Policy { return e.pools.For(r.Pool) }
 
 // podRef names a pod for background writes.
 type podRef struct {

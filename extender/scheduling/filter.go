@@ -250,7 +250,7 @@ func (e *Extender) filterGPUFree(pod *corev1.Pod, names []string, f *filterState
 		return
 	}
 	scores := e.gpuFreeScores(req, f.passed, e.ledger.Snapshot())
-	e.keepBest(scores, f)
+	e.keepBest(scores, f, e.policyFor(req).Name())
 	f.note = "pod asks for no GPU; nodes where its CPU and memory strand the fewest GPUs"
 }
 
@@ -290,7 +290,7 @@ func (e *Extender) gpuFreeScores(req placement.Request, names []string, snap *le
 			scores[i] = NoFit
 			continue
 		}
-		scores[i] = e.policy.Score(req, ni, c)
+		scores[i] = e.policyFor(req).Score(req, ni, c)
 	}
 	return scores
 }
@@ -314,18 +314,18 @@ func (e *Extender) fitAll(req placement.Request, names []string, snap *ledger.Sn
 		}
 		f.passed = append(f.passed, n)
 		if e.o.FilterBestOnly {
-			scores = append(scores, e.policy.Score(req, ni, c))
+			scores = append(scores, e.policyFor(req).Score(req, ni, c))
 		}
 	}
 	if !e.o.FilterBestOnly {
 		return
 	}
-	e.keepBest(scores, f)
+	e.keepBest(scores, f, e.policyFor(req).Name())
 }
 
 // keepBest keeps the passed nodes of the best score (scores[i] is
 // f.passed[i]'s) and counts the others as not best.
-func (e *Extender) keepBest(scores []int64, f *filterState) {
+func (e *Extender) keepBest(scores []int64, f *filterState, policy string) {
 	if len(f.passed) < 2 {
 		return
 	}
@@ -342,7 +342,7 @@ func (e *Extender) keepBest(scores []int64, f *filterState) {
 		// Only counted: a better node passed, so the answer carries no
 		// reasons (see Filter), and the decision record keeps one example.
 		f.tally.Add(notBest, n, func() string {
-			return fmt.Sprintf("another node scores higher under the %s policy (%d < %d)", e.policy.Name(), scores[i], best)
+			return fmt.Sprintf("another node scores higher under the %s policy (%d < %d)", policy, scores[i], best)
 		})
 	}
 	f.passed = kept

@@ -58,7 +58,7 @@ func (e *Extender) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs
 				fine[i] = NoFit
 				continue
 			}
-			fine[i] = e.policy.Score(req, ni, c)
+			fine[i] = e.policyFor(req).Score(req, ni, c)
 		}
 	}
 	scores := RankScores(fine, extenderv1.MaxExtenderPriority)
@@ -67,7 +67,7 @@ func (e *Extender) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs
 		out[i] = extenderv1.HostPriority{Host: n, Score: scores[i]}
 	}
 	classes := scoreClasses(names, fine, scores)
-	e.metrics.Decisions.WithLabelValues("prioritize", outcome, e.policy.Name()).Inc()
+	e.metrics.Decisions.WithLabelValues("prioritize", outcome, e.policyFor(req).Name()).Inc()
 	e.decisions.add(pod.Namespace+"/"+pod.Name, Decision{Time: start, Verb: "prioritize", Outcome: outcome,
 		Nodes: len(names), Classes: classes, Duration: e.now().Sub(start).String()})
 	best := ""
@@ -75,7 +75,7 @@ func (e *Extender) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs
 		best = classes[0].ExampleNode
 	}
 	logger.V(4).Info("Prioritize decision", "outcome", outcome, "nodes", len(names), "classes", len(classes),
-		"policy", e.policy.Name(), "best", best)
+		"policy", e.policyFor(req).Name(), "best", best)
 	if v := logger.V(5); v.Enabled() {
 		for i, n := range names {
 			v.Info("Prioritize node", "node", n, "score", scores[i], "fineScore", fine[i])

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/rota-sched/rota/extender/room"
 	"github.com/rota-sched/rota/pkg/contract"
 	pkgqueue "github.com/rota-sched/rota/pkg/queue"
 	"github.com/rota-sched/rota/pkg/quota"
@@ -45,7 +46,7 @@ func BenchmarkQueueAdmission5kNodes10kQueued(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		res := pkgqueue.Plan(in, pkgqueue.FitterFunc(func(w *pkgqueue.Workload, a quota.Account) (bool, string) {
-			h, reason := bc.ext.Room().HoldRoom([]*corev1.Pod{pods[w.Key]}, a.Model, t0.Add(time.Hour))
+			h, reason := bc.ext.Room().HoldRoom([]*corev1.Pod{pods[w.Key]}, room.Scope{Model: a.Model}, t0.Add(time.Hour))
 			if reason != "" {
 				return false, reason
 			}
@@ -88,7 +89,7 @@ func benchHoldRoom(b *testing.B, rv string) {
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		h, reason := bc.ext.Room().HoldRoom(pods[i%len(pods):i%len(pods)+1], "", t0.Add(time.Hour))
+		h, reason := bc.ext.Room().HoldRoom(pods[i%len(pods):i%len(pods)+1], room.Scope{}, t0.Add(time.Hour))
 		if reason != "" {
 			b.Fatalf("%s: %s", pods[i%len(pods)].Name, reason)
 		}

@@ -317,6 +317,8 @@ func (c *Cache) nodeChanged(obj any) {
 			b.WriteByte(0)
 			b.WriteString(node.Labels[k])
 		}
+		b.WriteByte(0)
+		b.WriteString(node.Labels[c.tiers.Pool])
 		fmt.Fprintf(&b, "\x00%d\x00%d", cpu, mem)
 		sig = b.String()
 	}

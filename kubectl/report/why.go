@@ -187,6 +187,8 @@ func (c *Cluster) why(p *corev1.Pod, listMembers bool) Why {
 		w.Request, w.RequestError = "invalid", reqErr.Error()
 	default:
 		w.Request = r.Describe(c.o.MemoryUnitMiB)
+		// The team's node pool bounds where it may go, as in the extender.
+		r.Pool = c.quota.PoolOf(w.Team)
 	}
 	if a, ok := c.allocs[string(p.UID)]; ok {
 		pl := &Placed{Node: a.Node, Whole: a.Whole}

@@ -241,10 +241,11 @@ func placeElsewhere(r Request, snap *ledger.Snapshot, ni *ledger.NodeInfo, alloc
 	return moves, true
 }
 
-// requestOf is the request an allocation's pod makes, to place it again.
+// requestOf is the request an allocation's pod makes, to place it again:
+// in the node pool it runs in.
 func requestOf(a *ledger.Allocation, ni *ledger.NodeInfo) Request {
 	r := Request{UID: a.PodUID, Pod: a.Pod, Priority: a.Priority, Preemptible: a.Preemptible,
-		CPUMilli: a.CPUMilli, HostMemoryMiB: a.HostMemoryMiB}
+		CPUMilli: a.CPUMilli, HostMemoryMiB: a.HostMemoryMiB, Pool: ni.Node.Pool}
 	if a.Whole {
 		r.GPUs = len(a.GPUs)
 		return r

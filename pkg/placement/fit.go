@@ -57,6 +57,9 @@ func fit(r Request, ni *ledger.NodeInfo) (Choice, *Reason) {
 	if len(n.GPUs) == 0 {
 		return Choice{}, &Reason{Code: NoGPUs, Node: n.Name, GPU: -1}
 	}
+	if r.Pool != n.Pool {
+		return Choice{}, &Reason{Code: OtherPool, Node: n.Name, GPU: -1, Pool: n.Pool, WantPool: r.Pool}
+	}
 	if len(r.Models) > 0 {
 		ok := false
 		for _, g := range n.GPUs {

@@ -36,6 +36,9 @@ const (
 	NoShares Code = "NoShares"
 	// Closed: the node takes no new GPU work (topology.Node.Closed).
 	Closed Code = "Closed"
+	// OtherPool: the node is in another node pool than the pod's team
+	// places on (topology.Node.Pool, Request.Pool).
+	OtherPool Code = "OtherPool"
 )
 
 // Reason says why a request does not fit a node, in data; Message formats it
@@ -59,6 +62,9 @@ type Reason struct {
 	// pod's declared end (zero: none).
 	Claim *ledger.Claim
 	Ends  time.Time
+	// Pool and WantPool describe an OtherPool reason: the node's pool and
+	// the pod's ("" for none).
+	Pool, WantPool string
 	// Text overrides the generated message (gang reasons).
 	Text string
 }
@@ -99,6 +105,8 @@ func (r *Reason) Message() string {
 		return heldMessage(r.Claim, r.Ends)
 	case Closed:
 		return "node takes no new GPU work: " + r.Health
+	case OtherPool:
+		return poolMessage(r.Pool, r.WantPool)
 	case NoShares:
 		return "node takes no memory shares: " + r.Health
 	case NoMPS:
@@ -113,6 +121,17 @@ func (r *Reason) Message() string {
 }
 
 func (r *Reason) String() string { return r.Message() }
+
+// poolMessage says why a node of one pool is closed to a pod of another.
+func poolMessage(node, pod string) string {
+	switch {
+	case pod == "":
+		return fmt.Sprintf("node is in node pool %s; the pod's team places on nodes without a pool", node)
+	case node == "":
+		return fmt.Sprintf("node is in no node pool; the pod's team places on node pool %s only", pod)
+	}
+	return fmt.Sprintf("node is in node pool %s; the pod's team places on node pool %s only", node, pod)
+}
 
 // heldMessage says why a reservation's room is closed to a pod: "GPU held
 // for gang ml/pretrain-3, expected start 14:40 UTC; this pod declares no

@@ -28,6 +28,9 @@ type Request struct {
 	MemoryUnits int64
 	// Models restricts the GPU models (nil: any).
 	Models []string
+	// Pool is the node pool the pod's team places on (topology.Node.Pool):
+	// a GPU request fits only nodes of its pool, "" the nodes of none.
+	Pool string
 	// Priority and Preemptible describe the pod for preemption.
 	Priority    int32
 	Preemptible bool
@@ -69,7 +72,7 @@ func (r Request) Describe(unit MiB) string {
 // SameShape reports whether two requests ask for the same thing.
 func (r Request) SameShape(o Request) bool {
 	return r.GPUs == o.GPUs && r.MemoryUnits == o.MemoryUnits && slices.Equal(r.Models, o.Models) &&
-		r.CPUMilli == o.CPUMilli && r.HostMemoryMiB == o.HostMemoryMiB
+		r.Pool == o.Pool && r.CPUMilli == o.CPUMilli && r.HostMemoryMiB == o.HostMemoryMiB
 }
 
 func (r Request) modelOK(m string) bool { return len(r.Models) == 0 || slices.Contains(r.Models, m) }

@@ -73,6 +73,10 @@ type Config struct {
 	// names its group borrows from that group's pool first, then from the
 	// pools above it. Without groups every team borrows from SharedPool.
 	Groups map[string]Group `json:"groups,omitempty"`
+	// NodePools give teams or groups nodes of their own with a placement
+	// policy of their own (see NodePool), keyed by the node-pool label's
+	// value.
+	NodePools map[string]NodePool `json:"nodePools,omitempty"`
 }
 
 // Limits is an amount as written in the configuration.
@@ -142,7 +146,7 @@ func Parse(data []byte) (Config, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
 		return Config{}, &contract.FieldError{Field: "quota", Problem: "is not a valid quota document: " + err.Error(),
-			Fix: "write teams, sharedPool, allowPodTeamOverride and unknownTeams as documented in deploy/admission/quota-config.yaml"}
+			Fix: "write teams, sharedPool, groups, nodePools, allowPodTeamOverride and unknownTeams as documented in deploy/admission/quota-config.yaml"}
 	}
 	if dec.More() {
 		return Config{}, &contract.FieldError{Field: "quota", Problem: "has data after the document", Fix: "write exactly one document"}
@@ -156,6 +160,12 @@ func Parse(data []byte) (Config, error) {
 	}
 	if len(c.ModelPools) == 0 {
 		c.ModelPools = nil
+	}
+	if len(c.NodePools) == 0 {
+		c.NodePools = nil
+	}
+	for name, p := range c.NodePools {
+		c.NodePools[name] = p.normalized()
 	}
 	return c, nil
 }
@@ -219,6 +229,7 @@ func (c Config) Validate() error {
 		}
 	}
 	validateGroups(c, add, limits)
+	validatePools(c, add)
 	return errors.Join(errs...)
 }
 

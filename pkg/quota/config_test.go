@@ -136,6 +136,9 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"groups":{"org":{"gpus":4,"borrow":{"gpus":2}},"lab":{"parent":"org","gpus":2,"lend":{"gpus":1},"weight":2}},` +
 		`"teams":{"x":{"gpus":1,"borrow":{"gpus":8},"group":"lab"},"y":{"gpus":2}},"sharedPool":{"gpus":3}}`))
 	f.Add([]byte(`{"groups":{"a":{"parent":"b"},"b":{"parent":"a"}},"teams":{}}`))
+	f.Add([]byte(`{"groups":{"org":{"gpus":4}},"teams":{"x":{"gpus":1,"group":"org"},"y":{}},` +
+		`"nodePools":{"p1":{"owner":"org","policy":"spread"},"p2":{"owner":"y","workload":[{"gpus":1,"weight":1,"models":[]}]}}}`))
+	f.Add([]byte(`{"teams":{"x":{}},"nodePools":{"a":{"owner":"x"},"b":{"owner":"x","policy":"nope","workload":[]}}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data)
 		if err != nil {

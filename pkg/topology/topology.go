@@ -59,17 +59,27 @@ type Node struct {
 	// extender closes a node that runs a pod whose GPU assignment is not
 	// Rota's: which GPUs that pod holds is unknown).
 	Closed string
+	// Pool is the node pool the node is in (its node-pool label), "" for
+	// none: GPU pods go only to nodes of their team's pool
+	// (placement.Request.Pool), and a pool's own policy scores its nodes.
+	Pool string
 }
 
 // Labels says which node labels give the topology tiers, narrowest first.
+// Pool is the label whose value names the node's node pool.
 type Labels struct {
 	Tiers []string
+	Pool  string
 }
 
-// DefaultLabels uses the domain's leaf label and the well-known zone label.
+// DefaultLabels uses the domain's leaf label and the well-known zone label,
+// and the domain's node-pool label.
 func DefaultLabels(n contract.Names) Labels {
-	return Labels{Tiers: []string{n.Domain + "/leaf", "topology.kubernetes.io/zone"}}
+	return Labels{Tiers: []string{n.Domain + "/leaf", "topology.kubernetes.io/zone"}, Pool: PoolLabel(n)}
 }
+
+// PoolLabel is the node label that puts a node in a node pool.
+func PoolLabel(n contract.Names) string { return n.Domain + "/node-pool" }
 
 // New builds a Node from its name, labels and parsed topology document.
 func New(name string, labels map[string]string, keys Labels, t contract.Topology) *Node {
@@ -83,6 +93,9 @@ func New(name string, labels map[string]string, keys Labels, t contract.Topology
 	}
 	for _, k := range keys.Tiers {
 		n.Tiers = append(n.Tiers, labels[k])
+	}
+	if keys.Pool != "" {
+		n.Pool = labels[keys.Pool]
 	}
 	n.GPUs = make([]GPU, 0, len(t.GPUs))
 	for _, g := range t.GPUs {
