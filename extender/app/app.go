@@ -293,6 +293,12 @@ func (a *App) addMetrics(hub *events, workload placement.Workload) {
 		},
 		GangsWaiting: hub.gangsWaiting,
 		Pending:      func() (int, time.Duration) { return a.cache.Pending(time.Now()) },
+		Pools: func() []nodepool.Pool {
+			if a.pools == nil { // set once in New, before anything is served
+				return nil
+			}
+			return a.pools.Pools()
+		},
 	})
 	hub.podFailures = a.metrics.PodFailures
 	a.metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -331,7 +337,7 @@ func (a *App) addRemediation(rcfg remediation.Config, pods cache.SharedIndexInfo
 // addServer builds /ui, /debug and the verbs' server over the extender.
 func (a *App) addServer(cfg config.Config, logger klog.Logger) {
 	uo := ui.Options{Names: a.names, Parser: a.parser, Snapshot: a.ledger.Snapshot, Pods: a.podFactory.Core().V1().Pods().Lister(),
-		Decisions: a.extender.Decisions}
+		Decisions: a.extender.Decisions, Pools: a.pools}
 	if a.queue != nil {
 		uo.Queue = func() contract.QueueView { return a.queue.View(a.serving()) } // what /debug/queue serves
 	}

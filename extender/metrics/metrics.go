@@ -8,12 +8,14 @@
 package metrics
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/rota-sched/rota/extender/nodepool"
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/placement"
 	"github.com/rota-sched/rota/pkg/version"
@@ -34,6 +36,9 @@ type Source struct {
 	// Pending returns how many GPU pods wait for a node and how long the
 	// oldest has waited.
 	Pending func() (int, time.Duration)
+	// Pools lists the node pools configured now, with their owners and
+	// policies (nil: none).
+	Pools func() []nodepool.Pool
 }
 
 // Metrics holds every metric the extender exports.
@@ -144,7 +149,25 @@ var (
 		"Pods asking for Rota resources that wait for a node.", nil, nil)
 	descPendingOldest = prometheus.NewDesc(namespace+"_pending_pod_oldest_seconds",
 		"How long the longest-waiting GPU pod has waited for a node (0 when none waits).", nil, nil)
+
+	// Per node pool, side by side (pool="" is the nodes of none); only
+	// while a pool is configured or a node is labelled with one.
+	poolLabel    = []string{"pool"}
+	descPoolInfo = prometheus.NewDesc(namespace+"_node_pool_info",
+		"A configured node pool: its owner (team or group) and the placement policy on its nodes (1).", []string{"pool", "owner", "policy"}, nil)
+	descPoolNodes = prometheus.NewDesc(namespace+"_node_pool_nodes", "GPU nodes in the node pool.", poolLabel, nil)
+	descPoolGPUs  = prometheus.NewDesc(namespace+"_node_pool_gpus", "GPUs in the node pool.", poolLabel, nil)
+	descPoolBusy  = prometheus.NewDesc(namespace+"_node_pool_gpus_in_use",
+		"GPUs of the node pool holding at least one allocation.", poolLabel, nil)
+	descPoolMemUsed = prometheus.NewDesc(namespace+"_node_pool_gpu_memory_allocated_bytes",
+		"GPU memory of the node pool held by allocations (whole GPUs count in full).", poolLabel, nil)
+	descPoolMemTotal = prometheus.NewDesc(namespace+"_node_pool_gpu_memory_total_bytes",
+		"GPU memory of the node pool.", poolLabel, nil)
+	descPoolFrag = prometheus.NewDesc(namespace+"_node_pool_fragmentation_gpus",
+		"Expected GPU capacity of the node pool the workload cannot use (the cluster's workload, the same yardstick for every pool), in GPUs.", poolLabel, nil)
 )
+
+var poolDescs = []*prometheus.Desc{descPoolInfo, descPoolNodes, descPoolGPUs, descPoolBusy, descPoolMemUsed, descPoolMemTotal, descPoolFrag}
 
 // ledgerCollector reads the gauges from one ledger snapshot per scrape.
 type ledgerCollector struct {
@@ -155,6 +178,9 @@ type ledgerCollector struct {
 func (c *ledgerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMemAllocated, descMemTotal, descWholeUsed, descGPUsBusy, descGPUsTotal,
 		descNodes, descFrag, descAllocs, descViolations, descProblems, descGangsWaiting, descPending, descPendingOldest} {
+		ch <- d
+	}
+	for _, d := range poolDescs {
 		ch <- d
 	}
 }
@@ -209,6 +235,7 @@ func (c *ledgerCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descFrag, prometheus.GaugeValue, frag)
 		ch <- prometheus.MustNewConstMetric(descAllocs, prometheus.GaugeValue, float64(reserved), "reserved")
 		ch <- prometheus.MustNewConstMetric(descAllocs, prometheus.GaugeValue, float64(committed), "committed")
+		c.collectPools(ch, snap, w)
 	}
 	ch <- prometheus.MustNewConstMetric(descViolations, prometheus.GaugeValue, float64(c.m.violations.Load()))
 	if c.src.Problems != nil {
@@ -223,5 +250,33 @@ func (c *ledgerCollector) Collect(ch chan<- prometheus.Metric) {
 		n, oldest := c.src.Pending()
 		ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(n))
 		ch <- prometheus.MustNewConstMetric(descPendingOldest, prometheus.GaugeValue, oldest.Seconds())
+	}
+}
+
+// collectPools exports each node pool's use beside the others': the
+// configured pools (an empty one as zeros) and any pool a node is
+// labelled with.
+func (c *ledgerCollector) collectPools(ch chan<- prometheus.Metric, snap *ledger.Snapshot, w placement.Workload) {
+	const mib = 1 << 20
+	var pools []nodepool.Pool
+	if c.src.Pools != nil {
+		pools = c.src.Pools()
+	}
+	use := placement.PoolsUse(snap, w)
+	if len(pools) == 0 && !slices.ContainsFunc(use, func(u placement.PoolUse) bool { return u.Pool != "" }) {
+		return
+	}
+	for _, p := range pools {
+		ch <- prometheus.MustNewConstMetric(descPoolInfo, prometheus.GaugeValue, 1, p.Name, p.Owner, p.Policy)
+		if !slices.ContainsFunc(use, func(u placement.PoolUse) bool { return u.Pool == p.Name }) {
+			use = append(use, placement.PoolUse{Pool: p.Name})
+		}
+	}
+	for _, u := range use {
+		for d, v := range map[*prometheus.Desc]float64{descPoolNodes: float64(u.Nodes), descPoolGPUs: float64(u.GPUs),
+			descPoolBusy: float64(u.Busy), descPoolMemUsed: float64(u.UsedMiB) * mib, descPoolMemTotal: float64(u.MemoryMiB) * mib,
+			descPoolFrag: u.FragmentedGPUs} {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, u.Pool)
+		}
 	}
 }

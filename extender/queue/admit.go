@@ -71,6 +71,7 @@ func (c *Controller) admit(ctx context.Context, wl *workload, now time.Time) {
 	}
 	c.o.Metrics.Admissions.WithLabelValues(wl.w.Team).Add(float64(ok))
 	c.o.Metrics.Wait.WithLabelValues(wl.w.Team).Observe(waited.Seconds())
+	c.o.Metrics.PoolWait.WithLabelValues(c.scope(wl.acct).Pool).Observe(waited.Seconds())
 	logger.V(2).Info("Admitted", "workload", wl.w.Key, "team", wl.w.Team, "account", wl.acct.String(), "pods", ok,
 		"waited", waited.Round(time.Millisecond), "where", wl.hold.Where)
 }

@@ -4,10 +4,12 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // Metrics are the queue controller's Prometheus metrics.
 type Metrics struct {
-	Length          *prometheus.GaugeVec
-	OldestWait      *prometheus.GaugeVec
-	Admissions      *prometheus.CounterVec
-	Wait            *prometheus.HistogramVec
+	Length     *prometheus.GaugeVec
+	OldestWait *prometheus.GaugeVec
+	Admissions *prometheus.CounterVec
+	Wait       *prometheus.HistogramVec
+	// PoolWait is Wait by the node pool the admitted pods place on.
+	PoolWait        *prometheus.HistogramVec
 	Reclaims        *prometheus.CounterVec
 	ConditionWrites prometheus.Counter
 	// Reservations and ReservedGPUs are the holds for queued jobs now;
@@ -28,6 +30,9 @@ type Metrics struct {
 	MovesBlocked prometheus.Counter
 }
 
+// waitBuckets are the queue wait histograms' buckets, 1 s to a day.
+var waitBuckets = []float64{1, 5, 15, 60, 300, 900, 1800, 3600, 7200, 14400, 43200, 86400}
+
 // NewMetrics registers the metrics with reg (nil: not registered).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
@@ -39,7 +44,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Pods the queue controller admitted, per team."}, []string{"team"}),
 		Wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "rota_queue_wait_seconds",
 			Help:    "Time from a workload's creation to its admission, per team.",
-			Buckets: []float64{1, 5, 15, 60, 300, 900, 1800, 3600, 7200, 14400, 43200, 86400}}, []string{"team"}),
+			Buckets: waitBuckets}, []string{"team"}),
+		PoolWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "rota_queue_node_pool_wait_seconds",
+			Help:    `Time from a workload's creation to its admission, per node pool its pods place on ("": the nodes of none).`,
+			Buckets: waitBuckets}, []string{"pool"}),
 		Reclaims: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rota_queue_reclaims_total",
 			Help: "Workloads evicted to return a team's guarantee, per team that got the capacity back."}, []string{"team"}),
 		ConditionWrites: prometheus.NewCounter(prometheus.CounterOpts{Name: "rota_queue_condition_writes_total",
@@ -62,7 +70,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Defragmentation evictions refused by a PodDisruptionBudget or held by the API server."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Length, m.OldestWait, m.Admissions, m.Wait, m.Reclaims, m.ConditionWrites,
+		reg.MustRegister(m.Length, m.OldestWait, m.Admissions, m.Wait, m.PoolWait, m.Reclaims, m.ConditionWrites,
 			m.Reservations, m.ReservedGPUs, m.ReservationsReleased, m.Narrowed, m.Requeued, m.DisbelievedRecords,
 			m.Moves, m.MovesBlocked)
 	}

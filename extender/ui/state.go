@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/rota-sched/rota/extender/nodepool"
 	"github.com/rota-sched/rota/extender/scheduling"
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/ledger"
@@ -38,6 +39,68 @@ type State struct {
 	// TeamQueues is each team's queue and admitted use, from the queue
 	// controller (absent when it is off).
 	TeamQueues *TeamQueues `json:"teamQueues,omitempty"`
+	// Pools compares the node pools side by side (absent without pools).
+	Pools []Pool `json:"pools,omitempty"`
+}
+
+// Pool is one node pool's row ("" the nodes of none): who owns it, the
+// policy that places there, and how well it is used.
+type Pool struct {
+	Pool   string `json:"pool"`
+	Owner  string `json:"owner,omitempty"`
+	Policy string `json:"policy"`
+	Nodes  int    `json:"nodes"`
+	GPUs   int    `json:"gpus"`
+	Busy   int    `json:"busy"`
+	// Allocation is the share of the pool's GPU memory held, 0..1.
+	Allocation     float64 `json:"allocation"`
+	FragmentedGPUs float64 `json:"fragmentedGPUs"`
+	// Queued and LongestWaitSeconds are the queued pods whose team places
+	// on the pool, and the longest wait among them (the queue controller's
+	// view; 0 without it).
+	Queued             int     `json:"queued"`
+	LongestWaitSeconds float64 `json:"longestWaitSeconds"`
+}
+
+// pools builds the pools' rows: the configured pools (an empty one with
+// zeros), any pool a node is labelled with, and the nodes of none; nil
+// when there is no pool at all.
+func pools(use []placement.PoolUse, np *nodepool.Policies, view *contract.QueueView) []Pool {
+	var conf []nodepool.Pool
+	def := placement.DefaultPolicyName
+	if np != nil {
+		conf, def = np.Pools(), np.Default().Name()
+	}
+	if len(conf) == 0 && !slices.ContainsFunc(use, func(u placement.PoolUse) bool { return u.Pool != "" }) {
+		return nil
+	}
+	by := map[string]*Pool{"": {Policy: def}}
+	for _, c := range conf {
+		by[c.Name] = &Pool{Pool: c.Name, Owner: c.Owner, Policy: c.Policy}
+	}
+	for _, u := range use {
+		p := by[u.Pool]
+		if p == nil { // labelled, not configured: no one's
+			p = &Pool{Pool: u.Pool, Policy: "none: not configured, takes no GPU pods"}
+			by[u.Pool] = p
+		}
+		p.Nodes, p.GPUs, p.Busy = u.Nodes, u.GPUs, u.Busy
+		p.Allocation, p.FragmentedGPUs = round2(u.Allocation()), round2(u.FragmentedGPUs)
+	}
+	if view != nil && np != nil {
+		for _, q := range view.Pods {
+			if p := by[np.PoolOf(q.Team)]; p != nil {
+				p.Queued++
+				p.LongestWaitSeconds = max(p.LongestWaitSeconds, q.Waiting)
+			}
+		}
+	}
+	out := make([]Pool, 0, len(by))
+	for _, p := range by {
+		out = append(out, *p)
+	}
+	slices.SortFunc(out, func(a, b Pool) int { return cmp.Compare(a.Pool, b.Pool) })
+	return out
 }
 
 // TeamQueues is the queue controller's view (contract.QueueView) by team.

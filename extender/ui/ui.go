@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
 
+	"github.com/rota-sched/rota/extender/nodepool"
 	"github.com/rota-sched/rota/extender/scheduling"
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/ledger"
@@ -51,6 +52,8 @@ type Options struct {
 	// Queue returns the queue controller's view, the document /debug/queue
 	// serves (nil: the queue controller is off).
 	Queue func() contract.QueueView
+	// Pools are the node pools of the quota configuration (nil: none).
+	Pools *nodepool.Policies
 	// Workload measures fragmentation (nil: placement.DefaultWorkload).
 	Workload placement.Workload
 	// SampleEvery is the fragmentation sampling interval (default 10s) and
@@ -134,10 +137,12 @@ func (u *UI) State() State {
 	st := State{Time: now, Nodes: []Node{}, Queue: []Waiting{}, Namespaces: []NamespaceUse{},
 		UsageNote: usageNote, SampleEvery: u.o.SampleEvery.String()}
 	use := map[string]*NamespaceUse{}
+	var poolUse []placement.PoolUse
 	if u.o.Snapshot != nil {
 		snap := u.o.Snapshot()
 		st.Nodes, st.Totals, use = nodes(snap)
 		st.Fragmentation = append(u.ring.samples(), sample(snap, u.o.Workload, now))
+		poolUse = placement.PoolsUse(snap, u.o.Workload)
 	}
 	if u.o.Pods != nil {
 		var pods []*corev1.Pod
@@ -146,8 +151,10 @@ func (u *UI) State() State {
 		}
 		st.Queue = waiting(pods, u.o.Names, u.o.Parser, u.o.Decisions, now)
 	}
+	var view *contract.QueueView
 	if u.o.Queue != nil {
 		v := u.o.Queue()
+		view = &v
 		st.TeamQueues = teamQueues(v)
 		// A queued pod waits for the queue, not for a node: its reason is
 		// where it stands in its team's queue.
@@ -162,6 +169,7 @@ func (u *UI) State() State {
 			}
 		}
 	}
+	st.Pools = pools(poolUse, u.o.Pools, view)
 	st.Totals.Waiting = len(st.Queue)
 	for _, w := range st.Queue {
 		ns, _, _ := strings.Cut(w.Pod, "/")

@@ -197,6 +197,39 @@
     box.appendChild(table);
   }
 
+  // renderPools compares the node pools side by side.
+  function renderPools(st) {
+    var section = document.getElementById("pools-section");
+    section.hidden = !st.pools;
+    if (!st.pools) return;
+    var box = document.getElementById("pools");
+    box.textContent = "";
+    var table = el("table", "queue node-pools");
+    var hr = el("tr");
+    ["Node pool", "Owner", "Policy", "Nodes", "GPUs", "In use", "Allocation", "Fragmented", "Queued", "Longest wait"].forEach(function (h) {
+      hr.appendChild(el("th", null, h));
+    });
+    var thead = el("thead");
+    thead.appendChild(hr);
+    table.appendChild(thead);
+    var body = el("tbody");
+    st.pools.forEach(function (p) {
+      var tr = el("tr");
+      tr.dataset.pool = p.pool;
+      tr.appendChild(el("td", "pool-name", p.pool || "(nodes without a pool)"));
+      tr.appendChild(el("td", null, p.owner || "-"));
+      tr.appendChild(el("td", "pool-policy", p.policy));
+      [p.nodes, p.gpus, p.busy].forEach(function (n) { tr.appendChild(el("td", "num", String(n))); });
+      tr.appendChild(el("td", "num pool-allocation", percent(p.allocation)));
+      tr.appendChild(el("td", "num", p.fragmentedGPUs + " GPUs"));
+      tr.appendChild(el("td", "num", String(p.queued)));
+      tr.appendChild(el("td", "num", p.queued ? duration(p.longestWaitSeconds) : "-"));
+      body.appendChild(tr);
+    });
+    table.appendChild(body);
+    box.appendChild(table);
+  }
+
   function renderUsage(st) {
     document.getElementById("usage-note").textContent = st.usageNote;
     var box = document.getElementById("usage");
@@ -265,6 +298,7 @@
     renderMap(st);
     renderQueue(st);
     renderTeams(st);
+    renderPools(st);
     renderUsage(st);
     renderFrag(st);
     document.getElementById("error").hidden = true;
