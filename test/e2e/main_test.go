@@ -104,6 +104,8 @@ const quotaDoc = `teams:
   qtree-p1: {gpus: 1, borrow: {gpus: 10}, group: qtree-t}
   qtree-q1: {borrow: {gpus: 10}, group: qtree-u}
   qtree-p2: {gpus: 1, group: qtree-t}
+  qpool-canary: {gpus: 8}
+  qpool-rest: {gpus: 8}
 # The nested-groups scenario's tree: department qtree-dept (pool 2, never
 # borrowing from the shared pool) holds qtree-t (pool 2) and qtree-u.
 groups:
@@ -121,6 +123,10 @@ modelPools:
   "Rota Guard GPU": {gpus: 2}
   "Rota Defrag GPU": {gpus: 4}
 unknownTeams: unlimited
+# The node-pool scenario's canary: team qpool-canary's pods go to the nodes
+# labelled <domain>/node-pool=qpool, placed there by spread.
+nodePools:
+  qpool: {owner: qpool-canary, policy: spread}
 `
 
 type result struct {

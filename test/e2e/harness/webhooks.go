@@ -311,3 +311,17 @@ func (e *Env) SetNamespaceQueueing(ctx context.Context, namespace string, on boo
 	// own watch: wait until both leave new GPU pods of the namespace alone.
 	return e.waitQueueGate(ctx, namespace, on)
 }
+
+// SetQuota replaces the quota configuration (the ConfigMap rota-admission
+// and rota-extender watch) and returns the document it replaced.
+func (e *Env) SetQuota(ctx context.Context, doc string) (was string, err error) {
+	api := e.Client.CoreV1().ConfigMaps(SystemNamespace)
+	cm, err := api.Get(ctx, QuotaConfigMap, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	was = cm.Data[QuotaKey]
+	cm.Data[QuotaKey] = doc
+	_, err = api.Update(ctx, cm, metav1.UpdateOptions{})
+	return was, err
+}
