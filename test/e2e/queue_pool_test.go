@@ -96,5 +96,6 @@ func TestQueueNodePoolCanary(t *testing.T) {
 		t.Errorf("the status page's row for pool %s: %q, want its owner, binpack and 3 or 4 of 8 GPUs busy", name, row)
 	}
 	note(name, "spread: canary on %s and %s, rest packed on %s; after the edit binpack packed c2, c3 on %s", c0, c1, r0, c2)
-	checkInvariants(ctx, t, nil)
+	q := quotaConfig(t) // with its node pools: every GPU pod in its team's pool, checked apart from Rota
+	checkInvariants(ctx, t, &q)
 }

@@ -19,6 +19,8 @@
 //     (a pod placed after its GPU turned unhealthy never starts);
 //   - bookkeeping: every bound pod that asks for Rota resources carries a
 //     readable assignment, and the assignment names the pod's node;
+//   - node pools (when the quota configuration has them): every bound GPU
+//     pod runs on a node of its namespace's team's pool, and no other;
 //   - records against the truth (Options.Grants): a bound pod's assignment
 //     names the GPUs the kubelet granted it; capacity counts granted GPUs;
 //     quota counts each pod against its own team, never the team its
@@ -61,6 +63,7 @@ const (
 	GrantMismatch    Kind = "AssignmentNotGranted"
 	BadTopology      Kind = "UnreadableTopology"
 	UnreadableGangSz Kind = "UnreadableGangSize"
+	OutsidePool      Kind = "OutsideNodePool"
 )
 
 // Violation is one broken invariant, in words.
@@ -286,8 +289,78 @@ func Evaluate(nodes []corev1.Node, pods []corev1.Pod, namespaces []corev1.Namesp
 	out = append(out, checkGangs(pods, o)...)
 	if o.Quota != nil {
 		out = append(out, checkQuota(pods, namespaces, topo, o)...)
+		out = append(out, checkNodePools(nodes, pods, namespaces, o)...)
 	}
 	return out
+}
+
+// checkNodePools checks, with a quota configuration that has node pools,
+// that every bound GPU pod runs on a node of its team's pool: the pool its
+// team owns, else its nearest group's, else the nodes without the
+// node-pool label. The team is the pod's namespace's (never its admission
+// record's), and the pool is found here by walking the tree, apart from
+// pkg/quota. Pods placed before an edit that moved their team to another
+// pool are reported too: the check assumes the pools did not change while
+// the pods ran.
+func checkNodePools(nodes []corev1.Node, pods []corev1.Pod, namespaces []corev1.Namespace, o Options) []Violation {
+	cfg := *o.Quota
+	if len(cfg.NodePools) == 0 {
+		return nil
+	}
+	owned := map[string]string{}
+	for pool, np := range cfg.NodePools {
+		owned[np.Owner] = pool
+	}
+	poolOf := func(team string) string {
+		t, ok := cfg.Teams[team]
+		if !ok {
+			return ""
+		}
+		if p, ok := owned[team]; ok {
+			return p
+		}
+		for g, depth := t.Group, 0; g != "" && depth < 64; g, depth = cfg.Groups[g].Parent, depth+1 {
+			if p, ok := owned[g]; ok {
+				return p
+			}
+		}
+		return ""
+	}
+	label := o.Names.Domain + "/node-pool"
+	nodePool := map[string]string{}
+	for i := range nodes {
+		nodePool[nodes[i].Name] = nodes[i].Labels[label]
+	}
+	nsLabels := map[string]map[string]string{}
+	for i := range namespaces {
+		nsLabels[namespaces[i].Name] = namespaces[i].Labels
+	}
+	var out []Violation
+	for i := range pods {
+		p := &pods[i]
+		if p.Spec.NodeName == "" || podreq.Terminal(p) || !podreq.Wants(p, o.Names) ||
+			(o.Namespace != "" && p.Namespace != o.Namespace) {
+			continue
+		}
+		req, err := podreq.FromPod(p, podreq.Options{Names: o.Names, MemoryUnitMiB: o.MemoryUnitMiB})
+		if err != nil || req.GPUFree() {
+			continue
+		}
+		team := podreq.Team(p, nsLabels[p.Namespace], o.Names, cfg.AllowPodTeamOverride)
+		if want, got := poolOf(team), nodePool[p.Spec.NodeName]; want != got {
+			out = append(out, Violation{Kind: OutsidePool, Object: "pod " + p.Namespace + "/" + p.Name,
+				Message: fmt.Sprintf("team %s places on node pool %s, but the pod runs on node %s of pool %s",
+					orUnknown(team), orNone(want), p.Spec.NodeName, orNone(got))})
+		}
+	}
+	return out
+}
+
+func orNone(pool string) string {
+	if pool == "" {
+		return "(none)"
+	}
+	return pool
 }
 
 // accountOf is the account a pod counts against: always its own team's

@@ -39,6 +39,11 @@ func TestCheck(t *testing.T) {
 		SharedPool:   quota.Limits{GPUs: 1},
 		UnknownTeams: quota.UnlimitedUnknown,
 	}
+	// treeCfg with node pool "lab-pool" owned by group lab: vision and nlp
+	// place there, through their group.
+	poolCfg := *treeCfg
+	poolCfg.NodePools = map[string]quota.NodePool{"lab-pool": {Owner: "lab"}}
+	poolLabel := names.Domain + "/node-pool"
 	tests := []struct {
 		name     string
 		give     []runtime.Object
@@ -226,6 +231,36 @@ func TestCheck(t *testing.T) {
 			giveOpts: Options{Quota: quotaCfg},
 			want:     []Kind{PoolExceeded},
 			wantText: "teams borrow 3 GPUs",
+		},
+		{
+			name: "pods in their team's node pool",
+			give: []runtime.Object{fixture.GPUNode("p1").GPUs(8, 80*gib).Label(poolLabel, "lab-pool").Obj(),
+				fixture.GPUNode("n1").GPUs(8, 80*gib).Obj(), fixture.Namespace("cv", "vision"), fixture.Namespace("x", "other"),
+				fixture.Pod("cv", "w").GPUs(2).Whole("p1", 80*gib, 0, 1).Running("p1").Obj(),
+				fixture.Pod("x", "o").GPUs(2).Whole("n1", 80*gib, 0, 1).Running("n1").Obj(),
+				fixture.Pod("x", "cpu").Running("p1").Obj(),
+			},
+			giveOpts: Options{Quota: &poolCfg},
+		},
+		{
+			name: "a team's pod outside its node pool",
+			give: []runtime.Object{fixture.GPUNode("p1").GPUs(8, 80*gib).Label(poolLabel, "lab-pool").Obj(),
+				fixture.GPUNode("n1").GPUs(8, 80*gib).Obj(), fixture.Namespace("cv", "vision"),
+				fixture.Pod("cv", "w").GPUs(2).Whole("n1", 80*gib, 0, 1).Running("n1").Obj(),
+			},
+			giveOpts: Options{Quota: &poolCfg},
+			want:     []Kind{OutsidePool},
+			wantText: "team vision places on node pool lab-pool, but the pod runs on node n1 of pool (none)",
+		},
+		{
+			name: "another team's pod inside a node pool",
+			give: []runtime.Object{fixture.GPUNode("p1").GPUs(8, 80*gib).Label(poolLabel, "lab-pool").Obj(),
+				fixture.Namespace("x", "other"),
+				fixture.Pod("x", "o").MemoryMiB(10*gib).Share("p1", 0, 10*gib).Running("p1").Obj(),
+			},
+			giveOpts: Options{Quota: &poolCfg},
+			want:     []Kind{OutsidePool},
+			wantText: "team other places on node pool (none), but the pod runs on node p1 of pool lab-pool",
 		},
 		{
 			name: "a tree's pools lend past the shared pool",
