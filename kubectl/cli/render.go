@@ -243,7 +243,12 @@ func placedLine(pl *report.Placed) string {
 func (p *printer) nodesText(out io.Writer, r report.Nodes) error {
 	lw := &lineWriter{w: out}
 	t := &table{}
-	t.row(plain, "NODE", "LEAF", "MODEL", "GPUS", "HEALTHY", "WHOLE", "SHARED", "IDLE", "ISLANDS", "MEM USED", "MEM FREE", "FRAG", "HEALTH")
+	pooled := len(r.Pools) > 0
+	head := []string{"NODE", "LEAF", "MODEL", "GPUS", "HEALTHY", "WHOLE", "SHARED", "IDLE", "ISLANDS", "MEM USED", "MEM FREE", "FRAG", "HEALTH"}
+	if pooled {
+		head = slices.Insert(head, 1, "POOL")
+	}
+	t.row(plain, head...)
 	for _, n := range r.Nodes {
 		health, c := "ok", plain
 		if len(n.Unhealthy) > 0 {
@@ -253,15 +258,28 @@ func (p *printer) nodesText(out io.Writer, r report.Nodes) error {
 			health += fmt.Sprintf("; %d ledger problem(s): kubectl rota ledger --node %s", len(n.Problems), n.Node)
 			c = red
 		}
-		if n.GPUs == 0 {
-			t.row(red, n.Node, "", "", "", "", "", "", "", "", "", "", "", strings.Join(n.Problems, "; "))
-			continue
-		}
-		t.row(c, n.Node, n.Leaf, strings.Join(n.Models, ","), fmt.Sprint(n.GPUs), fmt.Sprint(n.Healthy), fmt.Sprint(n.Whole),
+		cells := []string{n.Node, n.Leaf, strings.Join(n.Models, ","), fmt.Sprint(n.GPUs), fmt.Sprint(n.Healthy), fmt.Sprint(n.Whole),
 			fmt.Sprint(n.Shared), fmt.Sprint(n.Idle), fmt.Sprint(n.Islands), n.UsedMiB.String(), n.FreeMiB.String(),
-			fmt.Sprintf("%.2f", n.FragmentGPUs), health)
+			fmt.Sprintf("%.2f", n.FragmentGPUs), health}
+		if n.GPUs == 0 {
+			cells, c = []string{n.Node, "", "", "", "", "", "", "", "", "", "", "", strings.Join(n.Problems, "; ")}, red
+		}
+		if pooled {
+			cells = slices.Insert(cells, 1, orDash(n.Pool))
+		}
+		t.row(c, cells...)
 	}
 	lw.table(t, p, "")
+	if pooled {
+		pt := &table{}
+		pt.row(plain, "NODE POOL", "NODES", "GPUS", "IN USE", "MEM USED", "MEM TOTAL", "ALLOCATION", "FRAG")
+		for _, u := range r.Pools {
+			pt.row(plain, orDash(u.Pool), fmt.Sprint(u.Nodes), fmt.Sprint(u.GPUs), fmt.Sprint(u.Busy), u.UsedMiB.String(),
+				u.MemoryMiB.String(), fmt.Sprintf("%.0f%%", 100*u.Allocation), fmt.Sprintf("%.2f", u.FragmentGPUs))
+		}
+		lw.printf("\n")
+		lw.table(pt, p, "")
+	}
 	lw.printf("\n%s\n", fragLine(r.Fragmentation))
 	if r.WithoutTopology > 0 {
 		lw.printf("%d node(s) publish no GPU topology (no Rota GPUs there).\n", r.WithoutTopology)
@@ -301,6 +319,10 @@ func (p *printer) teamsText(out io.Writer, r report.Teams) error {
 	}
 	t := &table{}
 	head := []string{"TEAM", "NAMESPACES", "QUOTA", "BORROW", "RUNNING", "PENDING", "ROOM", "STATE", "REJECTED"}
+	pooled := slices.ContainsFunc(r.Teams, func(q report.TeamQuota) bool { return q.Pool != "" })
+	if pooled {
+		head = slices.Insert(head, 2, "NODE POOL")
+	}
 	if len(r.Groups) > 0 {
 		head = slices.Insert(head, 1, "GROUP")
 	}
@@ -316,6 +338,9 @@ func (p *printer) teamsText(out io.Writer, r report.Teams) error {
 		}
 		cells := []string{orDash(q.Team), strings.Join(q.Namespaces, ","), quota, borrow,
 			q.Running.String(), q.Pending.String(), room, q.State, rej}
+		if pooled {
+			cells = slices.Insert(cells, 2, orDash(q.Pool))
+		}
 		if len(r.Groups) > 0 {
 			cells = slices.Insert(cells, 1, orDash(q.Group))
 		}

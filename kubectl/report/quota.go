@@ -31,6 +31,9 @@ type TeamQuota struct {
 	// Group is the quota group the team belongs to, in a nested
 	// configuration ("" under the shared pool).
 	Group string `json:"group,omitempty"`
+	// Pool is the node pool the team's GPU pods place on ("" the nodes of
+	// none; quota.Config.PoolOf).
+	Pool string `json:"pool,omitempty"`
 	// Guarantee, BorrowLimit and Reachable (guarantee plus what it may
 	// borrow, bounded by the shared pool) come from the configuration.
 	Guarantee   Amount `json:"guarantee"`
@@ -82,6 +85,7 @@ func (c *Cluster) teamQuota(team string) TeamQuota {
 	}
 	tq.Configured = true
 	tq.Group = t.Group
+	tq.Pool = c.quota.PoolOf(team)
 	tq.Guarantee = amount(t.Guarantee())
 	tq.BorrowLimit = amount(t.Borrow.Amount())
 	tq.Reachable = amount(c.quota.Reachable(team))

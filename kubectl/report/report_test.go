@@ -298,3 +298,45 @@ unknownTeams: deny
 		}
 	}
 }
+
+// Node pools show in top nodes (a POOL per node and the pools side by
+// side) and top teams (each team's pool), from the node label and the
+// quota configuration.
+func TestTopNodePools(t *testing.T) {
+	in := fixture(t)
+	label := contract.Default.Domain + "/node-pool"
+	pooled := 0
+	for i := range in.Nodes {
+		if in.Nodes[i].Name == "h100-a1" || in.Nodes[i].Name == "h100-a2" {
+			if in.Nodes[i].Labels == nil {
+				in.Nodes[i].Labels = map[string]string{}
+			}
+			in.Nodes[i].Labels[label] = "llm-pool"
+			pooled++
+		}
+	}
+	if pooled != 2 {
+		t.Fatalf("fixture: %d nodes labelled, want 2", pooled)
+	}
+	in.Quota.Data["quota.yaml"] = clustertest.QuotaYAML + "nodePools:\n  llm-pool: {owner: llm, policy: spread}\n"
+	c := Build(in, DefaultOptions())
+	nodes := c.TopNodes()
+	var byPool = map[string]PoolUse{}
+	for _, u := range nodes.Pools {
+		byPool[u.Pool] = u
+	}
+	if len(nodes.Pools) != 2 || byPool["llm-pool"].Nodes != 2 || byPool[""].Nodes == 0 {
+		t.Fatalf("pools %+v, want llm-pool with 2 nodes and the rest", nodes.Pools)
+	}
+	for _, n := range nodes.Nodes {
+		if want := map[bool]string{true: "llm-pool"}[n.Node == "h100-a1" || n.Node == "h100-a2"]; n.Pool != want {
+			t.Errorf("node %s: pool %q, want %q", n.Node, n.Pool, want)
+		}
+	}
+	teams := c.TopTeams()
+	for _, q := range teams.Teams {
+		if want := map[bool]string{true: "llm-pool"}[q.Team == "llm"]; q.Pool != want {
+			t.Errorf("team %s: pool %q, want %q", q.Team, q.Pool, want)
+		}
+	}
+}

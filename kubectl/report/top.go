@@ -12,7 +12,9 @@ import (
 
 // NodeUse is one node's GPU use.
 type NodeUse struct {
-	Node   string   `json:"node"`
+	Node string `json:"node"`
+	// Pool is the node pool the node is in (its node-pool label).
+	Pool   string   `json:"pool,omitempty"`
 	Leaf   string   `json:"leaf,omitempty"`
 	Models []string `json:"models,omitempty"`
 	GPUs   int      `json:"gpus"`
@@ -85,6 +87,22 @@ type Nodes struct {
 	WithoutTopology int `json:"withoutTopology"`
 	// LedgerViolations are ledger.Check's findings after the rebuild.
 	LedgerViolations []string `json:"ledgerViolations,omitempty"`
+	// Pools sums the nodes by node pool ("" the nodes of none), when any
+	// node is in one.
+	Pools []PoolUse `json:"pools,omitempty"`
+}
+
+// PoolUse is one node pool's GPU use (placement.PoolUse).
+type PoolUse struct {
+	Pool      string       `json:"pool"`
+	Nodes     int          `json:"nodes"`
+	GPUs      int          `json:"gpus"`
+	Busy      int          `json:"busy"`
+	MemoryMiB contract.MiB `json:"memoryMiB"`
+	UsedMiB   contract.MiB `json:"usedMiB"`
+	// Allocation is the share of the pool's GPU memory held, 0..1.
+	Allocation   float64 `json:"allocation"`
+	FragmentGPUs float64 `json:"fragmentGPUs"`
 }
 
 // GPUs is the `top gpus` report.
@@ -95,7 +113,7 @@ type GPUs struct {
 
 func (c *Cluster) nodeUse(ni *ledger.NodeInfo, w placement.Workload) NodeUse {
 	n := ni.Node
-	u := NodeUse{Node: n.Name, Leaf: n.Tier(0), Models: n.Models(), GPUs: len(n.GPUs), Healthy: ni.HealthyGPUs(),
+	u := NodeUse{Node: n.Name, Pool: n.Pool, Leaf: n.Tier(0), Models: n.Models(), GPUs: len(n.GPUs), Healthy: ni.HealthyGPUs(),
 		Idle: ni.IdleGPUs(), UsedMiB: ni.UsedMiB(), Pods: len(gpuAllocs(ni)), FragmentGPUs: round2(w.NodeFragmentation(ni)),
 		Problems: c.problems[n.Name]}
 	var islands []int
@@ -165,6 +183,13 @@ func (c *Cluster) TopNodes() Nodes {
 	slices.SortFunc(out.Nodes, func(a, b NodeUse) int { return strings.Compare(a.Node, b.Node) })
 	for _, err := range c.checks {
 		out.LedgerViolations = append(out.LedgerViolations, err.Error())
+	}
+	use := placement.PoolsUse(c.snap, w)
+	if slices.ContainsFunc(use, func(u placement.PoolUse) bool { return u.Pool != "" }) {
+		for _, u := range use {
+			out.Pools = append(out.Pools, PoolUse{Pool: u.Pool, Nodes: u.Nodes, GPUs: u.GPUs, Busy: u.Busy,
+				MemoryMiB: u.MemoryMiB, UsedMiB: u.UsedMiB, Allocation: round2(u.Allocation()), FragmentGPUs: round2(u.FragmentedGPUs)})
+		}
 	}
 	return out
 }
