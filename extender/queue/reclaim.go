@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -61,10 +62,22 @@ func (c *Controller) reclaim(ctx context.Context, in pkgqueue.Input, res pkgqueu
 		vs = append(vs, c.stopCost(logger, *v, victimPods[v.Key], in.Config, snap, now))
 	}
 	keys := make([]string, 0, len(res.Waiting))
+	quotaHead := map[string]string{} // team -> its first workload waiting for quota
 	for k, st := range res.Waiting {
-		if st.Reason == pkgqueue.WaitRoom {
+		switch {
+		case st.Reason == pkgqueue.WaitRoom:
 			keys = append(keys, k)
+		case st.Reason == pkgqueue.WaitQuota && in.Config.Nested():
+			// A tree's group may have lent the pool the team is owed
+			// (pkg/queue reclaimLent): its head only, a team at a time.
+			team := byKey[k].w.Team
+			if h, ok := quotaHead[team]; !ok || pkgqueue.Less(&byKey[k].w, &byKey[h].w) < 0 {
+				quotaHead[team] = k
+			}
 		}
+	}
+	for _, k := range quotaHead {
+		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, func(a, b string) int { return pkgqueue.Less(&byKey[a].w, &byKey[b].w) })
 	// Said on the first few workloads that reclaim cannot serve now only
@@ -110,10 +123,16 @@ func (c *Controller) reclaim(ctx context.Context, in pkgqueue.Input, res pkgqueu
 			c.mu.Lock()
 			c.reclaimed[k] = now
 			c.mu.Unlock()
+			// Past the team's own guarantee, what comes back is its
+			// groups' pool that was lent (pkg/queue reclaimLent).
+			what := fmt.Sprintf("team %s's guarantee", a.Team)
+			if g, _, _, _ := in.Config.AccountLimits(a); !in.Admitted[a].Total().Add(wl.w.Need()).Fits(g) {
+				what = fmt.Sprintf("the pool team %s's groups lent (%s)", a.Team, strings.Join(in.Config.Path(a.Team), " < "))
+			}
 			for _, v := range chosen {
 				for _, p := range victimPods[v.Key] {
-					msg := fmt.Sprintf("evicted for %s to return team %s's guarantee (team %s borrows above its own); of the work that could go, this loses the least since its last checkpoint: about %.0f GPU-minutes",
-						k, a.Team, v.Team, v.LostWork/60)
+					msg := fmt.Sprintf("evicted for %s to return %s (team %s borrows above its own); of the work that could go, this loses the least since its last checkpoint: about %.0f GPU-minutes",
+						k, what, v.Team, v.LostWork/60)
 					if err := c.evict(ctx, p); err != nil {
 						if why := blocked(err); why != "" {
 							// Said on the pod, and tried again after the cooldown.
@@ -129,7 +148,7 @@ func (c *Controller) reclaim(ctx context.Context, in pkgqueue.Input, res pkgqueu
 				}
 			}
 			for _, p := range wl.pods {
-				c.event(p, corev1.EventTypeNormal, "Reclaiming", fmt.Sprintf("evicting %d workloads that other teams borrowed to return team %s's guarantee", len(chosen), a.Team))
+				c.event(p, corev1.EventTypeNormal, "Reclaiming", fmt.Sprintf("evicting %d workloads that other teams borrowed to return %s", len(chosen), what))
 			}
 			if len(claims) > 0 {
 				c.holds[k] = roomHold{claims: claims, until: now.Add(c.holdFor()),

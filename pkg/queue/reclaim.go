@@ -95,8 +95,11 @@ func ReclaimableAt(cfg quota.Config, admitted map[quota.Account]quota.Usage, w *
 func Reclaim(cfg quota.Config, admitted map[quota.Account]quota.Usage, w *Workload, a quota.Account, victims []Victim) []Victim {
 	need := w.Need()
 	g, _, _, ok := cfg.AccountLimits(a)
-	if !ok || !admitted[a].Total().Add(need).Fits(g) {
+	if !ok {
 		return nil
+	}
+	if !admitted[a].Total().Add(need).Fits(g) {
+		return reclaimLent(cfg, admitted, need, a, victims)
 	}
 	cands := make([]Victim, 0, len(victims))
 	for _, v := range victims {
@@ -315,4 +318,139 @@ func covers(freed, need quota.Amount) bool {
 // is guaranteed.
 func belowGuarantee(g, after, freed quota.Amount) bool {
 	return (freed.GPUs > 0 && after.GPUs < g.GPUs) || (freed.MemoryMiB > 0 && after.MemoryMiB < g.MemoryMiB)
+}
+
+// reclaimLent is Reclaim for a team of a tree whose own groups' pools would
+// hold w, but part of them is lent (quota.Group.Lend) to work outside the
+// lending group's subtree: a group's pool is its guarantee to its subtree,
+// so what it lent comes back to it as a guarantee does. It applies only
+// while admitting w fails its quota check, and would pass it if no group
+// lent and there were no shared pool (w needs nothing but its own groups'
+// pools, beside what its own subtrees use). The victims are borrowed work
+// outside the subtree of a lending group on the team's path (the only work
+// its loan can serve), nearest lending group first, never taking a
+// victim's account below its guarantee; the set is the smallest, in the
+// order of least lost work, after which w passes the real check. Its
+// victims were borrowing a loan, so, with the loan returned, they are not
+// entitled to reclaim it back (their own pools did not hold them).
+func reclaimLent(cfg quota.Config, admitted map[quota.Account]quota.Usage, need quota.Amount, a quota.Account, victims []Victim) []Victim {
+	if !cfg.Nested() || a.Model != "" {
+		return nil
+	}
+	lenders := lendingPath(cfg, a.Team)
+	if len(lenders) == 0 || cfg.CheckAccount(a, admitted, need).Allowed {
+		return nil
+	}
+	own := withoutLoans(cfg)
+	if !own.CheckAccount(a, admitted, need).Allowed {
+		return nil
+	}
+	// What each group's subtree takes past all the pools inside it, were
+	// nothing lent: the part that lives on loans (or the shared pool).
+	flows, _, _ := own.GroupFlows(admitted)
+	for _, g := range lenders {
+		parent := cfg.Groups[g].Parent
+		var cands []Victim
+		for _, v := range victims {
+			if !v.Preemptible || v.Protected || v.Young || v.Account.Model != "" || v.Account.Team == a.Team {
+				continue
+			}
+			if _, _, pool, ok := cfg.AccountLimits(v.Account); !ok || pool != "" || !onLoan(cfg, flows, v.Team, g, parent) {
+				continue
+			}
+			cands = append(cands, v)
+		}
+		slices.SortFunc(cands, victimLess)
+		if set := lentSet(cfg, admitted, need, a, cands); set != nil {
+			return set
+		}
+	}
+	return nil
+}
+
+// lendingPath is the groups above team that lend part of their pool,
+// nearest first.
+func lendingPath(cfg quota.Config, team string) []string {
+	var out []string
+	for _, g := range cfg.Path(team) {
+		if l := cfg.Groups[g].Lend; l.GPUs > 0 || l.GPUMemoryGiB > 0 {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// withoutLoans is cfg with no group lending and no shared pool: a check
+// that passes there needs nothing but the account's guarantee and its own
+// groups' pools.
+func withoutLoans(cfg quota.Config) quota.Config {
+	own := cfg
+	own.SharedPool = quota.Limits{}
+	own.Groups = make(map[string]quota.Group, len(cfg.Groups))
+	for name, g := range cfg.Groups {
+		g.Lend = quota.Limits{}
+		own.Groups[name] = g
+	}
+	return own
+}
+
+// onLoan reports whether team's use reaches past lender's parent's own
+// pool on loans: team is outside lender's subtree, inside its parent's
+// (anywhere, for a lender under the shared pool), and every group from
+// team's own up to the child of that parent takes more than the pools in
+// its subtree hold (flows are withoutLoans'). Work that its own groups'
+// pools hold is never taken for a loan, so no team reclaims from another
+// in turn: its victims lived on the loan, not on pools of their own.
+func onLoan(cfg quota.Config, flows map[string]quota.GroupFlow, team, lender, parent string) bool {
+	path := cfg.Path(team)
+	if slices.Contains(path, lender) || (parent != "" && !slices.Contains(path, parent)) {
+		return false
+	}
+	for _, g := range path {
+		if g == parent {
+			break
+		}
+		if above := flows[g].Above; above.GPUs <= 0 && above.MemoryMiB <= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// lentSet takes candidates in order until a's check passes with them
+// gone, skipping any whose account would end below its guarantee, then
+// gives back those the rest make unnecessary, most costly first; nil when
+// all of them do not suffice.
+func lentSet(cfg quota.Config, admitted map[quota.Account]quota.Usage, need quota.Amount, a quota.Account, cands []Victim) []Victim {
+	r := reclaimSearch{cfg: cfg, admitted: admitted, left: map[quota.Account]quota.Amount{}}
+	passes := func(chosen []Victim) bool {
+		usage := make(map[quota.Account]quota.Usage, len(admitted))
+		for k, u := range admitted {
+			usage[k] = u
+		}
+		for _, v := range chosen {
+			u := usage[v.Account]
+			u.Running = u.Running.Sub(v.Amount)
+			usage[v.Account] = u
+		}
+		return cfg.CheckAccount(a, usage, need).Allowed
+	}
+	var chosen []Victim
+	for _, v := range cands {
+		if r.take(v) {
+			chosen = append(chosen, v)
+			if passes(chosen) {
+				break
+			}
+		}
+	}
+	if len(chosen) == 0 || !passes(chosen) {
+		return nil
+	}
+	for i := len(chosen) - 1; i >= 0; i-- {
+		if rest := slices.Delete(slices.Clone(chosen), i, i+1); len(rest) > 0 && passes(rest) {
+			chosen = rest
+		}
+	}
+	return chosen
 }

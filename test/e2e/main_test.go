@@ -105,6 +105,8 @@ const quotaDoc = `teams:
   qtree-q1: {borrow: {gpus: 10}, group: qtree-u}
   qtree-p2: {gpus: 1, group: qtree-t}
   qpool-canary: {gpus: 8}
+  qlend-t: {borrow: {gpus: 10}, group: qlend-g}
+  qlend-x: {borrow: {gpus: 10}, group: qlend-h}
   qpool-rest: {gpus: 8}
 # The nested-groups scenario's tree: department qtree-dept (pool 2, never
 # borrowing from the shared pool) holds qtree-t (pool 2) and qtree-u.
@@ -112,6 +114,11 @@ groups:
   qtree-dept: {gpus: 2, borrow: {gpus: 0}}
   qtree-t: {parent: qtree-dept, gpus: 2}
   qtree-u: {parent: qtree-dept}
+# The lent-pool scenario's tree: qlend-g's pool (2) is lent to its
+# sibling qlend-h while unused; nothing comes from above qlend-dept.
+  qlend-dept: {gpus: 0, borrow: {gpus: 0}}
+  qlend-g: {parent: qlend-dept, gpus: 2, lend: {gpus: 2}}
+  qlend-h: {parent: qlend-dept}
 sharedPool: {gpus: 2, gpuMemoryGiB: 0}
 # The queue scenarios' own pools (per GPU model), apart from the shared one.
 modelPools:

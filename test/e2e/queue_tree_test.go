@@ -98,6 +98,45 @@ func TestQueueTreeReclaimsFromSibling(t *testing.T) {
 	checkInvariants(ctx, t, nil)
 }
 
+// TestQueueTreeReturnsLentPool: a group's pool is its subtree's
+// guarantee, lent to a sibling only while unused. Group qlend-g (pool 2,
+// lends up to 2) and qlend-h (no pool) sit under qlend-dept, which takes
+// nothing from above. Project qlend-x (in h) runs 2 pods on g's loan; then
+// project qlend-t (in g, no guarantee of its own) asks for 1 GPU. Its
+// quota check fails (the pool is lent out), and reclaim takes one of x's
+// pods back for it, with x's other pod left running on what g still lends.
+// Without the rule t waits until x's work ends on its own.
+func TestQueueTreeReturnsLentPool(t *testing.T) {
+	const name = "qlend"
+	ctx, nsT := setup(t, name, "qlend-t", 3*time.Minute)
+	nsX := teamNamespace(ctx, t, "e2e-qlend-x", "qlend-x")
+	queueing(ctx, t)
+	nodes(ctx, t, name, name, 1, harness.GPUNodeSpec{Model: h100.Model, MemoryMiB: h100.MemoryMiB, Count: 4})
+	for i := range 2 {
+		create(ctx, t, pod(nsX, fmt.Sprintf("x%d", i), name).GPUs(1).Obj())
+	}
+	waitPods(ctx, t, nsX, "x's 2 pods running on g's loan", func(p []corev1.Pod) bool { return harness.Running(p) == 2 })
+	create(ctx, t, pod(nsT, "mine", name).GPUs(1).Obj())
+	waitPods(ctx, t, nsT, "t's pod running on its group's pool", func(p []corev1.Pod) bool { return running(p, "mine") })
+	reclaimed, err := env.NamespaceEvents(ctx, nsX, "Reclaimed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []string
+	for _, evs := range reclaimed {
+		for _, e := range evs {
+			msgs = append(msgs, e.Message)
+		}
+	}
+	if len(reclaimed) != 1 || len(msgs) == 0 || !strings.Contains(msgs[0], "the pool team qlend-t's groups lent (qlend-g < qlend-dept)") {
+		t.Errorf("Reclaimed events in x's namespace: %d pods, %q; want one pod's, naming the lent pool", len(reclaimed), msgs)
+	}
+	waitPods(ctx, t, nsX, "x's other pod still running", func(p []corev1.Pod) bool { return harness.Running(p) == 1 })
+	note(name, "t's pod got its group's lent pool back: %d of x's pods reclaimed, the other kept", len(reclaimed))
+	q := quotaConfig(t)
+	checkInvariants(ctx, t, &q)
+}
+
 // teamNamespace creates a second namespace of a scenario, labelled with
 // team, whose pods are deleted at the end.
 func teamNamespace(ctx context.Context, t *testing.T, ns, team string) string {
