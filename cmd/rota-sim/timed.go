@@ -164,6 +164,11 @@ func runTimed(o options, seeds []uint64, stdout io.Writer) error {
 					for _, m := range o.reclaimModes {
 						v.reclaim, v.reclaimOn = m, true
 						variants = append(variants, v)
+						if o.quotaTree {
+							tr := v
+							tr.tree = true
+							variants = append(variants, tr)
+						}
 					}
 				}
 				continue

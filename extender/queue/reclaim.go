@@ -61,25 +61,7 @@ func (c *Controller) reclaim(ctx context.Context, in pkgqueue.Input, res pkgqueu
 	for _, v := range victims {
 		vs = append(vs, c.stopCost(logger, *v, victimPods[v.Key], in.Config, snap, now))
 	}
-	keys := make([]string, 0, len(res.Waiting))
-	quotaHead := map[string]string{} // team -> its first workload waiting for quota
-	for k, st := range res.Waiting {
-		switch {
-		case st.Reason == pkgqueue.WaitRoom:
-			keys = append(keys, k)
-		case st.Reason == pkgqueue.WaitQuota && in.Config.Nested():
-			// A tree's group may have lent the pool the team is owed
-			// (pkg/queue reclaimLent): its head only, a team at a time.
-			team := byKey[k].w.Team
-			if h, ok := quotaHead[team]; !ok || pkgqueue.Less(&byKey[k].w, &byKey[h].w) < 0 {
-				quotaHead[team] = k
-			}
-		}
-	}
-	for _, k := range quotaHead {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b string) int { return pkgqueue.Less(&byKey[a].w, &byKey[b].w) })
+	keys := pkgqueue.ReclaimOrder(in.Config, res, func(k string) *pkgqueue.Workload { return &byKey[k].w })
 	// Said on the first few workloads that reclaim cannot serve now only
 	// because borrowed work is inside its minimum runtime.
 	told := 0

@@ -454,3 +454,29 @@ func lentSet(cfg quota.Config, admitted map[quota.Account]quota.Usage, need quot
 	}
 	return chosen
 }
+
+// ReclaimOrder is the waiting workloads reclaim tries, in queue order:
+// every one that waits for room (its quota has room, the nodes are full of
+// borrowed work), and, in a tree of groups, each team's first that waits
+// for quota (its groups may have lent the pool it is owed: reclaimLent).
+// workload looks a key of res.Waiting up.
+func ReclaimOrder(cfg quota.Config, res Result, workload func(key string) *Workload) []string {
+	var keys []string
+	quotaHead := map[string]string{} // team -> its first workload waiting for quota
+	for k, st := range res.Waiting {
+		switch {
+		case st.Reason == WaitRoom:
+			keys = append(keys, k)
+		case st.Reason == WaitQuota && cfg.Nested():
+			team := workload(k).Team
+			if h, ok := quotaHead[team]; !ok || Less(workload(k), workload(h)) < 0 {
+				quotaHead[team] = k
+			}
+		}
+	}
+	for _, k := range quotaHead {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int { return Less(workload(a), workload(b)) })
+	return keys
+}

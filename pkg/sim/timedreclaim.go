@@ -157,10 +157,7 @@ func (t *timed) reclaim(in queue.Input, ws map[string]*queue.Workload, res queue
 		return false, nil
 	}
 	var keys []string
-	for k, st := range res.Waiting {
-		if st.Reason != queue.WaitRoom {
-			continue
-		}
+	for _, k := range queue.ReclaimOrder(in.Config, res, func(k string) *queue.Workload { return ws[k] }) {
 		js := byKey[k]
 		if _, ok := t.cfg.Quota.Teams[js.job.Team]; !ok {
 			continue
@@ -173,7 +170,6 @@ func (t *timed) reclaim(in queue.Input, ws map[string]*queue.Workload, res queue
 	if len(keys) == 0 {
 		return false, nil
 	}
-	slices.SortFunc(keys, func(a, b string) int { return queue.Less(ws[a], ws[b]) })
 	now := t0.Add(durationOf(t.now))
 	running := map[string]*jobState{}
 	var victims []queue.Victim
