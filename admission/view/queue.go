@@ -202,6 +202,13 @@ func (v *View) Queue(req Request) Outcome {
 		}
 	}
 
+	if msg := v.poolFit(cfg, team, req, total); msg != "" {
+		r := NeverFits
+		if req.Gang != nil && req.Gang.Size > 0 {
+			r = GangTooLarge
+		}
+		return deny(r, msg)
+	}
 	if known {
 		accounts := cfg.Accounts(team, req.Models)
 		if len(t.Models) > 0 && len(accounts) == 0 {
@@ -347,4 +354,36 @@ func gpuCount(n int64) string {
 		return "1 GPU"
 	}
 	return fmt.Sprintf("%d GPUs", n)
+}
+
+// poolFit checks a queued pod, and its whole gang, against the node pool
+// its team places on (quota.Config.PoolOf; the nodes without a pool for a
+// team with none), when the configuration has node pools and that pool
+// has nodes: a pod larger than the pool's largest node, or a gang larger
+// than the pool, can never run. Callers hold mu.
+func (v *View) poolFit(cfg *quota.Config, team string, req Request, total quota.Amount) string {
+	if len(cfg.NodePools) == 0 {
+		return ""
+	}
+	pool := cfg.PoolOf(team)
+	c, ok := v.poolCaps[pool]
+	if !ok || c.Nodes == 0 {
+		return "" // a pool being set up: its nodes may come
+	}
+	where, verb := fmt.Sprintf("node pool %s (where team %s's GPU pods go)", pool, team), "has"
+	if pool == "" {
+		where, verb = fmt.Sprintf("the nodes without a node pool (where team %s's GPU pods go)", team), "have"
+	}
+	switch {
+	case req.Amount.GPUs > 0 && req.Amount.GPUs > int64(c.MaxGPUs):
+		return fmt.Sprintf("the pod asks for %d GPUs but the largest node of %s has %d, so it can never run; split the job into a gang of smaller pods",
+			req.Amount.GPUs, where, c.MaxGPUs)
+	case req.Amount.GPUs == 0 && req.Amount.MemoryMiB > c.MaxGPUMemoryMiB:
+		return fmt.Sprintf("the pod asks for %s of GPU memory on one GPU but the largest GPU of %s has %s, so it can never run",
+			req.Amount.MemoryMiB, where, c.MaxGPUMemoryMiB)
+	}
+	if req.Gang != nil && req.Gang.Size > 0 {
+		return tooLarge(req, total, c, where+" "+verb)
+	}
+	return ""
 }

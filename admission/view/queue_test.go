@@ -13,6 +13,7 @@ import (
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/podreq"
 	"github.com/rota-sched/rota/pkg/quota"
+	"github.com/rota-sched/rota/pkg/topology"
 )
 
 const (
@@ -353,5 +354,64 @@ func TestQueueNeverFitsInATree(t *testing.T) {
 	out = v.Queue(queueReq("models", "p", 7))
 	if want := "team models may hold at most 6 GPUs (4 quota + 2 borrow); this pod needs 7 GPUs"; out.Reason != NeverFits || !strings.Contains(out.Message, want) {
 		t.Errorf("a 7-GPU pod of a team under the shared pool: %+v\nwant %q", out, want)
+	}
+}
+
+// With node pools, a queued pod or gang larger than its team's pool (or,
+// for a team without one, than the nodes without a pool) can never run and
+// is refused; a pool without nodes yet refuses nothing, and a relabelled
+// node moves its GPUs to its new pool.
+func TestQueueRefusesWhatItsNodePoolCannotHold(t *testing.T) {
+	c := &clock{now: time.Unix(1000, 0)}
+	v := New(Options{Names: contract.Default, InFlightTTL: 30 * time.Second, Now: c.Now, ConfigSource: "test"})
+	v.SetConfig(quota.Config{
+		Teams:     map[string]quota.Team{"vision": {GPUs: 64}, "speech": {GPUs: 64}, "nlp": {GPUs: 64}},
+		NodePools: map[string]quota.NodePool{"cv": {Owner: "vision"}, "empty": {Owner: "nlp"}},
+	})
+	for _, ns := range []string{"vision", "speech", "nlp"} {
+		v.UpsertNamespace(at.Namespace(ns, ns))
+	}
+	label := topology.PoolLabel(contract.Default)
+	pooled := func(name string, gpus int, pool string) *corev1.Node {
+		n := at.ModelNode(name, h100, gpus, 81920)
+		if pool != "" {
+			if n.Labels == nil {
+				n.Labels = map[string]string{}
+			}
+			n.Labels[label] = pool
+		}
+		return n
+	}
+	_ = v.UpsertNode(pooled("cv-0", 4, "cv"))
+	_ = v.UpsertNode(pooled("cv-1", 4, "cv"))
+	_ = v.UpsertNode(pooled("big-0", 8, ""))
+	for _, tc := range []struct {
+		name       string
+		give       Request
+		wantReason Reason
+		wantMsg    string
+	}{
+		{"a pod its pool's nodes hold", queueReq("vision", "p", 4), Queued, ""},
+		{"a pod larger than its pool's largest node", queueReq("vision", "p", 8), NeverFits,
+			"the pod asks for 8 GPUs but the largest node of node pool cv (where team vision's GPU pods go) has 4, so it can never run"},
+		{"a gang larger than its pool", queueGang("vision", "g-0", "g", 3, 4), GangTooLarge,
+			"gang g needs 12 GPUs in total (3 pods x 4 GPUs) but node pool cv (where team vision's GPU pods go) has 8"},
+		{"a team without a pool, on the nodes of none", queueReq("speech", "p", 8), Queued, ""},
+		{"a team without a pool, larger than the nodes of none", queueGang("speech", "g-0", "g", 2, 8), GangTooLarge,
+			"but the nodes without a node pool (where team speech's GPU pods go) have 8"},
+		{"a pool without nodes yet", queueReq("nlp", "p", 64), Queued, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := v.Queue(tc.give)
+			if out.Reason != tc.wantReason || !strings.Contains(out.Message, tc.wantMsg) {
+				t.Fatalf("Queue = %s %q, want %s %q", out.Reason, out.Message, tc.wantReason, tc.wantMsg)
+			}
+			v.DeletePod(tc.give.Namespace, tc.give.Name)
+		})
+	}
+	// big-0 joins pool cv: vision's 8-GPU pod now fits a node of its pool.
+	_ = v.UpsertNode(pooled("big-0", 8, "cv"))
+	if out := v.Queue(queueReq("vision", "p8", 8)); out.Reason != Queued {
+		t.Errorf("after relabelling big-0 into cv: %s %q", out.Reason, out.Message)
 	}
 }

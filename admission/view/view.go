@@ -9,6 +9,7 @@ import (
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/podreq"
 	"github.com/rota-sched/rota/pkg/quota"
+	"github.com/rota-sched/rota/pkg/topology"
 )
 
 // DefaultInFlightTTL is how long an admitted pod is held before the
@@ -50,8 +51,10 @@ type View struct {
 	head       int      // first live entry of queue
 	nodes      map[string]nodeEntry
 	caps       Caps
-	// modelCaps is caps per GPU model (as the device plugin names it).
+	// modelCaps is caps per GPU model (as the device plugin names it);
+	// poolCaps per node pool (the node-pool label's value, "" for none).
 	modelCaps map[string]Caps
+	poolCaps  map[string]Caps
 }
 
 // bucketKey groups pods that are always charged to the same team: one
@@ -138,9 +141,11 @@ type Caps struct {
 
 type nodeEntry struct {
 	annotation string
-	gpus       int
-	maxMem     contract.MiB
-	totalMem   contract.MiB
+	// pool is the node's node-pool label.
+	pool     string
+	gpus     int
+	maxMem   contract.MiB
+	totalMem contract.MiB
 	// models is the node's GPUs per model.
 	models map[string]modelEntry
 }
@@ -450,13 +455,14 @@ func (v *View) NamespaceKnown(name string) bool {
 // for the caller to log.
 func (v *View) UpsertNode(node *corev1.Node) error {
 	ann, has := node.Annotations[v.o.Names.TopologyAnnotation]
+	pool := node.Labels[topology.PoolLabel(v.o.Names)]
 	v.mu.Lock()
-	if e, ok := v.nodes[node.Name]; ok && e.annotation == ann {
+	if e, ok := v.nodes[node.Name]; ok && e.annotation == ann && e.pool == pool {
 		v.mu.Unlock()
 		return nil // heartbeats and status updates: nothing changed
 	}
 	v.mu.Unlock()
-	e := nodeEntry{annotation: ann}
+	e := nodeEntry{annotation: ann, pool: pool}
 	var err error
 	if has {
 		var t contract.Topology
@@ -493,27 +499,31 @@ func (v *View) DeleteNode(name string) {
 
 func (v *View) recomputeCaps() {
 	var c Caps
-	models := map[string]Caps{}
+	models, pools := map[string]Caps{}, map[string]Caps{}
 	for _, e := range v.nodes {
 		if e.gpus == 0 {
 			continue
 		}
-		c.Nodes++
-		c.MaxGPUs = max(c.MaxGPUs, e.gpus)
-		c.MaxGPUMemoryMiB = max(c.MaxGPUMemoryMiB, e.maxMem)
-		c.TotalGPUs += e.gpus
-		c.TotalMemoryMiB += e.totalMem
+		c.add(e.gpus, e.maxMem, e.totalMem)
+		pc := pools[e.pool]
+		pc.add(e.gpus, e.maxMem, e.totalMem)
+		pools[e.pool] = pc
 		for name, m := range e.models {
 			mc := models[name]
-			mc.Nodes++
-			mc.MaxGPUs = max(mc.MaxGPUs, m.gpus)
-			mc.MaxGPUMemoryMiB = max(mc.MaxGPUMemoryMiB, m.maxMem)
-			mc.TotalGPUs += m.gpus
-			mc.TotalMemoryMiB += m.totalMem
+			mc.add(m.gpus, m.maxMem, m.totalMem)
 			models[name] = mc
 		}
 	}
-	v.caps, v.modelCaps = c, models
+	v.caps, v.modelCaps, v.poolCaps = c, models, pools
+}
+
+// add counts one node of gpus GPUs, the largest with maxMem.
+func (c *Caps) add(gpus int, maxMem, totalMem contract.MiB) {
+	c.Nodes++
+	c.MaxGPUs = max(c.MaxGPUs, gpus)
+	c.MaxGPUMemoryMiB = max(c.MaxGPUMemoryMiB, maxMem)
+	c.TotalGPUs += gpus
+	c.TotalMemoryMiB += totalMem
 }
 
 // teamOf is the team a bucket is charged to under cfg: none in a namespace
