@@ -454,11 +454,24 @@ func (p *printer) queueText(out io.Writer, q report.Queue) error {
 func (p *printer) liveQueueText(out io.Writer, v report.LiveQueue) error {
 	lw := &lineWriter{w: out}
 	tt := &table{}
-	tt.row(plain, "TEAM", "QUEUED", "ADMITTED GPUS", "ADMITTED GPU MEMORY", "DOMINANT SHARE")
+	nested := len(v.Groups) > 0
+	head := []string{"TEAM", "QUEUED", "ADMITTED GPUS", "ADMITTED GPU MEMORY", "DOMINANT SHARE"}
+	if nested {
+		head = slices.Insert(head, 1, "GROUP")
+	}
+	tt.row(plain, head...)
 	for _, ts := range v.Teams {
-		tt.row(plain, ts.Team, fmt.Sprint(ts.Queued), fmt.Sprint(ts.GPUs), fmt.Sprintf("%d MiB", ts.MemoryMiB), fmt.Sprintf("%.3f", ts.Share))
+		cells := []string{ts.Team, fmt.Sprint(ts.Queued), fmt.Sprint(ts.GPUs), fmt.Sprintf("%d MiB", ts.MemoryMiB), fmt.Sprintf("%.3f", ts.Share)}
+		if nested {
+			cells = slices.Insert(cells, 1, orDash(ts.Group))
+		}
+		tt.row(plain, cells...)
 	}
 	lw.table(tt, p, "")
+	if nested {
+		lw.printf("\n")
+		lw.table(queueTree(v), p, "")
+	}
 	if len(v.Pods) == 0 {
 		lw.printf("\nno pods are queued\n")
 		return lw.err
@@ -495,4 +508,40 @@ func deadlineCell(qp contract.QueuePosition) string {
 		return "urgent: " + at
 	}
 	return at
+}
+
+// queueTree is the live view's quota tree, a group a row, indented under
+// its parent: its pool, what its subtree borrows and from where, its
+// borrow limit, what it lends, and what its subtree has admitted and
+// queued.
+func queueTree(v report.LiveQueue) *table {
+	parent := map[string]string{}
+	for _, g := range v.Groups {
+		parent[g.Group] = g.Parent
+	}
+	type sums struct {
+		queued int
+		gpus   int64
+	}
+	sub := map[string]sums{}
+	for _, ts := range v.Teams {
+		for g, depth := ts.Group, 0; g != "" && depth <= len(v.Groups); g, depth = parent[g], depth+1 {
+			s := sub[g]
+			s.queued += ts.Queued
+			s.gpus += ts.GPUs
+			sub[g] = s
+		}
+	}
+	t := &table{}
+	t.row(plain, "QUOTA GROUP", "POOL", "ADMITTED", "BORROWED", "FROM POOL", "FROM CHILDREN", "FROM ABOVE", "ABOVE LIMIT", "LENT", "QUEUED PODS")
+	for _, g := range v.Groups {
+		limit := "none"
+		if g.BorrowLimitGPUs != nil {
+			limit = fmt.Sprint(*g.BorrowLimitGPUs)
+		}
+		s := sub[g.Group]
+		t.row(plain, strings.Repeat("  ", g.Depth)+g.Group, fmt.Sprint(g.PoolGPUs), fmt.Sprint(s.gpus), fmt.Sprint(g.BorrowedGPUs),
+			fmt.Sprint(g.FromPoolGPUs), fmt.Sprint(g.FromLentGPUs), fmt.Sprint(g.AboveGPUs), limit, fmt.Sprint(g.LentGPUs), fmt.Sprint(s.queued))
+	}
+	return t
 }
