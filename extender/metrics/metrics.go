@@ -8,7 +8,6 @@
 package metrics
 
 import (
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -262,17 +261,12 @@ func (c *ledgerCollector) collectPools(ch chan<- prometheus.Metric, snap *ledger
 	if c.src.Pools != nil {
 		pools = c.src.Pools()
 	}
-	use := placement.PoolsUse(snap, w)
-	if len(pools) == 0 && !slices.ContainsFunc(use, func(u placement.PoolUse) bool { return u.Pool != "" }) {
-		return
-	}
-	for _, p := range pools {
+	names := make([]string, len(pools))
+	for i, p := range pools {
+		names[i] = p.Name
 		ch <- prometheus.MustNewConstMetric(descPoolInfo, prometheus.GaugeValue, 1, p.Name, p.Owner, p.Policy)
-		if !slices.ContainsFunc(use, func(u placement.PoolUse) bool { return u.Pool == p.Name }) {
-			use = append(use, placement.PoolUse{Pool: p.Name})
-		}
 	}
-	for _, u := range use {
+	for _, u := range placement.PoolsUse(snap, w, names) {
 		for d, v := range map[*prometheus.Desc]float64{descPoolNodes: float64(u.Nodes), descPoolGPUs: float64(u.GPUs),
 			descPoolBusy: float64(u.Busy), descPoolMemUsed: float64(u.UsedMiB) * mib, descPoolMemTotal: float64(u.MemoryMiB) * mib,
 			descPoolFrag: u.FragmentedGPUs} {

@@ -23,9 +23,10 @@ type Policies struct {
 	workload placement.Workload
 	logger   klog.Logger
 
-	mu     sync.Mutex
-	last   *quota.Config
-	cfg    quota.Config
+	mu sync.Mutex
+	// cfg is the configuration byPool was built from (nil: none);
+	// configurations are replaced, never changed, so the pointer tells.
+	cfg    *quota.Config
 	byPool map[string]placement.Policy
 }
 
@@ -44,15 +45,13 @@ func (p *Policies) current() {
 		return
 	}
 	cfg, _ := p.quota()
-	if cfg == p.last {
+	if cfg == p.cfg {
 		return
 	}
-	p.last = cfg
-	p.cfg, p.byPool = quota.Config{}, nil
+	p.cfg, p.byPool = cfg, nil
 	if cfg == nil {
 		return
 	}
-	p.cfg = *cfg
 	p.byPool = make(map[string]placement.Policy, len(cfg.NodePools))
 	for _, name := range cfg.PoolNames() {
 		pol, w, _ := cfg.PoolPolicy(name)
@@ -81,6 +80,9 @@ func (p *Policies) PoolOf(team string) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.current()
+	if p.cfg == nil {
+		return ""
+	}
 	return p.cfg.PoolOf(team)
 }
 
@@ -109,6 +111,9 @@ func (p *Policies) Pools() []Pool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.current()
+	if p.cfg == nil {
+		return nil
+	}
 	out := make([]Pool, 0, len(p.byPool))
 	for _, name := range p.cfg.PoolNames() {
 		out = append(out, Pool{Name: name, Owner: p.cfg.NodePools[name].Owner, Policy: p.byPool[name].Name()})

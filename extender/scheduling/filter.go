@@ -279,6 +279,7 @@ func (e *Extender) passUnheld(req placement.Request, names []string, f *filterSt
 // the node; the ledger may lag behind it by an event).
 func (e *Extender) gpuFreeScores(req placement.Request, names []string, snap *ledger.Snapshot) []int64 {
 	scores := make([]int64, len(names))
+	policy := e.policyFor(req)
 	for i, n := range names {
 		ni := snap.Node(n)
 		if ni == nil {
@@ -290,7 +291,7 @@ func (e *Extender) gpuFreeScores(req placement.Request, names []string, snap *le
 			scores[i] = NoFit
 			continue
 		}
-		scores[i] = e.policyFor(req).Score(req, ni, c)
+		scores[i] = policy.Score(req, ni, c)
 	}
 	return scores
 }
@@ -302,6 +303,7 @@ var notBest = &placement.Reason{Code: codeNotBest, Resolvable: true}
 // keeps only the nodes of the best score class.
 func (e *Extender) fitAll(req placement.Request, names []string, snap *ledger.Snapshot, f *filterState) {
 	var scores []int64
+	policy := e.policyFor(req)
 	for _, n := range names {
 		ni := snap.Node(n)
 		c, reason := placement.Fit(req, ni)
@@ -314,13 +316,13 @@ func (e *Extender) fitAll(req placement.Request, names []string, snap *ledger.Sn
 		}
 		f.passed = append(f.passed, n)
 		if e.o.FilterBestOnly {
-			scores = append(scores, e.policyFor(req).Score(req, ni, c))
+			scores = append(scores, policy.Score(req, ni, c))
 		}
 	}
 	if !e.o.FilterBestOnly {
 		return
 	}
-	e.keepBest(scores, f, e.policyFor(req).Name())
+	e.keepBest(scores, f, policy.Name())
 }
 
 // keepBest keeps the passed nodes of the best score (scores[i] is

@@ -31,6 +31,7 @@ func (e *Extender) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs
 	fine := make([]int64, len(names))
 	outcome := "scored"
 	req, err := e.request(pod)
+	policy := e.policyFor(req)
 	switch {
 	case err == nil && !podreq.Wants(pod, e.names) && (req.CPUMilli > 0 || req.HostMemoryMiB > 0):
 		fine = e.gpuFreeScores(req, names, e.ledger.Snapshot())
@@ -58,7 +59,7 @@ func (e *Extender) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs
 				fine[i] = NoFit
 				continue
 			}
-			fine[i] = e.policyFor(req).Score(req, ni, c)
+			fine[i] = policy.Score(req, ni, c)
 		}
 	}
 	scores := RankScores(fine, extenderv1.MaxExtenderPriority)
@@ -67,7 +68,7 @@ func (e *Extender) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs
 		out[i] = extenderv1.HostPriority{Host: n, Score: scores[i]}
 	}
 	classes := scoreClasses(names, fine, scores)
-	e.metrics.Decisions.WithLabelValues("prioritize", outcome, e.policyFor(req).Name()).Inc()
+	e.metrics.Decisions.WithLabelValues("prioritize", outcome, policy.Name()).Inc()
 	e.decisions.add(pod.Namespace+"/"+pod.Name, Decision{Time: start, Verb: "prioritize", Outcome: outcome,
 		Nodes: len(names), Classes: classes, Duration: e.now().Sub(start).String()})
 	best := ""
@@ -75,7 +76,7 @@ func (e *Extender) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs
 		best = classes[0].ExampleNode
 	}
 	logger.V(4).Info("Prioritize decision", "outcome", outcome, "nodes", len(names), "classes", len(classes),
-		"policy", e.policyFor(req).Name(), "best", best)
+		"policy", policy.Name(), "best", best)
 	if v := logger.V(5); v.Enabled() {
 		for i, n := range names {
 			v.Info("Prioritize node", "node", n, "score", scores[i], "fineScore", fine[i])

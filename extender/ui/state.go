@@ -62,44 +62,44 @@ type Pool struct {
 	LongestWaitSeconds float64 `json:"longestWaitSeconds"`
 }
 
-// pools builds the pools' rows: the configured pools (an empty one with
-// zeros), any pool a node is labelled with, and the nodes of none; nil
-// when there is no pool at all.
-func pools(use []placement.PoolUse, np *nodepool.Policies, view *contract.QueueView) []Pool {
+// pools builds the pools' rows from snap: the configured pools (an empty
+// one with zeros), any pool a node is labelled with, and the nodes of
+// none (placement.PoolsUse); nil when nothing is pooled.
+func pools(snap *ledger.Snapshot, w placement.Workload, np *nodepool.Policies, view *contract.QueueView) []Pool {
 	var conf []nodepool.Pool
 	def := placement.DefaultPolicyName
 	if np != nil {
 		conf, def = np.Pools(), np.Default().Name()
 	}
-	if len(conf) == 0 && !slices.ContainsFunc(use, func(u placement.PoolUse) bool { return u.Pool != "" }) {
-		return nil
-	}
-	by := map[string]*Pool{"": {Policy: def}}
+	names := []string{""} // the nodes of none, a row even when empty
 	for _, c := range conf {
-		by[c.Name] = &Pool{Pool: c.Name, Owner: c.Owner, Policy: c.Policy}
+		names = append(names, c.Name)
 	}
+	use := placement.PoolsUse(snap, w, names)
+	out := make([]Pool, 0, len(use))
+	at := map[string]int{}
 	for _, u := range use {
-		p := by[u.Pool]
-		if p == nil { // labelled, not configured: no one's
-			p = &Pool{Pool: u.Pool, Policy: "none: not configured, takes no GPU pods"}
-			by[u.Pool] = p
+		p := Pool{Pool: u.Pool, Policy: def, Nodes: u.Nodes, GPUs: u.GPUs, Busy: u.Busy,
+			Allocation: round2(u.Allocation()), FragmentedGPUs: round2(u.FragmentedGPUs)}
+		if i := slices.IndexFunc(conf, func(c nodepool.Pool) bool { return c.Name == u.Pool }); i >= 0 {
+			p.Owner, p.Policy = conf[i].Owner, conf[i].Policy
+		} else if u.Pool != "" { // labelled, not configured: no one's
+			p.Policy = "none: not configured, takes no GPU pods"
 		}
-		p.Nodes, p.GPUs, p.Busy = u.Nodes, u.GPUs, u.Busy
-		p.Allocation, p.FragmentedGPUs = round2(u.Allocation()), round2(u.FragmentedGPUs)
+		at[u.Pool] = len(out)
+		out = append(out, p)
 	}
-	if view != nil && np != nil {
+	if view != nil && np != nil && len(out) > 0 {
 		for _, q := range view.Pods {
-			if p := by[np.PoolOf(q.Team)]; p != nil {
-				p.Queued++
-				p.LongestWaitSeconds = max(p.LongestWaitSeconds, q.Waiting)
+			if i, ok := at[np.PoolOf(q.Team)]; ok {
+				out[i].Queued++
+				out[i].LongestWaitSeconds = max(out[i].LongestWaitSeconds, q.Waiting)
 			}
 		}
 	}
-	out := make([]Pool, 0, len(by))
-	for _, p := range by {
-		out = append(out, *p)
+	if len(out) == 0 {
+		return nil
 	}
-	slices.SortFunc(out, func(a, b Pool) int { return cmp.Compare(a.Pool, b.Pool) })
 	return out
 }
 

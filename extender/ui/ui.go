@@ -137,12 +137,11 @@ func (u *UI) State() State {
 	st := State{Time: now, Nodes: []Node{}, Queue: []Waiting{}, Namespaces: []NamespaceUse{},
 		UsageNote: usageNote, SampleEvery: u.o.SampleEvery.String()}
 	use := map[string]*NamespaceUse{}
-	var poolUse []placement.PoolUse
+	var snap *ledger.Snapshot
 	if u.o.Snapshot != nil {
-		snap := u.o.Snapshot()
+		snap = u.o.Snapshot()
 		st.Nodes, st.Totals, use = nodes(snap)
 		st.Fragmentation = append(u.ring.samples(), sample(snap, u.o.Workload, now))
-		poolUse = placement.PoolsUse(snap, u.o.Workload)
 	}
 	if u.o.Pods != nil {
 		var pods []*corev1.Pod
@@ -169,7 +168,9 @@ func (u *UI) State() State {
 			}
 		}
 	}
-	st.Pools = pools(poolUse, u.o.Pools, view)
+	if snap != nil {
+		st.Pools = pools(snap, u.o.Workload, u.o.Pools, view)
+	}
 	st.Totals.Waiting = len(st.Queue)
 	for _, w := range st.Queue {
 		ns, _, _ := strings.Cut(w.Pod, "/")

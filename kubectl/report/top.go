@@ -184,12 +184,9 @@ func (c *Cluster) TopNodes() Nodes {
 	for _, err := range c.checks {
 		out.LedgerViolations = append(out.LedgerViolations, err.Error())
 	}
-	use := placement.PoolsUse(c.snap, w)
-	if slices.ContainsFunc(use, func(u placement.PoolUse) bool { return u.Pool != "" }) {
-		for _, u := range use {
-			out.Pools = append(out.Pools, PoolUse{Pool: u.Pool, Nodes: u.Nodes, GPUs: u.GPUs, Busy: u.Busy,
-				MemoryMiB: u.MemoryMiB, UsedMiB: u.UsedMiB, Allocation: round2(u.Allocation()), FragmentGPUs: round2(u.FragmentedGPUs)})
-		}
+	for _, u := range placement.PoolsUse(c.snap, w, nil) {
+		out.Pools = append(out.Pools, PoolUse{Pool: u.Pool, Nodes: u.Nodes, GPUs: u.GPUs, Busy: u.Busy,
+			MemoryMiB: u.MemoryMiB, UsedMiB: u.UsedMiB, Allocation: round2(u.Allocation()), FragmentGPUs: round2(u.FragmentedGPUs)})
 	}
 	return out
 }

@@ -33,9 +33,15 @@ func (u PoolUse) Allocation() float64 {
 	return float64(u.UsedMiB) / float64(u.MemoryMiB)
 }
 
-// PoolsUse sums snap's nodes by pool, pools in name order ("" first).
-func PoolsUse(snap *ledger.Snapshot, w Workload) []PoolUse {
+// PoolsUse sums snap's nodes by pool, pools in name order ("" first), with
+// a zero row for each configured pool no node is in yet. It is nil when
+// nothing is pooled (no pool configured, no node labelled with one): the
+// cluster's own figures say it all then.
+func PoolsUse(snap *ledger.Snapshot, w Workload, configured []string) []PoolUse {
 	by := map[string]*PoolUse{}
+	for _, name := range configured {
+		by[name] = &PoolUse{Pool: name}
+	}
 	for _, name := range snap.Names() {
 		ni := snap.Node(name)
 		u := by[ni.Node.Pool]
@@ -56,6 +62,9 @@ func PoolsUse(snap *ledger.Snapshot, w Workload) []PoolUse {
 			}
 		}
 		u.FragmentedGPUs += w.NodeFragmentation(ni)
+	}
+	if _, shared := by[""]; len(by) == 0 || (len(by) == 1 && shared) {
+		return nil
 	}
 	out := make([]PoolUse, 0, len(by))
 	for _, u := range by {

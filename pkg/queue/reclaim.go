@@ -103,7 +103,7 @@ func Reclaim(cfg quota.Config, admitted map[quota.Account]quota.Usage, w *Worklo
 	}
 	cands := make([]Victim, 0, len(victims))
 	for _, v := range victims {
-		if !v.Preemptible || v.Protected || v.Young || v.Account.Team == a.Team || v.Account.Model != a.Model {
+		if !mayTake(v, a) {
 			continue
 		}
 		// Only what is useful: a victim that frees none of what w needs is
@@ -127,6 +127,13 @@ func Reclaim(cfg quota.Config, admitted map[quota.Account]quota.Usage, w *Worklo
 		}
 	}
 	return nil
+}
+
+// mayTake reports whether reclaim for account a may evict v at all:
+// preemptible, unprotected work past its minimum runtime, of another team,
+// on the same pool of GPUs (the same model, or both model-agnostic).
+func mayTake(v Victim, a quota.Account) bool {
+	return v.Preemptible && !v.Protected && !v.Young && v.Account.Team != a.Team && v.Account.Model == a.Model
 }
 
 // run searches r's candidates: exactly up to exactLimit of them, else
@@ -352,7 +359,7 @@ func reclaimLent(cfg quota.Config, admitted map[quota.Account]quota.Usage, need 
 		parent := cfg.Groups[g].Parent
 		var cands []Victim
 		for _, v := range victims {
-			if !v.Preemptible || v.Protected || v.Young || v.Account.Model != "" || v.Account.Team == a.Team {
+			if !mayTake(v, a) {
 				continue
 			}
 			if _, _, pool, ok := cfg.AccountLimits(v.Account); !ok || pool != "" || !onLoan(cfg, flows, v.Team, g, parent) {

@@ -60,20 +60,31 @@ const maxNodePools = 256
 
 // PoolOf is the node pool team's GPU pods go to: the pool its team owns,
 // else the one its nearest group owns; "" for the nodes without a pool.
+// It allocates nothing: the extender asks it for every decision.
 func (c Config) PoolOf(team string) string {
 	if len(c.NodePools) == 0 || team == "" {
 		return ""
 	}
-	owners := make(map[string]string, len(c.NodePools))
-	for name, p := range c.NodePools {
-		owners[p.Owner] = name
+	t, ok := c.Teams[team]
+	if !ok {
+		return ""
 	}
-	if p, ok := owners[team]; ok && c.isTeam(team) {
+	if p := c.ownedBy(team); p != "" {
 		return p
 	}
-	for _, g := range c.Path(team) {
-		if p, ok := owners[g]; ok {
+	for g, depth := t.Group, 0; g != "" && depth <= maxTreeDepth; g, depth = c.Groups[g].Parent, depth+1 {
+		if p := c.ownedBy(g); p != "" {
 			return p
+		}
+	}
+	return ""
+}
+
+// ownedBy is the pool owner owns ("" for none; Validate allows one).
+func (c Config) ownedBy(owner string) string {
+	for name, p := range c.NodePools {
+		if p.Owner == owner {
+			return name
 		}
 	}
 	return ""
