@@ -19,7 +19,7 @@ BENCHCOUNT ?= 5
 CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 export CGO_CFLAGS
 
-.PHONY: help host-deps build build-next test unit verify release-check e2e lint bench bench-sim replay load fuzz demo evaluate soak kueue k8s-tools helm promtool manifests clean device-bundle device-rehearsal
+.PHONY: help host-deps build build-next test unit verify release-check e2e lint bench bench-sim replay load fuzz demo evaluate soak kueue containerd k8s-tools helm promtool manifests clean device-bundle device-rehearsal
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -44,7 +44,7 @@ test: host-deps lint unit e2e device-rehearsal ## everything CI runs: lint, unit
 host-deps: ## install (as root) or name (otherwise) the host packages the suites need: containerd, runc, CNI, iptables, chromium
 	@bash hack/host-deps.sh
 
-e2e: k8s-tools kueue helm promtool build build-next ## scenario tests against a real etcd + kube-apiserver + kube-scheduler
+e2e: k8s-tools kueue containerd helm promtool build build-next ## scenario tests against a real etcd + kube-apiserver + kube-scheduler
 	@mkdir -p $(BIN)
 	$(GO) test -tags e2e -count=1 -timeout 30m -v ./test/... 2>&1 | tee $(BIN)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|SUMMARY|panic|  passed:|  FAILED)' ; \
 	  rc=$${PIPESTATUS[0]}; if [[ $$rc != 0 ]]; then bash hack/failed-tests.sh $(BIN)/e2e.log; fi; exit $$rc
@@ -90,6 +90,9 @@ soak: k8s-tools build build-next ## chaos soak: the mixed workload while every p
 
 evaluate: k8s-tools kueue build ## the same seeded job set through kube-scheduler alone, Kueue and Rota: three scenarios, report in out/evaluate (about 40 minutes)
 	$(GO) run ./test/evaluate -size full $(EVALUATE_ARGS)
+
+containerd: ## build containerd 2.x (test/tools/containerd/go.mod) once into .cache/containerd/bin, for test/realnode's DRA scenario (CDI)
+	@bash hack/containerd.sh
 
 helm: ## build the Helm CLI once into .cache/k8s/bin
 	@bash hack/helm.sh

@@ -98,10 +98,20 @@ func Run(ctx context.Context, d Deps) error {
 		wg.Go(func() { daemons.Run(ctx) })
 	}
 
-	if !cfg.NoAPI {
-		if d.Client == nil {
-			return fmt.Errorf("no API client and --no-api not set")
+	if !cfg.NoAPI && d.Client == nil {
+		return fmt.Errorf("no API client and --no-api not set")
+	}
+	if cfg.DRAMode {
+		if cfg.NoAPI {
+			return fmt.Errorf("--dra-mode publishes ResourceSlices and reads claims: it needs the API server, not --no-api")
 		}
+		publishTopology(ctx, &wg, d, names, state, tracker, apply)
+		wg.Go(func() { health.Run(ctx, d.Backend, tracker, cfg.HealthInterval, apply) })
+		err := runDRA(ctx, d, state, conts, daemons)
+		cancel()
+		return err
+	}
+	if !cfg.NoAPI {
 		var watchers []cache.ResourceEventHandler
 		usagePub := usagePublisher(cfg, d.Client, names)
 		if usagePub != nil {
@@ -126,17 +136,7 @@ func Run(ctx context.Context, d Deps) error {
 			interval = 10 * time.Second
 		}
 		wg.Go(func() { podwatch.Reconcile(ctx, cfg.PodResourcesSocket, interval, matcher, d.Metrics) })
-		pub := publish.New(d.Client, cfg.NodeName, names.TopologyAnnotation, d.Metrics)
-		wg.Go(func() { pub.Run(ctx, state.Document) })
-		wg.Go(func() {
-			publish.WatchOverrides(ctx, d.Client, cfg.NodeName, names.GPUHealthAnnotation, func(uuids []string) {
-				for _, u := range uuids {
-					if c, ok := tracker.Override(u); ok {
-						apply(c)
-					}
-				}
-			})
-		})
+		publishTopology(ctx, &wg, d, names, state, tracker, apply)
 	} else {
 		logger.Info("Running without the API server: no topology annotation, and Allocate finds no assignments")
 	}
@@ -157,4 +157,22 @@ func Run(ctx context.Context, d Deps) error {
 	}
 	cancel()
 	return err
+}
+
+// publishTopology keeps the node's topology annotation up to date, and
+// applies the health overrides an operator writes on the Node.
+func publishTopology(ctx context.Context, wg *sync.WaitGroup, d Deps, names contract.Names, state *server.State,
+	tracker *health.Tracker, apply func(health.Change)) {
+	cfg := d.Config
+	pub := publish.New(d.Client, cfg.NodeName, names.TopologyAnnotation, d.Metrics)
+	wg.Go(func() { pub.Run(ctx, state.Document) })
+	wg.Go(func() {
+		publish.WatchOverrides(ctx, d.Client, cfg.NodeName, names.GPUHealthAnnotation, func(uuids []string) {
+			for _, u := range uuids {
+				if c, ok := tracker.Override(u); ok {
+					apply(c)
+				}
+			}
+		})
+	})
 }

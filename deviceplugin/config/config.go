@@ -6,6 +6,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"net"
 	"path/filepath"
 	"slices"
@@ -83,6 +84,16 @@ type Config struct {
 	// does not advertise them to the kubelet.
 	DRAGPUDrivers []string      `json:"draGPUDrivers"`
 	DRACheck      time.Duration `json:"draCheck"`
+
+	// DRAMode publishes the GPUs through Dynamic Resource Allocation
+	// instead of the device-plugin API (deviceplugin/dra, docs/dra.md): a
+	// kubelet plugin named DRADriver publishes the node's ResourceSlice and
+	// prepares claims, writing their CDI specs into CDIDir; KubeletDir is
+	// the kubelet's --root-dir (its plugins_registry and plugins folders).
+	DRAMode    bool   `json:"draMode,omitempty"`
+	DRADriver  string `json:"draDriver,omitempty"`
+	CDIDir     string `json:"cdiDir,omitempty"`
+	KubeletDir string `json:"kubeletDir,omitempty"`
 
 	// MetricsListen is the Prometheus listen address; empty disables it.
 	MetricsListen string `json:"metricsListen,omitempty"`
@@ -164,6 +175,8 @@ func Default() Config {
 		AllocateWait:        5 * time.Second,
 		DRAGPUDrivers:       []string{"gpu.nvidia.com"},
 		DRACheck:            30 * time.Second,
+		CDIDir:              "/var/run/cdi",
+		KubeletDir:          "/var/lib/kubelet",
 		MetricsListen:       "127.0.0.1:9400",
 		MPSBinary:           "nvidia-cuda-mps-control",
 		MPSRoot:             "/run/rota/mps",
@@ -218,6 +231,19 @@ func (c Config) Validate() error {
 	}
 	if _, err := dra.ParseDrivers(strings.Join(c.DRAGPUDrivers, ",")); err != nil {
 		add("dra-gpu-drivers", "%v", err)
+	}
+	if c.DRAMode {
+		for name, p := range map[string]string{"cdi-dir": c.CDIDir, "kubelet-dir": c.KubeletDir} {
+			if !filepath.IsAbs(p) {
+				add(name, "%q is not an absolute path", p)
+			}
+		}
+		if d := c.DRADriverName(); len(validation.IsDNS1123Subdomain(d)) > 0 || !strings.Contains(d, ".") {
+			add("dra-driver", "%q is not a DNS subdomain such as gpu.example.com", d)
+		}
+		if slices.Contains(c.DRAGPUDrivers, c.DRADriverName()) {
+			add("dra-driver", "%q is also in dra-gpu-drivers, the drivers whose GPUs the device-plugin mode stays off", c.DRADriverName())
+		}
 	}
 	if c.RecoveryQuiet < 0 {
 		add("recovery-quiet", "%s is negative", c.RecoveryQuiet)
@@ -276,6 +302,14 @@ func (c Config) Validate() error {
 		add("profiling", "needs metrics-listen: the profiles are served on its listener")
 	}
 	return errors.Join(errs...)
+}
+
+// DRADriverName is the DRA mode's driver name: DRADriver, or gpu.<domain>.
+func (c Config) DRADriverName() string {
+	if c.DRADriver != "" {
+		return c.DRADriver
+	}
+	return "gpu." + c.Domain
 }
 
 // ParseXIDs reads a comma-separated XID list such as "13,31,43".

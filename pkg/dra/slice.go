@@ -45,7 +45,7 @@ func SliceFor(node, driver string, t contract.Topology) resourcev1.ResourceSlice
 		str := func(s string) resourcev1.DeviceAttribute { return resourcev1.DeviceAttribute{StringValue: &s} }
 		num := func(n int) resourcev1.DeviceAttribute { v := int64(n); return resourcev1.DeviceAttribute{IntValue: &v} }
 		d := resourcev1.Device{
-			Name: fmt.Sprintf("gpu-%d", g.Index),
+			Name: DeviceName(g.Index),
 			Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
 				AttrUUID: str(g.UUID), AttrModel: str(g.Model), AttrIndex: num(g.Index),
 				AttrNUMANode: num(g.NUMA), AttrNVLinkIsland: num(g.Island),
@@ -68,6 +68,9 @@ func SliceFor(node, driver string, t contract.Topology) resourcev1.ResourceSlice
 	}
 	return spec
 }
+
+// DeviceName is the name of the GPU with index i in the node's slice.
+func DeviceName(i int) string { return fmt.Sprintf("gpu-%d", i) }
 
 func mib(n int64) resource.Quantity { return *resource.NewQuantity(n<<20, resource.BinarySI) }
 

@@ -38,6 +38,49 @@ state = %[2]q
     SystemdCgroup = false
 `
 
+// containerd2Config is containerd 2.x's configuration (version 3), for
+// the DRA scenario, with the same choices as containerdConfig, and CDI
+// specs read from the node's own folder only.
+const containerd2Config = `version = 3
+root = %[1]q
+state = %[2]q
+[grpc]
+  address = %[3]q
+[plugins."io.containerd.cri.v1.images".pinned_images]
+  sandbox = %[4]q
+[plugins."io.containerd.cri.v1.runtime"]
+  restrict_oom_score_adj = true
+  enable_cdi = true
+  cdi_spec_dirs = [%[8]q]
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = [%[5]q]
+    conf_dir = %[6]q
+  [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+    Root = %[7]q
+    SystemdCgroup = false
+`
+
+// containerd2Dir is the folder of hack/containerd.sh's containerd 2.x and
+// its runc shim.
+func containerd2Dir() (string, error) {
+	bin, err := cluster.BinDir() // <repo>/.cache/k8s/bin
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(filepath.Dir(filepath.Dir(bin)), "containerd", "bin")
+	if d := os.Getenv("ROTA_CONTAINERD_BIN"); d != "" {
+		dir = d
+	}
+	for _, b := range []string{"containerd", "containerd-shim-runc-v2"} {
+		if !executable(filepath.Join(dir, b)) {
+			return "", fmt.Errorf("%s not found in %s: run hack/containerd.sh (make containerd)", b, dir)
+		}
+	}
+	return dir, nil
+}
+
 // loopbackCNI is the only network configuration: it lets containerd report
 // the pod network ready (so the Node is Ready). The tests run hostNetwork
 // pods only, which no CNI plugin touches.
@@ -53,7 +96,9 @@ type containerd struct {
 	proc   *cluster.Process
 }
 
-func newContainerd(dir string) (*containerd, error) {
+// newContainerd prepares the host's containerd 1.6, or with v2 set the
+// containerd 2.x in that folder, reading CDI specs from cdiDir.
+func newContainerd(dir, v2, cdiDir string) (*containerd, error) {
 	cniBin := ""
 	for _, d := range cniBinDirs {
 		if _, err := os.Stat(filepath.Join(d, "loopback")); err == nil {
@@ -72,13 +117,28 @@ func newContainerd(dir string) (*containerd, error) {
 	if err := os.WriteFile(filepath.Join(cniConf, "10-loopback.conflist"), []byte(loopbackCNI), 0o644); err != nil {
 		return nil, err
 	}
-	cfg := fmt.Sprintf(containerdConfig, filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.socket,
-		PauseImage, cniBin, cniConf, filepath.Join(dir, "runc"))
+	tmpl, bin := containerdConfig, "containerd"
+	if v2 != "" {
+		tmpl, bin = containerd2Config, filepath.Join(v2, "containerd")
+		if err := os.MkdirAll(cdiDir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	args := []any{filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.socket,
+		PauseImage, cniBin, cniConf, filepath.Join(dir, "runc")}
+	if v2 != "" {
+		args = append(args, cdiDir)
+	}
+	cfg := fmt.Sprintf(tmpl, args...)
 	cfgFile := filepath.Join(dir, "containerd.toml")
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
-	c.proc = newProcess("containerd", "containerd", filepath.Dir(dir), []string{"--config", cfgFile})
+	c.proc = newProcess("containerd", bin, filepath.Dir(dir), []string{"--config", cfgFile})
+	if v2 != "" {
+		// containerd 2 finds its runc shim on $PATH.
+		c.proc.Env = []string{"PATH=" + v2 + string(os.PathListSeparator) + os.Getenv("PATH")}
+	}
 	return c, nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -66,6 +67,12 @@ type Options struct {
 	// NodeIP is the kubelet's --node-ip and the API server's advertised
 	// address with Install.
 	NodeIP string
+	// DRA runs the node for Rota's DRA mode (docs/dra.md): containerd 2.x
+	// (hack/containerd.sh) reading CDI specs from CDIDir,
+	// kube-controller-manager's resourceclaim controller (claims from
+	// templates), and rota-device-plugin with --dra-mode. Start then waits
+	// for the node's ResourceSlice instead of its extended resources.
+	DRA bool
 	// KeepDir keeps the folder (logs, state) after Stop.
 	KeepDir bool
 	// Logf receives progress lines; nil discards them.
@@ -91,6 +98,9 @@ type Env struct {
 	HealthFile string
 	// PodResourcesSocket is the kubelet's PodResources API socket.
 	PodResourcesSocket string
+	// CDIDir is where the DRA mode writes claims' CDI specs and containerd
+	// reads them (Options.DRA).
+	CDIDir string
 	// ExtenderURL and PluginMetricsURL are http://127.0.0.1:PORT.
 	ExtenderURL, PluginMetricsURL string
 
@@ -224,6 +234,12 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 		}
 		opts.Logf("kube-controller-manager ready (%s)", time.Since(began).Round(time.Millisecond))
 	}
+	if opts.DRA {
+		if err := e.Cluster.StartControllerManager(ctx, "resourceclaim-controller"); err != nil {
+			return e, err
+		}
+		opts.Logf("kube-controller-manager's resourceclaim controller ready (%s)", time.Since(began).Round(time.Millisecond))
+	}
 
 	rotaDir, err := rotaBinDir()
 	if err != nil {
@@ -241,7 +257,14 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	}
 
 	// containerd, with the test images.
-	if e.containerd, err = newContainerd(filepath.Join(e.Dir, "containerd")); err != nil {
+	var v2 string
+	if opts.DRA {
+		e.CDIDir = filepath.Join(e.Dir, "cdi")
+		if v2, err = containerd2Dir(); err != nil {
+			return e, err
+		}
+	}
+	if e.containerd, err = newContainerd(filepath.Join(e.Dir, "containerd"), v2, e.CDIDir); err != nil {
 		return e, err
 	}
 	if err := checkSocketPath(e.containerd.socket); err != nil {
@@ -329,6 +352,9 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 		"--pod-resources-socket=" + e.PodResourcesSocket, "--metrics-listen=127.0.0.1:" + strconv.Itoa(ports[1]),
 		"--health-interval=1s", "--kubelet-poll=200ms", "--recovery-quiet=5s", "--v=4",
 	}, opts.DevicePluginArgs...))
+	if opts.DRA {
+		e.plugin.Args = append(e.plugin.Args, "--dra-mode", "--cdi-dir="+e.CDIDir, "--kubelet-dir="+rootDir)
+	}
 
 	// The kubelet creates the device plugin folder; start the plugin once
 	// the kubelet's registration socket is there.
@@ -348,6 +374,13 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 		if err := e.addSimulatedNode(ctx, name); err != nil {
 			return e, err
 		}
+	}
+	if opts.DRA {
+		if err := e.WaitSlice(ctx, g.Count); err != nil {
+			return e, err
+		}
+		opts.Logf("real node %s Ready with its ResourceSlice of %d GPUs (%s)", e.NodeName, g.Count, time.Since(began).Round(time.Millisecond))
+		return e, nil
 	}
 	if err := e.WaitNodeGPUs(ctx, g.Count); err != nil {
 		return e, err
@@ -374,6 +407,36 @@ func (e *Env) WaitNodeGPUs(ctx context.Context, want int) error {
 			state := fmt.Sprintf("ready=%v gpu=%s gpu-memory=%s topology=%v", ready, gpus.String(), mem.String(), annotated)
 			return ready && annotated && gpus.Value() == int64(want) && mem.Value() == wantMem, state
 		})
+}
+
+// WaitSlice waits until the real node is Ready and the DRA mode's
+// ResourceSlice for it lists want devices.
+func (e *Env) WaitSlice(ctx context.Context, want int) error {
+	return waitUntil(ctx, time.Minute, fmt.Sprintf("node %s Ready with a ResourceSlice of %d devices", e.NodeName, want),
+		e.plugin, func() (bool, string) {
+			n, err := e.Client.CoreV1().Nodes().Get(ctx, e.NodeName, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			s, err := e.Slice(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			return nodeReady(n) && len(s.Spec.Devices) == want, fmt.Sprintf("ready=%v devices=%d", nodeReady(n), len(s.Spec.Devices))
+		})
+}
+
+// Slice is the DRA mode's one ResourceSlice for the real node.
+func (e *Env) Slice(ctx context.Context) (*resourcev1.ResourceSlice, error) {
+	list, err := e.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
+		FieldSelector: "spec.nodeName=" + e.NodeName})
+	if err != nil {
+		return nil, err
+	}
+	if len(list.Items) != 1 {
+		return nil, fmt.Errorf("%d ResourceSlices for node %s, want 1", len(list.Items), e.NodeName)
+	}
+	return &list.Items[0], nil
 }
 
 // nodeReady reports whether n's Ready condition is True.

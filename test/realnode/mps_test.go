@@ -57,11 +57,7 @@ func TestMPSDaemonLifecycle(t *testing.T) {
 	dir, root := mpsFolder(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	bin := filepath.Join(dir, mps.DefaultBinary)
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, mpsStandinPackage)
-	if b, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", mpsStandinPackage, err, b)
-	}
+	bin := buildMPSStandin(ctx, t, dir)
 	t.Logf("MPS stand-in built: %s (%s)", bin, time.Since(began).Round(time.Millisecond))
 
 	e := StartT(t, Options{DevicePluginArgs: []string{
@@ -109,13 +105,7 @@ func TestMPSDaemonLifecycle(t *testing.T) {
 		"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT":  fmt.Sprintf("0=%dM", units*1024),
 		"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": strconv.Itoa(threads),
 	}
-	got := map[string]string{}
-	for k := range want {
-		got[k] = env[k]
-	}
-	if d := cmp.Diff(want, got); d != "" {
-		t.Errorf("the share's environment (-want +got):\n%s", d)
-	}
+	checkEnv(t, "the share's environment", env, want)
 
 	// The pipe folder is mounted: the container reads the daemon's socket
 	// and its PID.
@@ -193,6 +183,28 @@ func TestMPSDaemonLifecycle(t *testing.T) {
 		t.Errorf("PodResources disagrees with the assignments:\n%v", err)
 	}
 	t.Logf("scenario done in %s since the start", time.Since(began).Round(time.Millisecond))
+}
+
+// buildMPSStandin builds the nvidia-cuda-mps-control stand-in into dir.
+func buildMPSStandin(ctx context.Context, t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, mps.DefaultBinary)
+	if b, err := exec.CommandContext(ctx, "go", "build", "-o", bin, mpsStandinPackage).CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", mpsStandinPackage, err, b)
+	}
+	return bin
+}
+
+// checkEnv fails the test unless env has want's variables, as want has them.
+func checkEnv(t *testing.T, what string, env, want map[string]string) {
+	t.Helper()
+	got := map[string]string{}
+	for k := range want {
+		got[k] = env[k]
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("%s (-want +got):\n%s", what, d)
+	}
 }
 
 // mpsFolder makes the folder of the stand-in and of --mps-root (short:

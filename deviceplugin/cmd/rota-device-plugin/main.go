@@ -69,6 +69,10 @@ func parseFlags(fs *flag.FlagSet, args []string) (config.Config, error) {
 		return err
 	})
 	fs.DurationVar(&c.DRACheck, "dra-check", c.DRACheck, "how often to check whether DRA manages this node's GPUs")
+	fs.BoolVar(&c.DRAMode, "dra-mode", false, "publish the GPUs through Dynamic Resource Allocation (ResourceSlices, claims prepared with CDI) instead of the device-plugin API (docs/dra.md)")
+	fs.StringVar(&c.DRADriver, "dra-driver", "", "the DRA mode's driver name (default gpu.<domain>)")
+	fs.StringVar(&c.CDIDir, "cdi-dir", c.CDIDir, "the DRA mode writes each prepared claim's CDI spec here; the container runtime must read specs from it")
+	fs.StringVar(&c.KubeletDir, "kubelet-dir", c.KubeletDir, "the kubelet's --root-dir: the DRA mode registers in its plugins_registry folder")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", c.MetricsListen, "Prometheus listen address; empty disables")
 	fs.BoolVar(&c.Profiling, "profiling", c.Profiling, "serve Go runtime profiles under /debug/pprof/ on --metrics-listen, beside /metrics (needs --metrics-listen)")
 	fs.BoolVar(&c.MPS, "mps", c.MPS, "run a CUDA MPS control daemon for every GPU that holds memory shares (enforces their memory limit)")
