@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,6 +48,8 @@ var valueSets = map[string][]string{
 		"extender.remediation.mode=on", workloadSet, "extender.networkPolicy.verbsFrom[0].ipBlock.cidr=10.0.0.10/32"},
 	"insecure-http": {"extender.insecureHTTP=true",
 		`extender.networkPolicy.opsFrom[0].namespaceSelector.matchLabels.kubernetes\.io/metadata\.name=monitoring`},
+	"dra-mode": {"dra.mode.enabled=true", "dra.mode.driver=gpu.rota.example.org", "devicePlugin.mps.enabled=true",
+		"metrics.serviceMonitor.enabled=true"},
 	"own-issuer": {"extender.tls.certManager.enabled=true", "extender.tls.certManager.issuerRef.name=rota-ca",
 		"extender.tls.certManager.issuerRef.kind=ClusterIssuer"},
 }
@@ -88,6 +91,82 @@ func TestChartWorkload(t *testing.T) {
 		if o.GetName() == "rota-extender-workload" {
 			t.Error("a workload ConfigMap without extender.workload")
 		}
+	}
+}
+
+// dra.mode.enabled runs a second DaemonSet with --dra-mode on the nodes
+// labelled <domain>/dra-mode=true, with the kubelet's plugin folders and the
+// CDI folder at the host's paths, keeps the device-plugin DaemonSet off those
+// nodes, lets the plugin publish slices and read claims, and scrapes both.
+func TestChartDRAMode(t *testing.T) {
+	type ds struct {
+		args, mounts []string
+		affinity     string
+	}
+	read := func(sets []string) (map[string]ds, []any, string) {
+		got := map[string]ds{}
+		var rules []any
+		var monitor string
+		for _, o := range decode(t, render(t, sets)) {
+			switch o.GetKind() {
+			case "DaemonSet":
+				var d ds
+				cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+				c := cs[0].(map[string]any)
+				for _, a := range c["args"].([]any) {
+					d.args = append(d.args, a.(string))
+				}
+				for _, m := range c["volumeMounts"].([]any) {
+					d.mounts = append(d.mounts, m.(map[string]any)["mountPath"].(string))
+				}
+				terms, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "affinity", "nodeAffinity",
+					"requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
+				d.affinity = fmt.Sprint(terms)
+				got[o.GetName()] = d
+			case "ClusterRole":
+				if o.GetName() == "rota-device-plugin" {
+					rules, _, _ = unstructured.NestedSlice(o.Object, "rules")
+				}
+			case "PodMonitor":
+				sel, _, _ := unstructured.NestedMap(o.Object, "spec", "selector")
+				monitor = fmt.Sprint(sel)
+			}
+		}
+		return got, rules, monitor
+	}
+	got, rules, monitor := read(valueSets["dra-mode"])
+	plain, dra := got["rota-device-plugin"], got["rota-device-plugin-dra"]
+	if len(got) != 2 || dra.args == nil {
+		t.Fatalf("DaemonSets %v, want rota-device-plugin and rota-device-plugin-dra", slices.Collect(maps.Keys(got)))
+	}
+	for _, a := range []string{"--dra-mode", "--cdi-dir=/var/run/cdi", "--kubelet-dir=/var/lib/kubelet", "--dra-driver=gpu.rota.example.org", "--mps"} {
+		if !slices.Contains(dra.args, a) {
+			t.Errorf("the DRA DaemonSet's args %v lack %s", dra.args, a)
+		}
+		if a != "--mps" && slices.Contains(plain.args, a) {
+			t.Errorf("the device-plugin DaemonSet has %s", a)
+		}
+	}
+	for _, m := range []string{"/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins", "/var/run/cdi"} {
+		if !slices.Contains(dra.mounts, m) {
+			t.Errorf("the DRA DaemonSet mounts %v, not %s", dra.mounts, m)
+		}
+	}
+	if !strings.Contains(dra.affinity, "example.com/dra-mode operator:In values:[true]") ||
+		!strings.Contains(plain.affinity, "example.com/dra-mode operator:NotIn values:[true]") {
+		t.Errorf("affinities: DRA %s, device plugin %s; want In and NotIn the dra-mode label", dra.affinity, plain.affinity)
+	}
+	if r := fmt.Sprint(rules); !strings.Contains(r, "resources:[resourceslices] verbs:[get watch create update patch delete]") ||
+		!strings.Contains(r, "resources:[resourceclaims] verbs:[get]") {
+		t.Errorf("the device plugin's rules %s do not let it publish slices and read claims", r)
+	}
+	if !strings.Contains(monitor, "device-plugin-dra") {
+		t.Errorf("the PodMonitor's selector %s leaves the DRA DaemonSet out", monitor)
+	}
+
+	got, rules, _ = read(nil)
+	if len(got) != 1 || got["rota-device-plugin"].affinity != "[]" || strings.Contains(fmt.Sprint(rules), "resourceclaims") {
+		t.Errorf("without dra.mode: DaemonSets %v, rules %v; want one, without affinity or claims", got, rules)
 	}
 }
 
