@@ -37,6 +37,8 @@ import (
 //   - the GPU's MPS daemon (the stand-in) runs for that GPU alone;
 //   - a second pod asking for 70 GiB is placed on another GPU: 20 + 70 GiB
 //     do not fit in one GPU's 80;
+//   - a GPU that fails (Xid 79 in the fake backend) is tainted NoSchedule
+//     in the slice;
 //   - deleting the pods unprepares the claims: their CDI specs go.
 func TestDRAMemoryShare(t *testing.T) {
 	const (
@@ -168,6 +170,35 @@ func TestDRAMemoryShare(t *testing.T) {
 		env["NVIDIA_VISIBLE_DEVICES"] != uuids[bigDev] {
 		t.Errorf("the 70Gi share's environment: %v (%v)", env, err)
 	}
+
+	// A GPU that fails (Xid 79) is tainted in the slice, so no new claim
+	// lands on it.
+	var failed string
+	for name := range uuids {
+		if name != res[0].Device && name != bigDev {
+			failed = name
+			break
+		}
+	}
+	if err := os.WriteFile(e.HealthFile, []byte(uuids[failed]+"=xid:79\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitUntil(ctx, 30*time.Second, "device "+failed+" tainted in the slice", e.plugin, func() (bool, string) {
+		s, err := e.Slice(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, d := range s.Spec.Devices {
+			if d.Name == failed {
+				return len(d.Taints) == 1 && d.Taints[0].Key == pdra.TaintUnhealthy &&
+					d.Taints[0].Effect == resourcev1.DeviceTaintEffectNoSchedule, fmt.Sprint(d.Taints)
+			}
+		}
+		return false, "no device " + failed
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("GPU %s (%s) failed: tainted NoSchedule in the slice", failed, uuids[failed])
 
 	// Deleting the pods unprepares their claims.
 	if err := e.DeletePods(ctx, ns, "share", "big"); err != nil {
