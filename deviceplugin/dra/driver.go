@@ -16,7 +16,8 @@
 // request; a claim that consumed part of a GPU's memory holds that one GPU
 // (each GPU has its own MPS daemon, and a container talks to one); a claim
 // that consumed all of a GPU's memory, or whose allocation carries no
-// consumed capacity, holds the GPU whole. Anything else is refused at
+// consumed capacity, holds the GPU whole; a claim with admin access
+// (monitoring) sees its GPUs and changes nothing on them. Anything else is refused at
 // preparation with the reason, and the pod does not start.
 package dra
 
@@ -118,9 +119,11 @@ func (d *Driver) prepare(ctx context.Context, c *resourcev1.ResourceClaim) ([]ku
 	if len(p.Results) == 0 {
 		return nil, nil
 	}
-	resp, err := d.respond.Response(ctx, p.Grant)
-	if err != nil {
-		return nil, fmt.Errorf("claim %s: %w", p.Claim, err)
+	resp := &pluginapi.ContainerAllocateResponse{Envs: p.Grant.Env()}
+	if !p.Admin {
+		if resp, err = d.respond.Response(ctx, p.Grant); err != nil {
+			return nil, fmt.Errorf("claim %s: %w", p.Claim, err)
+		}
 	}
 	spec := Spec(d.CDIKind(), string(c.UID), p.Claim, resp)
 	data, err := json.MarshalIndent(spec, "", "  ")
@@ -186,6 +189,10 @@ type ClaimPlan struct {
 	// Grant is the containers' share, as the device-plugin mode's Allocate
 	// would grant it.
 	Grant handoff.Grant
+	// Admin says the claim asked for admin access (monitoring): its
+	// containers see the GPUs, and nothing is started or stopped for them,
+	// above all not the MPS daemon of shares running there.
+	Admin bool
 }
 
 // Plan reads c's allocation for driver on a node with gpus (by device
@@ -222,6 +229,10 @@ func Plan(c *resourcev1.ResourceClaim, driver string, gpus map[string]contract.T
 			return p, fmt.Errorf("claim %s holds device %s twice", p.Claim, r.Device)
 		}
 		p.Grant.UUIDs = append(p.Grant.UUIDs, g.UUID)
+		if r.AdminAccess != nil && *r.AdminAccess {
+			p.Admin = true
+			continue
+		}
 		q, ok := r.ConsumedCapacity[pdra.CapacityMemory]
 		if !ok {
 			continue // no consumable capacity: the device is the claim's alone
@@ -239,6 +250,8 @@ func Plan(c *resourcev1.ResourceClaim, driver string, gpus map[string]contract.T
 		}
 	}
 	switch {
+	case p.Admin && shares > 0:
+		return p, fmt.Errorf("claim %s mixes admin access with a memory share", p.Claim)
 	case shares == 0:
 		p.Grant.Kind, p.Grant.MemoryMiB = handoff.KindGPU, 0
 	case len(p.Results) == 1:

@@ -229,6 +229,34 @@ func TestPrepareWholeGPUs(t *testing.T) {
 	}
 }
 
+// An admin-access claim (monitoring) sees its GPU and stops nothing: a
+// whole-GPU grant would stop the MPS daemon of the shares running there.
+func TestPrepareAdminAccessLeavesTheGPUAlone(t *testing.T) {
+	dir := t.TempDir()
+	rec := &recorder{}
+	d := NewDriver(testDriver, dir, rec)
+	d.SetGPUs(testGPUs())
+	c := claim(result{"gpu", testDriver, "gpu-1", ""})
+	admin := true
+	c.Status.Allocation.Devices.Results[0].AdminAccess = &admin
+	out, _ := d.PrepareResourceClaims(context.Background(), []*resourcev1.ResourceClaim{c})
+	if out["c1"].Err != nil || len(out["c1"].Devices) != 1 {
+		t.Fatalf("prepare = %+v", out["c1"])
+	}
+	if len(rec.grants) != 0 {
+		t.Fatalf("an admin-access claim went through the containers' grant (which stops a whole GPU's MPS daemon): %+v", rec.grants)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, testDriver+"_c1.json"))
+	if err != nil || !strings.Contains(string(data), "NVIDIA_VISIBLE_DEVICES=GPU-bbbb") {
+		t.Fatalf("spec = %s (%v)", data, err)
+	}
+	mixed := claim(result{"gpu", testDriver, "gpu-0", ""}, result{"gpu", testDriver, "gpu-1", "1Gi"})
+	mixed.Status.Allocation.Devices.Results[0].AdminAccess = &admin
+	if _, err := Plan(mixed, testDriver, gpuMap()); err == nil || !strings.Contains(err.Error(), "admin access") {
+		t.Fatalf("admin access with a share: %v", err)
+	}
+}
+
 func FuzzPlan(f *testing.F) {
 	f.Add("gpu", testDriver, "gpu-1", "20Gi", "gpu", "gpu-0", "")
 	f.Add("a", testDriver, "gpu-0", "80Gi", "b", "gpu-1", "1Gi")
