@@ -309,7 +309,7 @@ func (c Config) DRADriverName() string {
 	if c.DRADriver != "" {
 		return c.DRADriver
 	}
-	return "gpu." + c.Domain
+	return dra.ModeDriver(c.Domain)
 }
 
 // ParseXIDs reads a comma-separated XID list such as "13,31,43".

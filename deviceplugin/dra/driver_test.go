@@ -257,6 +257,39 @@ func TestPrepareAdminAccessLeavesTheGPUAlone(t *testing.T) {
 	}
 }
 
+// With the device-plugin mode's --device-nodes and --driver-mounts, a
+// claim's CDI spec carries the same device nodes and mounts an Allocate
+// answer would: server.Containers builds both.
+func TestPrepareDeviceNodes(t *testing.T) {
+	dir := t.TempDir()
+	c := server.Containers{DeviceNodes: true, Minor: map[string]int{"GPU-aaaa": 0, "GPU-bbbb": 1},
+		DriverMounts: []string{"/usr/lib/nvidia"}}
+	d := NewDriver(testDriver, dir, c)
+	d.SetGPUs(testGPUs())
+	out, _ := d.PrepareResourceClaims(context.Background(), []*resourcev1.ResourceClaim{claim(result{"gpu", testDriver, "gpu-1", ""})})
+	if out["c1"].Err != nil {
+		t.Fatal(out["c1"].Err)
+	}
+	var spec cdispec.Spec
+	data, _ := os.ReadFile(filepath.Join(dir, testDriver+"_c1.json"))
+	if err := json.Unmarshal(data, &spec); err != nil {
+		t.Fatal(err)
+	}
+	var nodes []string
+	for _, n := range spec.Devices[0].ContainerEdits.DeviceNodes {
+		nodes = append(nodes, n.HostPath+"->"+n.Path+":"+n.Permissions)
+	}
+	want := []string{"/dev/nvidiactl->/dev/nvidiactl:rw", "/dev/nvidia-uvm->/dev/nvidia-uvm:rw",
+		"/dev/nvidia-uvm-tools->/dev/nvidia-uvm-tools:rw", "/dev/nvidia1->/dev/nvidia1:rw"}
+	if !slices.Equal(nodes, want) {
+		t.Errorf("device nodes %v, want %v", nodes, want)
+	}
+	m := spec.Devices[0].ContainerEdits.Mounts
+	if len(m) != 1 || m[0].HostPath != "/usr/lib/nvidia" || m[0].ContainerPath != "/usr/lib/nvidia" || !slices.Contains(m[0].Options, "ro") {
+		t.Errorf("mounts %+v, want the driver folder read-only", m)
+	}
+}
+
 func FuzzPlan(f *testing.F) {
 	f.Add("gpu", testDriver, "gpu-1", "20Gi", "gpu", "gpu-0", "")
 	f.Add("a", testDriver, "gpu-0", "80Gi", "b", "gpu-1", "1Gi")

@@ -96,12 +96,19 @@ type Rules struct {
 	GPUDrivers []string
 	// Resources are Rota's extended resource names (whole GPUs, memory).
 	Resources []string
+	// ModeDriver is the driver of Rota's own DRA mode (ModeDriver), which
+	// Why names as such.
+	ModeDriver string
 }
 
 // NewRules returns the rules for Rota's resource names and the GPU drivers.
 func NewRules(gpuDrivers []string, names contract.Names) Rules {
-	return Rules{GPUDrivers: gpuDrivers, Resources: []string{names.GPU, names.GPUMemory}}
+	return Rules{GPUDrivers: gpuDrivers, Resources: []string{names.GPU, names.GPUMemory}, ModeDriver: ModeDriver(names.Domain)}
 }
+
+// ModeDriver is the default driver name of Rota's DRA mode for a domain:
+// gpu.<domain>.
+func ModeDriver(domain string) string { return "gpu." + domain }
 
 // UUIDs returns the UUIDs of a node's GPUs, as Why takes them.
 func UUIDs(n *topology.Node) []string {
@@ -138,6 +145,10 @@ func (r Rules) Why(uuids []string, nodeSlices []Slice, classes []Class) string {
 	ss := slices.Clone(nodeSlices)
 	slices.SortFunc(ss, func(a, b Slice) int { return cmp.Compare(a.Name, b.Name) })
 	for _, s := range ss {
+		if s.Driver == r.ModeDriver && r.ModeDriver != "" {
+			return fmt.Sprintf("its GPUs are served by Rota's DRA mode (driver %s, ResourceSlice %s): "+
+				"pods take them through ResourceClaims, not Rota's extended resources", s.Driver, s.Name)
+		}
 		if slices.Contains(r.GPUDrivers, s.Driver) {
 			return fmt.Sprintf("its GPUs are published by DRA driver %s (ResourceSlice %s); "+
 				"Rota stays off a node whose GPUs DRA allocates, or both would hand them out", s.Driver, s.Name)

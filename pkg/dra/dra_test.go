@@ -10,7 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-var rules = Rules{GPUDrivers: []string{"gpu.nvidia.com"}, Resources: []string{"example.com/gpu", "example.com/gpu-memory"}}
+var rules = Rules{GPUDrivers: []string{"gpu.nvidia.com"}, Resources: []string{"example.com/gpu", "example.com/gpu-memory"},
+	ModeDriver: "gpu.example.com"}
 
 func TestWhy(t *testing.T) {
 	nv := Slice{Name: "n1-gpu.nvidia.com-x", Driver: "gpu.nvidia.com", Node: "n1", Strings: []string{"GPU-aaa"}}
@@ -33,6 +34,9 @@ func TestWhy(t *testing.T) {
 		{name: "any driver while a class maps Rota's resource", slices: []Slice{nic}, classes: []Class{unrelated, mapped},
 			want: []string{"DeviceClass rota-gpus maps example.com/gpu", "nic.example.com"}},
 		{name: "a class mapping another resource", slices: []Slice{nic}, classes: []Class{unrelated}},
+		{name: "Rota's own DRA mode", uuids: []string{"GPU-ddd"}, slices: []Slice{nic,
+			{Name: "n1-gpu.example.com-w", Driver: "gpu.example.com", Node: "n1", Strings: []string{"GPU-ddd"}}},
+			want: []string{"served by Rota's DRA mode (driver gpu.example.com, ResourceSlice n1-gpu.example.com-w)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := rules.Why(tc.uuids, tc.slices, tc.classes)
