@@ -139,10 +139,8 @@ func (r *recorder) Response(ctx context.Context, g handoff.Grant) (*pluginapi.Co
 
 func TestPrepareWritesTheClaimsCDISpec(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
 	rec := &recorder{}
-	d := NewDriver(testDriver, dir, rec)
-	d.SetGPUs(testGPUs())
+	d, dir := newTestDriver(t, rec)
 	share := claim(result{"gpu", testDriver, "gpu-1", "20Gi"})
 	bad := claim(result{"gpu", testDriver, "gpu-9", "20Gi"})
 	bad.UID = "c2"
@@ -210,20 +208,15 @@ func TestPrepareWritesTheClaimsCDISpec(t *testing.T) {
 }
 
 func TestPrepareWholeGPUs(t *testing.T) {
-	dir := t.TempDir()
 	rec := &recorder{}
-	d := NewDriver(testDriver, dir, rec)
-	d.SetGPUs(testGPUs())
+	d, dir := newTestDriver(t, rec)
 	c := claim(result{"gpu", testDriver, "gpu-0", ""}, result{"gpu", testDriver, "gpu-1", ""})
 	out, _ := d.PrepareResourceClaims(context.Background(), []*resourcev1.ResourceClaim{c})
 	res := out["c1"]
 	if res.Err != nil || len(res.Devices) != 2 || len(res.Devices[0].CDIDeviceIDs) == 0 || len(res.Devices[1].CDIDeviceIDs) != 0 {
 		t.Fatalf("prepare = %+v: want two devices, the claim's CDI device named once", res)
 	}
-	data, err := os.ReadFile(filepath.Join(dir, testDriver+"_c1.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := specFile(t, dir)
 	if !strings.Contains(string(data), "NVIDIA_VISIBLE_DEVICES=GPU-aaaa,GPU-bbbb") || strings.Contains(string(data), "CUDA_MPS") {
 		t.Fatalf("spec = %s: want both GPUs and no MPS limit", data)
 	}
@@ -232,10 +225,8 @@ func TestPrepareWholeGPUs(t *testing.T) {
 // An admin-access claim (monitoring) sees its GPU and stops nothing: a
 // whole-GPU grant would stop the MPS daemon of the shares running there.
 func TestPrepareAdminAccessLeavesTheGPUAlone(t *testing.T) {
-	dir := t.TempDir()
 	rec := &recorder{}
-	d := NewDriver(testDriver, dir, rec)
-	d.SetGPUs(testGPUs())
+	d, dir := newTestDriver(t, rec)
 	c := claim(result{"gpu", testDriver, "gpu-1", ""})
 	admin := true
 	c.Status.Allocation.Devices.Results[0].AdminAccess = &admin
@@ -246,9 +237,8 @@ func TestPrepareAdminAccessLeavesTheGPUAlone(t *testing.T) {
 	if len(rec.grants) != 0 {
 		t.Fatalf("an admin-access claim went through the containers' grant (which stops a whole GPU's MPS daemon): %+v", rec.grants)
 	}
-	data, err := os.ReadFile(filepath.Join(dir, testDriver+"_c1.json"))
-	if err != nil || !strings.Contains(string(data), "NVIDIA_VISIBLE_DEVICES=GPU-bbbb") {
-		t.Fatalf("spec = %s (%v)", data, err)
+	if data := specFile(t, dir); !strings.Contains(string(data), "NVIDIA_VISIBLE_DEVICES=GPU-bbbb") {
+		t.Fatalf("spec = %s", data)
 	}
 	mixed := claim(result{"gpu", testDriver, "gpu-0", ""}, result{"gpu", testDriver, "gpu-1", "1Gi"})
 	mixed.Status.Allocation.Devices.Results[0].AdminAccess = &admin
@@ -261,18 +251,14 @@ func TestPrepareAdminAccessLeavesTheGPUAlone(t *testing.T) {
 // claim's CDI spec carries the same device nodes and mounts an Allocate
 // answer would: server.Containers builds both.
 func TestPrepareDeviceNodes(t *testing.T) {
-	dir := t.TempDir()
-	c := server.Containers{DeviceNodes: true, Minor: map[string]int{"GPU-aaaa": 0, "GPU-bbbb": 1},
-		DriverMounts: []string{"/usr/lib/nvidia"}}
-	d := NewDriver(testDriver, dir, c)
-	d.SetGPUs(testGPUs())
+	d, dir := newTestDriver(t, server.Containers{DeviceNodes: true, Minor: map[string]int{"GPU-aaaa": 0, "GPU-bbbb": 1},
+		DriverMounts: []string{"/usr/lib/nvidia"}})
 	out, _ := d.PrepareResourceClaims(context.Background(), []*resourcev1.ResourceClaim{claim(result{"gpu", testDriver, "gpu-1", ""})})
 	if out["c1"].Err != nil {
 		t.Fatal(out["c1"].Err)
 	}
 	var spec cdispec.Spec
-	data, _ := os.ReadFile(filepath.Join(dir, testDriver+"_c1.json"))
-	if err := json.Unmarshal(data, &spec); err != nil {
+	if err := json.Unmarshal(specFile(t, dir), &spec); err != nil {
 		t.Fatal(err)
 	}
 	var nodes []string
@@ -288,6 +274,24 @@ func TestPrepareDeviceNodes(t *testing.T) {
 	if len(m) != 1 || m[0].HostPath != "/usr/lib/nvidia" || m[0].ContainerPath != "/usr/lib/nvidia" || !slices.Contains(m[0].Options, "ro") {
 		t.Errorf("mounts %+v, want the driver folder read-only", m)
 	}
+}
+
+// newTestDriver is a driver of testGPUs writing into a folder of the test's.
+func newTestDriver(t *testing.T, r Responder) (*Driver, string) {
+	dir := t.TempDir()
+	d := NewDriver(testDriver, dir, r)
+	d.SetGPUs(testGPUs())
+	return d, dir
+}
+
+// specFile reads claim c1's CDI spec.
+func specFile(t *testing.T, dir string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, testDriver+"_c1.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }
 
 func FuzzPlan(f *testing.F) {
