@@ -6,13 +6,14 @@ package config
 import (
 	"errors"
 	"fmt"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"net"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/dra"

@@ -30,7 +30,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 
 	resourcev1 "k8s.io/api/resource/v1"
@@ -74,9 +73,6 @@ var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
 func NewDriver(name, cdiDir string, respond Responder) *Driver {
 	return &Driver{name: name, cdiDir: cdiDir, respond: respond, gpus: map[string]contract.TopologyGPU{}}
 }
-
-// Name is the driver's name.
-func (d *Driver) Name() string { return d.name }
 
 // CDIKind is the CDI kind of the claims' devices: "<driver>/claim".
 func (d *Driver) CDIKind() string { return d.name + "/claim" }
@@ -177,7 +173,7 @@ func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceH
 }
 
 func (d *Driver) specPath(uid types.UID) string {
-	return filepath.Join(d.cdiDir, strings.ReplaceAll(d.name, "/", "_")+"_"+string(uid)+".json")
+	return filepath.Join(d.cdiDir, d.name+"_"+string(uid)+".json")
 }
 
 // ClaimPlan is what a claim's allocation asks of this node.

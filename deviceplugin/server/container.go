@@ -41,12 +41,6 @@ type Containers struct {
 // serving.
 func (p *Plugin) SetContainers(c Containers) { p.containers = c }
 
-// containerResponse builds one container's Allocate answer for g, starting
-// or stopping the GPUs' MPS daemons as needed.
-func (p *Plugin) containerResponse(ctx context.Context, g handoff.Grant) (*pluginapi.ContainerAllocateResponse, error) {
-	return p.containers.Response(ctx, g)
-}
-
 // Response is what a container granted g gets: its environment, mounts,
 // device nodes and CDI devices. It starts the MPS daemon of a memory
 // share's GPU, and stops the daemons of whole GPUs. The device plugin's

@@ -134,7 +134,7 @@ func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 			kv = append(kv, "podResourcesErr", g.PodResourcesErr)
 		}
 		granted = append(granted, g)
-		cresp, err := p.containerResponse(ctx, g)
+		cresp, err := p.containers.Response(ctx, g)
 		if err != nil {
 			for i := len(granted) - 1; i >= 0; i-- {
 				p.matcher.Undo(granted[i])

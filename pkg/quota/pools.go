@@ -72,7 +72,7 @@ func (c Config) PoolOf(team string) string {
 	if p := c.ownedBy(team); p != "" {
 		return p
 	}
-	for g, depth := t.Group, 0; g != "" && depth <= maxTreeDepth; g, depth = c.Groups[g].Parent, depth+1 {
+	for g := range c.up(t.Group) {
 		if p := c.ownedBy(g); p != "" {
 			return p
 		}

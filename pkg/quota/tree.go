@@ -2,6 +2,7 @@ package quota
 
 import (
 	"fmt"
+	"iter"
 	"slices"
 	"strings"
 )
@@ -67,11 +68,19 @@ func (c Config) Path(team string) []string {
 	if !ok {
 		return nil
 	}
-	var path []string
-	for g := t.Group; g != "" && len(path) <= maxTreeDepth; g = c.Groups[g].Parent {
-		path = append(path, g)
+	return slices.Collect(c.up(t.Group))
+}
+
+// up yields g and the groups above it, nearest first. A cycle, which
+// Validate refuses, ends after maxTreeDepth+1 groups.
+func (c Config) up(g string) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		for depth := 0; g != "" && depth <= maxTreeDepth; g, depth = c.Groups[g].Parent, depth+1 {
+			if !yield(g) {
+				return
+			}
+		}
 	}
-	return path
 }
 
 func validateGroups(c Config, add func(field string, value any, problem, fix string), limits func(string, Limits)) {

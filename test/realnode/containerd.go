@@ -65,13 +65,13 @@ state = %[2]q
 // containerd2Dir is the folder of hack/containerd.sh's containerd 2.x and
 // its runc shim.
 func containerd2Dir() (string, error) {
-	bin, err := cluster.BinDir() // <repo>/.cache/k8s/bin
-	if err != nil {
-		return "", err
-	}
-	dir := filepath.Join(filepath.Dir(filepath.Dir(bin)), "containerd", "bin")
-	if d := os.Getenv("ROTA_CONTAINERD_BIN"); d != "" {
-		dir = d
+	dir := os.Getenv("ROTA_CONTAINERD_BIN")
+	if dir == "" {
+		bin, err := cluster.BinDir() // <repo>/.cache/k8s/bin
+		if err != nil {
+			return "", err
+		}
+		dir = filepath.Join(filepath.Dir(filepath.Dir(bin)), "containerd", "bin")
 	}
 	for _, b := range []string{"containerd", "containerd-shim-runc-v2"} {
 		if !executable(filepath.Join(dir, b)) {

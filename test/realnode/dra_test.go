@@ -135,18 +135,14 @@ func TestDRAMemoryShare(t *testing.T) {
 	uuid := uuids[res[0].Device]
 	t.Logf("claim %s: 20Gi of %s (%s), pod running (%s)", c.Name, res[0].Device, uuid, time.Since(began).Round(time.Millisecond))
 
-	env, err := e.ContainerEnv(ctx, ns, "share", "app")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]string{
+	// The share's environment, from the claim's CDI spec.
+	e.checkEnv(ctx, t, ns, "share", map[string]string{
 		"NVIDIA_VISIBLE_DEVICES":           uuid,
 		"CUDA_MPS_PIPE_DIRECTORY":          containerPipe,
 		"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=20480M",
 		"ROTA_CLAIM":                       ns + "/" + c.Name,
 		"ROTA_ASSIGNED_POD":                ns + "/share",
-	}
-	checkEnv(t, "the share's environment, from the claim's CDI spec", env, want)
+	})
 	pipe := filepath.Join(root, uuid, "pipe")
 	pid := daemonPID(t, pipe)
 	if pid == 0 {
@@ -166,10 +162,8 @@ func TestDRAMemoryShare(t *testing.T) {
 	if bigDev == res[0].Device {
 		t.Fatalf("claim %s (70Gi) allocated on %s, which holds 20Gi already", big.Name, bigDev)
 	}
-	if env, err := e.ContainerEnv(ctx, ns, "big", "app"); err != nil || env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] != "0=71680M" ||
-		env["NVIDIA_VISIBLE_DEVICES"] != uuids[bigDev] {
-		t.Errorf("the 70Gi share's environment: %v (%v)", env, err)
-	}
+	e.checkEnv(ctx, t, ns, "big", map[string]string{
+		"NVIDIA_VISIBLE_DEVICES": uuids[bigDev], "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=71680M"})
 
 	// A GPU that fails (Xid 79) is tainted in the slice, so no new claim
 	// lands on it.

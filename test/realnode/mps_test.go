@@ -95,17 +95,12 @@ func TestMPSDaemonLifecycle(t *testing.T) {
 	t.Logf("share on GPU %s; its MPS daemon runs as PID %d", uuid, pid)
 
 	// The share's environment.
-	env, err := e.ContainerEnv(ctx, ns, "share", "app")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]string{
+	e.checkEnv(ctx, t, ns, "share", map[string]string{
 		"NVIDIA_VISIBLE_DEVICES":            uuid,
 		"CUDA_MPS_PIPE_DIRECTORY":           containerPipe,
 		"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT":  fmt.Sprintf("0=%dM", units*1024),
 		"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": strconv.Itoa(threads),
-	}
-	checkEnv(t, "the share's environment", env, want)
+	})
 
 	// The pipe folder is mounted: the container reads the daemon's socket
 	// and its PID.
@@ -159,7 +154,7 @@ func TestMPSDaemonLifecycle(t *testing.T) {
 	if wholeGPU == uuid {
 		t.Fatalf("the whole-GPU pod got the share's GPU %s", uuid)
 	}
-	env, err = e.ContainerEnv(ctx, ns, "whole", "app")
+	env, err := e.ContainerEnv(ctx, ns, "whole", "app")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,15 +190,20 @@ func buildMPSStandin(ctx context.Context, t *testing.T, dir string) string {
 	return bin
 }
 
-// checkEnv fails the test unless env has want's variables, as want has them.
-func checkEnv(t *testing.T, what string, env, want map[string]string) {
+// checkEnv fails the test unless the container of pod ns/pod has want's
+// variables, as want has them.
+func (e *Env) checkEnv(ctx context.Context, t *testing.T, ns, pod string, want map[string]string) {
 	t.Helper()
+	env, err := e.ContainerEnv(ctx, ns, pod, "app")
+	if err != nil {
+		t.Fatal(err)
+	}
 	got := map[string]string{}
 	for k := range want {
 		got[k] = env[k]
 	}
 	if d := cmp.Diff(want, got); d != "" {
-		t.Errorf("%s (-want +got):\n%s", what, d)
+		t.Errorf("the environment of %s/%s (-want +got):\n%s", ns, pod, d)
 	}
 }
 
