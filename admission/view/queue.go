@@ -63,6 +63,15 @@ func (v *View) queueingOff(namespace string) (bool, string) {
 	return false, ""
 }
 
+// SuspendsJobs reports whether the namespace's top-level Jobs are queued
+// suspended: it is labelled <domain>/queueing=suspend and queueing is on.
+func (v *View) SuspendsJobs(namespace string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	off, _ := v.queueingOff(namespace)
+	return !off && v.nsQueueing[namespace] == contract.QueueingSuspend
+}
+
 // KueueQueues reports whether the namespace is labelled
 // <domain>/queueing=kueue: Kueue queues its workloads and its
 // ClusterQueues are the quota there, so Rota's queue and quota stand aside.

@@ -427,7 +427,7 @@ func (v *View) UpsertNamespace(ns *corev1.Namespace) {
 	defer v.mu.Unlock()
 	v.nsTeam[ns.Name] = ns.Labels[v.o.Names.TeamLabel]
 	switch mode := ns.Labels[v.o.Names.QueueingLabel]; mode {
-	case contract.QueueingOff, contract.QueueingKueue:
+	case contract.QueueingOff, contract.QueueingKueue, contract.QueueingSuspend:
 		v.nsQueueing[ns.Name] = mode
 	default:
 		delete(v.nsQueueing, ns.Name)

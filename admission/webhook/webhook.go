@@ -43,6 +43,8 @@ const (
 	reasonNamespace      view.Reason = "namespace_unreadable"
 	// The queue gate.
 	reasonGated              view.Reason = "gated"
+	reasonJobSuspended       view.Reason = "job_suspended"
+	reasonNotSuspended       view.Reason = "job_not_suspended"
 	reasonAlreadyGated       view.Reason = "already_gated"
 	reasonBoundAtCreate      view.Reason = "bound_at_creation"
 	reasonQueueingOff        view.Reason = "queueing_off"
@@ -503,6 +505,9 @@ func show(v string, ok bool) string {
 
 // decideMutation is the mutating webhook: the queue gate on CREATE.
 func (h *Handler) decideMutation(ctx context.Context, req *admissionv1.AdmissionRequest) result {
+	if req.Kind.Group == batchv1.GroupName && req.Kind.Kind == "Job" && req.SubResource == "" && req.Operation == admissionv1.Create {
+		return h.suspendJob(ctx, req)
+	}
 	if req.Kind.Group != "" || req.Kind.Kind != "Pod" || req.SubResource != "" {
 		return allow(reasonNotPod)
 	}
@@ -546,6 +551,43 @@ func (h *Handler) decideMutation(ctx context.Context, req *admissionv1.Admission
 		return result{reason: reasonBadObject, internal: true, message: err.Error()}
 	}
 	return result{allowed: true, reason: reason, patch: patch}
+}
+
+// suspendJob queues a new Job suspended where its namespace asks for it
+// (podreq.Suspendable, View.SuspendsJobs): spec.suspend set and the Job
+// marked with QueuedJobAnnotation, so that only the queue controller
+// starts it (the records policy refuses anyone else's unsuspend). A Job
+// that is not for Rota, or whose namespace queues pods, is left alone.
+func (h *Handler) suspendJob(ctx context.Context, req *admissionv1.AdmissionRequest) result {
+	job := &batchv1.Job{}
+	if len(req.Object.Raw) == 0 {
+		return deny(reasonBadObject, "the request carries no Job")
+	}
+	if err := json.Unmarshal(req.Object.Raw, job); err != nil {
+		return deny(reasonBadObject, "decoding the Job: "+err.Error())
+	}
+	if job.Namespace == "" {
+		job.Namespace = req.Namespace
+	}
+	names := h.o.Names
+	if !podreq.Suspendable(job, names) {
+		return allow(reasonNoGPU)
+	}
+	if err := h.learnNamespace(ctx, job.Namespace); err != nil {
+		return result{reason: reasonNamespace, internal: true, message: err.Error()}
+	}
+	if !h.o.View.SuspendsJobs(job.Namespace) {
+		return allow(reasonNotSuspended)
+	}
+	ops := []patchOp{
+		{Op: "add", Path: "/spec/suspend", Value: true},
+		mapEntryOp(job.Annotations, "/metadata/annotations", names.QueuedJobAnnotation, "true"),
+	}
+	patch, err := json.Marshal(ops)
+	if err != nil {
+		return result{reason: reasonBadObject, internal: true, message: err.Error()}
+	}
+	return result{allowed: true, reason: reasonJobSuspended, patch: patch}
 }
 
 // patchOp is one JSON patch operation.

@@ -705,6 +705,10 @@ func (a *App) addQueue(ctx context.Context, cfg config.Config, maxGrace time.Dur
 		Defragger: a.extender.Room(), Reserver: a.extender.Room(),
 		DeadlineLead: q.DeadlineLead, FairShareHalfLife: q.FairShareHalfLife, HistoryNamespace: q.Namespace, HistoryConfigMap: q.HistoryConfigMap,
 		Quota: quotaFn, MemoryUnitMiB: contract.MiB(cfg.MemoryUnitMiB)}
+	o.Jobs = a.nodeFactory.Batch().V1().Jobs().Informer()
+	if err := o.Jobs.SetTransform(queue.JobTransform(names)); err != nil {
+		return err
+	}
 	if a.quotaSynced != nil {
 		o.Synced = append(o.Synced, a.quotaSynced)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -47,6 +48,10 @@ type Options struct {
 	// informer (team and queueing labels).
 	Pods       cache.SharedIndexInformer
 	Namespaces cache.SharedIndexInformer
+	// Jobs is a batch/v1 Job informer: the queue reads the Jobs queued
+	// suspended from it (jobs.go). nil reads none (their pods, once some
+	// other writer unsuspends them, queue as gated pods).
+	Jobs cache.SharedIndexInformer
 	// Quota returns the current quota configuration: nil when there is
 	// none (every team is then admitted without quota, as rota-admission
 	// does); ok false while the configuration exists but does not parse
@@ -172,6 +177,14 @@ type Controller struct {
 	groups  []contract.QueueGroup
 	// restored is set once the first pass held the recorded reservations.
 	restored bool
+	// Jobs queued suspended (jobs.go): the Jobs patched and not yet seen
+	// so by the informer, each Job's planned pods, the room held for
+	// admitted Jobs until their pods come, the admitted Jobs of the last
+	// pass (for reclaim).
+	jobWrites    map[types.UID]jobWrite
+	jobPlans     map[types.UID]*jobPlan
+	jobHolds     map[types.UID]room.Hold
+	admittedJobs map[types.UID]*batchv1.Job
 	// events gathers the current pass's Queued and Admitted events (only
 	// Pass replaces it; passes never run at once).
 	events *passEvents
@@ -224,7 +237,8 @@ func New(o Options) (*Controller, error) {
 		o.ReclaimCooldown = time.Minute
 	}
 	c := &Controller{o: o, now: o.Now, written: map[types.UID]condWrite{}, seen: map[types.UID]bool{}, late: map[types.UID]bool{}, reclaimed: map[string]time.Time{}, holds: map[string]roomHold{}, requeued: map[types.UID]time.Time{},
-		status: map[string]queuedPod{}, ungated: map[types.UID]*corev1.Pod{}, teams: map[string]TeamStatus{}, events: newPassEvents()}
+		status: map[string]queuedPod{}, ungated: map[types.UID]*corev1.Pod{}, teams: map[string]TeamStatus{}, events: newPassEvents(),
+		jobWrites: map[types.UID]jobWrite{}, jobPlans: map[types.UID]*jobPlan{}, jobHolds: map[types.UID]room.Hold{}}
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -238,7 +252,11 @@ func New(o Options) (*Controller, error) {
 func (c *Controller) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx).WithName("queue")
 	ctx = klog.NewContext(ctx, logger)
-	if !cache.WaitForCacheSync(ctx.Done(), append([]cache.InformerSynced{c.o.Pods.HasSynced, c.o.Namespaces.HasSynced}, c.o.Synced...)...) {
+	synced := append([]cache.InformerSynced{c.o.Pods.HasSynced, c.o.Namespaces.HasSynced}, c.o.Synced...)
+	if c.o.Jobs != nil {
+		synced = append(synced, c.o.Jobs.HasSynced)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return
 	}
 	c.historyLoaded = false // read again: another leader may have kept it since

@@ -78,7 +78,7 @@ func (c *Controller) defrag(ctx context.Context, cfg quota.Config, res pkgqueue.
 	var keys []string
 	for k, st := range res.Waiting {
 		wl := byKey[k]
-		if st.Reason == pkgqueue.WaitRoom && wl != nil && wl.w.Members == 1 && len(wl.pods) == 1 && cfg.TeamDefrag(wl.w.Team) {
+		if st.Reason == pkgqueue.WaitRoom && wl != nil && wl.job == nil && wl.w.Members == 1 && len(wl.pods) == 1 && cfg.TeamDefrag(wl.w.Team) {
 			if _, held := c.holds[k]; !held {
 				keys = append(keys, k)
 			}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -25,6 +26,9 @@ type workload struct {
 	hold room.Hold
 	// acct is the account the hold was made for.
 	acct quota.Account
+	// job is set for a Job queued suspended (jobs.go): pods are then its
+	// planned pods, which the API does not hold.
+	job *batchv1.Job
 }
 
 // passState is what a pass reads from the informer: the queue's input,
@@ -38,6 +42,11 @@ type passState struct {
 	seen          map[types.UID]bool        // the GPU pods this pass read
 	still         map[types.UID]*corev1.Pod // ungated here, still gated in the informer
 	stranded      []strandedPod             // narrowed, unplaced past their hold (narrow.go)
+	// Jobs queued suspended (jobs.go): by UID, the gated pods of admitted
+	// ones to admit, and the suspended admitted ones to requeue.
+	jobs    map[types.UID]*jobState
+	jobPods []jobAdmission
+	requeue []*jobState
 }
 
 // collect reads every GPU pod once: admitted ones count against their
@@ -52,6 +61,7 @@ func (c *Controller) collect(logger klog.Logger, cfg quota.Config, now time.Time
 		seen: map[types.UID]bool{}, still: map[types.UID]*corev1.Pod{},
 	}
 	own := c.takeUngated()
+	st.jobs = c.readJobs(logger, cfg, ns)
 	for _, obj := range c.o.Pods.GetStore().List() {
 		pod, ok := obj.(*corev1.Pod)
 		if !ok {
@@ -87,13 +97,21 @@ func (c *Controller) collect(logger klog.Logger, cfg quota.Config, now time.Time
 		ref := p.Gang
 		if !podreq.Queued(pod, c.o.Names) {
 			c.countAdmitted(logger, st, cfg, pod, p, team, amt, ref, now)
+			if js := st.jobs[podreq.JobControllerUID(pod)]; js != nil && js.adm != nil && amt == js.plan.amt {
+				js.active++
+			}
 			if rec, ok := c.stranded(pod, now); ok {
 				st.stranded = append(st.stranded, strandedPod{pod: pod, rec: rec})
 			}
 			continue
 		}
+		if js := jobMember(st.jobs, pod, p, amt); js != nil {
+			js.gated = append(js.gated, queuedMember{pod: pod, p: p, team: team, amt: amt})
+			continue
+		}
 		c.addQueued(st, cfg, pod, p, team, amt, now)
 	}
+	c.addJobs(st, st.in.Config, st.jobs, now)
 	return st
 }
 
@@ -205,6 +223,14 @@ func (c *Controller) pass(ctx context.Context) (full bool) {
 		in.Admitted[acct] = u
 		c.complete(ctx, key, acct, wl, now)
 	}
+	for _, ja := range st.jobPods {
+		c.admitJobPods(ctx, ja, now)
+	}
+	for _, js := range st.requeue {
+		c.requeueJob(ctx, js)
+	}
+	c.noteAdmittedJobs(st.jobs)
+	c.forgetJobHolds(st.jobs)
 	for _, wl := range queued {
 		in.Queued = append(in.Queued, wl.w)
 	}
@@ -242,6 +268,10 @@ func (c *Controller) pass(ctx context.Context) (full bool) {
 		sem <- struct{}{}
 		admitting.Go(func() {
 			defer func() { <-sem }()
+			if wl.job != nil {
+				c.admitJob(ctx, wl, now)
+				return
+			}
 			c.admit(ctx, wl, now)
 		})
 	}

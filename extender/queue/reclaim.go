@@ -115,7 +115,7 @@ func (c *Controller) reclaim(ctx context.Context, in pkgqueue.Input, res pkgqueu
 				for _, p := range victimPods[v.Key] {
 					msg := fmt.Sprintf("evicted for %s to return %s (team %s borrows above its own); of the work that could go, this loses the least since its last checkpoint: about %.0f GPU-minutes",
 						k, what, v.Team, v.LostWork/60)
-					if err := c.evict(ctx, p); err != nil {
+					if err := c.takeBack(ctx, p); err != nil {
 						if why := blocked(err); why != "" {
 							// Said on the pod, and tried again after the cooldown.
 							c.event(p, corev1.EventTypeWarning, "ReclaimBlocked", fmt.Sprintf(
@@ -250,6 +250,17 @@ func blocked(err error) string {
 		return fmt.Sprintf("the API server held the eviction past %s (a disruption budget it has not computed yet?)", evictTimeout)
 	}
 	return ""
+}
+
+// takeBack stops a pod that reclaim chose: a pod of an admitted Job
+// queued suspended by suspending its Job (evicted, the Job controller
+// would create it again, admitted by the Job's record), any other by
+// evicting it.
+func (c *Controller) takeBack(ctx context.Context, pod *corev1.Pod) error {
+	if ok, err := c.suspendJob(ctx, pod); ok {
+		return err
+	}
+	return c.evict(ctx, pod)
 }
 
 // evict asks the API server to evict a pod (policy/v1), with the pod's own

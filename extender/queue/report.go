@@ -78,6 +78,15 @@ func (c *Controller) report(ctx context.Context, in pkgqueue.Input, res pkgqueue
 			}
 			return m
 		}}
+		if wl.job != nil {
+			// A Job queued suspended has no pods to write on: it is listed
+			// as itself, and told once by an event on the Job.
+			pos := Position{Pod: key, Workload: key, Team: wl.w.Team, Position: st.Position, Of: st.Of,
+				Reason: string(st.Reason), Waiting: now.Sub(wl.w.Created).Seconds()}
+			status[key] = queuedPod{msg: msg, pos: pos}
+			c.jobQueued(wl, msg)
+			continue
+		}
 		for _, pod := range wl.pods {
 			k := pod.Namespace + "/" + pod.Name
 			pos := Position{Pod: k, Workload: key, Team: wl.w.Team, Position: st.Position, Of: st.Of,
@@ -161,6 +170,18 @@ func (c *Controller) deadline(pod *corev1.Pod, wl *workload, st pkgqueue.Status,
 
 // condition writes the Queued condition when its message changed, at most
 // once per ConditionInterval per pod and within the cluster-wide rate.
+// jobQueued notes a Job queued suspended's first Queued event (on the Job).
+func (c *Controller) jobQueued(wl *workload, msg *lazyMessage) {
+	first := wl.pods[0]
+	c.mu.Lock()
+	seen := c.seen[first.UID]
+	c.seen[first.UID] = true
+	c.mu.Unlock()
+	if !seen {
+		c.events.queued(first, wl.w.Team, msg)
+	}
+}
+
 func (c *Controller) condition(ctx context.Context, pod *corev1.Pod, team, reason string, lazy *lazyMessage, now time.Time) {
 	c.mu.Lock()
 	last, wrote := c.written[pod.UID]
@@ -202,9 +223,17 @@ func (c *Controller) condition(ctx context.Context, pod *corev1.Pod, team, reaso
 }
 
 func (c *Controller) event(pod *corev1.Pod, typ, reason, msg string) {
-	if c.o.Recorder != nil {
-		c.o.Recorder.Event(pod, typ, reason, msg)
+	if c.o.Recorder == nil {
+		return
 	}
+	if ref := metav1.GetControllerOfNoCopy(pod); ref != nil && pod.ResourceVersion == "" {
+		// A planned member of a Job queued suspended (podreq.JobPods): the
+		// API holds no such pod, so the event goes to its Job.
+		c.o.Recorder.Event(&corev1.ObjectReference{APIVersion: ref.APIVersion, Kind: ref.Kind, Name: ref.Name,
+			Namespace: pod.Namespace, UID: ref.UID}, typ, reason, msg)
+		return
+	}
+	c.o.Recorder.Event(pod, typ, reason, msg)
 }
 
 // queueGroups is the quota tree for /debug/queue and /ui: each group,

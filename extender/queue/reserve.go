@@ -46,6 +46,9 @@ func (c *Controller) reserve(ctx context.Context, res pkgqueue.Result, byKey map
 	records := map[string]reserve.Record{}
 	for key, st := range res.Waiting {
 		wl := byKey[key]
+		if wl.job != nil {
+			continue // a Job queued suspended has no pods to carry a reservation record
+		}
 		rec, has := c.record(wl)
 		if !has && (st.Reason != pkgqueue.WaitRoom || st.Position != 1) {
 			continue

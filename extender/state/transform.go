@@ -1,6 +1,7 @@
 package state
 
 import (
+	batchv1 "k8s.io/api/batch/v1"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,7 +28,10 @@ import (
 // status, a bound pod's placement constraints) is dropped before the
 // informer stores the pod.
 func PodTransform(names contract.Names) cache.TransformFunc {
-	labels := []string{names.GangLabel, names.PodGroupLabel, names.PreemptibleLabel, names.TeamLabel, names.RemediationLabel}
+	// The Job controller's label names a pod's Job (a Job queued suspended
+	// admits its pods through it, podreq.JobControllerUID).
+	labels := []string{names.GangLabel, names.PodGroupLabel, names.PreemptibleLabel, names.TeamLabel, names.RemediationLabel,
+		batchv1.ControllerUidLabel}
 	annotations := []string{names.AssignmentAnnotation, names.GangSizeAnnotation,
 		names.CheckpointSignalAnnotation, names.CheckpointGraceAnnotation,
 		names.AdmissionAnnotation, names.GPUModelsAnnotation, names.MaxRuntimeAnnotation, names.ReservationAnnotation,

@@ -138,6 +138,11 @@ type Names struct {
 	// ReservationAnnotation on the pods of a queued job is the queue
 	// controller's reservation record (JSON Reservation document).
 	ReservationAnnotation string
+	// QueuedJobAnnotation "true" on a Job marks it queued suspended: the
+	// mutating webhook set spec.suspend at creation, and only the queue
+	// controller unsuspends it, writing AdmissionAnnotation on the Job in
+	// the same update (see QueueingSuspend).
+	QueuedJobAnnotation string
 	// LeaderLabel on an extender Pod marks the replica that holds the lease;
 	// the chart's Service selects it.
 	LeaderLabel string
@@ -159,6 +164,11 @@ const ReasonForgedRecord = "ForgedRecord"
 
 // QueueingOff is the value of QueueingLabel that turns queueing off.
 const QueueingOff = "off"
+
+// QueueingSuspend is the value of QueueingLabel that queues the
+// namespace's top-level batch/v1 Jobs suspended (no pods exist while they
+// wait) instead of as gated pods; bare pods are gated as with queueing on.
+const QueueingSuspend = "suspend"
 
 // QueueingKueue is the value of QueueingLabel that hands a namespace's
 // queueing and quota to Kueue.
@@ -236,6 +246,7 @@ func NewNames(domain string) (Names, error) {
 		DeadlineAnnotation:           domain + "/deadline",
 		LeaderLabel:                  domain + "/extender-leader",
 		ReservationAnnotation:        domain + "/reservation",
+		QueuedJobAnnotation:          domain + "/queued",
 		ShareWithoutMPSAnnotation:    domain + "/share-without-mps",
 		IdleSinceAnnotation:          domain + "/idle-since",
 		GPUIdleCondition:             domain + "/GPUIdle",

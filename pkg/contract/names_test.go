@@ -54,7 +54,7 @@ func TestNewNames(t *testing.T) {
 				CheckpointSignalAnnotation: d + "/checkpoint-signal", CheckpointGraceAnnotation: d + "/checkpoint-grace",
 				QuarantineAnnotation: d + "/quarantine", QuarantineTaint: d + "/quarantined",
 				QueueGate: d + "/queue", QueuedCondition: d + "/Queued", AdmissionAnnotation: d + "/admission",
-				QueueingLabel: d + "/queueing", GPUModelsAnnotation: d + "/gpu-models", MaxRuntimeAnnotation: d + "/max-runtime", CheckpointIntervalAnnotation: d + "/checkpoint-interval", LastCheckpointAnnotation: d + "/last-checkpoint", MinRuntimeAnnotation: d + "/min-runtime", MovableAnnotation: d + "/movable", DeadlineAnnotation: d + "/deadline", ReservationAnnotation: d + "/reservation", ShareWithoutMPSAnnotation: d + "/share-without-mps",
+				QueueingLabel: d + "/queueing", GPUModelsAnnotation: d + "/gpu-models", MaxRuntimeAnnotation: d + "/max-runtime", CheckpointIntervalAnnotation: d + "/checkpoint-interval", LastCheckpointAnnotation: d + "/last-checkpoint", MinRuntimeAnnotation: d + "/min-runtime", MovableAnnotation: d + "/movable", DeadlineAnnotation: d + "/deadline", ReservationAnnotation: d + "/reservation", QueuedJobAnnotation: d + "/queued", ShareWithoutMPSAnnotation: d + "/share-without-mps",
 				IdleSinceAnnotation: d + "/idle-since", GPUIdleCondition: d + "/GPUIdle", GPUUtilizationAnnotation: d + "/gpu-utilization",
 				LeaderLabel: d + "/extender-leader"}
 			if n != want {

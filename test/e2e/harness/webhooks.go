@@ -26,12 +26,13 @@ import (
 
 // ChartWebhooks are the admission configurations of Rota's manifests: the
 // validating webhook and the mutating one (the queue gate), and the
-// records policy with its binding (nil when the manifests have none).
+// records policies (pods' records, Jobs' records) with their bindings, in
+// the same order (none when the manifests have none).
 type ChartWebhooks struct {
-	Validating    *admissionregistrationv1.ValidatingWebhookConfiguration
-	Mutating      *admissionregistrationv1.MutatingWebhookConfiguration
-	Policy        *admissionregistrationv1.ValidatingAdmissionPolicy
-	PolicyBinding *admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	Validating     *admissionregistrationv1.ValidatingWebhookConfiguration
+	Mutating       *admissionregistrationv1.MutatingWebhookConfiguration
+	Policies       []*admissionregistrationv1.ValidatingAdmissionPolicy
+	PolicyBindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
 }
 
 // LoadChartWebhooks reads the webhook configurations from a multi-document
@@ -60,11 +61,13 @@ func LoadChartWebhooks(path string) (*ChartWebhooks, error) {
 			w.Mutating = &admissionregistrationv1.MutatingWebhookConfiguration{}
 			target = w.Mutating
 		case "ValidatingAdmissionPolicy":
-			w.Policy = &admissionregistrationv1.ValidatingAdmissionPolicy{}
-			target = w.Policy
+			p := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+			w.Policies = append(w.Policies, p)
+			target = p
 		case "ValidatingAdmissionPolicyBinding":
-			w.PolicyBinding = &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
-			target = w.PolicyBinding
+			b := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+			w.PolicyBindings = append(w.PolicyBindings, b)
+			target = b
 		default:
 			continue
 		}
@@ -75,7 +78,7 @@ func LoadChartWebhooks(path string) (*ChartWebhooks, error) {
 	if w.Validating == nil || w.Mutating == nil {
 		return nil, fmt.Errorf("%s lacks the ValidatingWebhookConfiguration or the MutatingWebhookConfiguration", path)
 	}
-	if (w.Policy == nil) != (w.PolicyBinding == nil) {
+	if len(w.Policies) != len(w.PolicyBindings) {
 		return nil, fmt.Errorf("%s has a ValidatingAdmissionPolicy without its binding, or a binding without its policy", path)
 	}
 	return w, nil
@@ -212,30 +215,37 @@ func (e *Env) SetRecordsPolicy(ctx context.Context, on bool) (was bool, err erro
 		return was, err
 	}
 	api := e.Client.AdmissionregistrationV1()
-	name := WebhookName + "-records"
 	if on {
 		w, err := e.chartWebhooks()
 		if err != nil {
 			return was, err
 		}
-		if w.Policy == nil {
+		if len(w.Policies) == 0 {
 			return was, errors.New("the manifests have no records policy (recordsPolicy.enabled false?)")
 		}
-		w.Policy.ObjectMeta = metav1.ObjectMeta{Name: name}
-		w.PolicyBinding.ObjectMeta = metav1.ObjectMeta{Name: name}
-		w.PolicyBinding.Spec.PolicyName = name
-		if _, err := api.ValidatingAdmissionPolicies().Create(ctx, w.Policy, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return was, fmt.Errorf("creating the records policy: %w", err)
-		}
-		if _, err := api.ValidatingAdmissionPolicyBindings().Create(ctx, w.PolicyBinding, metav1.CreateOptions{}); err != nil {
-			return was, fmt.Errorf("binding the records policy: %w", err)
+		for i, p := range w.Policies {
+			// The chart's names (<release>-records, <release>-job-records)
+			// under this Env's webhook name.
+			name := WebhookName + strings.TrimPrefix(p.Name, "rota")
+			b := w.PolicyBindings[i]
+			p.ObjectMeta = metav1.ObjectMeta{Name: name}
+			b.ObjectMeta = metav1.ObjectMeta{Name: name}
+			b.Spec.PolicyName = name
+			if _, err := api.ValidatingAdmissionPolicies().Create(ctx, p, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				return was, fmt.Errorf("creating the records policy %s: %w", name, err)
+			}
+			if _, err := api.ValidatingAdmissionPolicyBindings().Create(ctx, b, metav1.CreateOptions{}); err != nil {
+				return was, fmt.Errorf("binding the records policy %s: %w", name, err)
+			}
 		}
 	} else {
-		if err := api.ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-			return was, err
-		}
-		if err := api.ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return was, err
+		for _, name := range []string{WebhookName + "-records", WebhookName + "-job-records"} {
+			if err := api.ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return was, err
+			}
+			if err := api.ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return was, err
+			}
 		}
 	}
 	return was, e.waitRecordsPolicy(ctx, on)
