@@ -62,6 +62,8 @@ const quotaDoc = `teams:
     gpus: 2
   qjob:
     gpus: 2
+  qsusp:
+    gpus: 2
   qmodel:
     models: {"Rota Model A GPU": {gpus: 2}}
   qui:

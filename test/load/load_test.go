@@ -513,6 +513,15 @@ func profileAPIServer(ctx context.Context, t *testing.T, env *harness.Env, phase
 // bursts of burst.
 func createPods(ctx context.Context, t *testing.T, what string, n int, pod func(i int) *corev1.Pod, env *harness.Env) {
 	t.Helper()
+	createEach(t, what, n, func(i int) error {
+		_, err := env.CreatePod(ctx, pod(i))
+		return err
+	})
+}
+
+// createEach calls create for 0..n-1, workers at a time, in bursts.
+func createEach(t *testing.T, what string, n int, create func(i int) error) {
+	t.Helper()
 	for start := 0; start < n; start += burst {
 		var wg sync.WaitGroup
 		idx := make(chan int)
@@ -520,7 +529,7 @@ func createPods(ctx context.Context, t *testing.T, what string, n int, pod func(
 		for range workers {
 			wg.Go(func() {
 				for i := range idx {
-					if _, err := env.CreatePod(ctx, pod(i)); err != nil {
+					if err := create(i); err != nil {
 						select {
 						case errs <- err:
 						default:
