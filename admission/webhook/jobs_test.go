@@ -58,7 +58,9 @@ func TestMutatingSuspendsJobs(t *testing.T) {
 				Controller: ptr.To(true)}}
 		}), false},
 		{"Kueue's", job("susp", func(j *batchv1.Job) { j.Labels = map[string]string{podreq.KueueQueueNameLabel: "q"} }), false},
-		{"no GPUs", job("susp", func(j *batchv1.Job) { j.Spec.Template.Spec = corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}} }), false},
+		{"no GPUs", job("susp", func(j *batchv1.Job) {
+			j.Spec.Template.Spec = corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}}
+		}), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp := answer(t, m, jobReview(tc.job))

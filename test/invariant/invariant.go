@@ -36,6 +36,7 @@ import (
 	"sort"
 	"strings"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -97,6 +98,10 @@ type Options struct {
 	// entry (not started yet, or on a node without a device plugin) are
 	// checked by their records alone.
 	Grants map[types.UID]Grant
+	// Jobs are the cluster's batch/v1 Jobs (Check lists them when Quota
+	// is set): a Job queued suspended that is running holds quota for all
+	// its pods, created or not (see checkQuota).
+	Jobs []batchv1.Job
 }
 
 // Grant is what the kubelet granted one pod: the GPUs it holds whole (by
@@ -134,6 +139,11 @@ func Check(ctx context.Context, client kubernetes.Interface, o Options) ([]Viola
 			return nil, fmt.Errorf("listing namespaces: %w", err)
 		}
 		namespaces = nsl.Items
+		jobs, err := client.BatchV1().Jobs("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("listing jobs: %w", err)
+		}
+		o.Jobs = jobs.Items
 	}
 	return Evaluate(nodes.Items, pods.Items, namespaces, o), nil
 }
@@ -495,6 +505,10 @@ func checkQuota(pods []corev1.Pod, namespaces []corev1.Namespace, topo map[strin
 		nsLabels[namespaces[i].Name] = namespaces[i].Labels
 	}
 	usage := map[quota.Account]quota.Usage{}
+	jobs := runningQueuedJobs(o)
+	for _, j := range jobs {
+		j.team = podreq.Team(j.pod, nsLabels[j.pod.Namespace], o.Names, cfg.AllowPodTeamOverride)
+	}
 	for i := range pods {
 		p := &pods[i]
 		// Queued (gated) pods hold no quota: only admitted work counts.
@@ -517,6 +531,21 @@ func checkQuota(pods []corev1.Pod, namespaces []corev1.Namespace, topo map[strin
 		} else {
 			u.Pending = u.Pending.Add(amt)
 		}
+		usage[acct] = u
+		if j := jobs[podreq.JobControllerUID(p)]; j != nil && j.team == team && j.amt == amt {
+			j.present++
+		}
+	}
+	for _, j := range jobs {
+		if j.present >= j.members {
+			continue
+		}
+		if _, ok := cfg.Team(j.team); !ok {
+			continue
+		}
+		acct := accountOf(j.pod, j.team, topo, cfg, o)
+		u := usage[acct]
+		u.Pending = u.Pending.Add(j.amt.Times(int64(j.members - j.present)))
 		usage[acct] = u
 	}
 	accts := make([]quota.Account, 0, len(usage))
@@ -551,6 +580,42 @@ func checkQuota(pods []corev1.Pod, namespaces []corev1.Namespace, topo map[strin
 			out = append(out, Violation{Kind: PoolExceeded, Object: name,
 				Message: fmt.Sprintf("teams borrow %s in all, more than the pool's %s", used, size)})
 		}
+	}
+	return out
+}
+
+// queuedJobCharge is a running Job queued suspended, as checkQuota counts it.
+type queuedJobCharge struct {
+	pod     *corev1.Pod // one of its pods as its template makes them
+	team    string
+	amt     quota.Amount
+	members int // pods it runs at once
+	present int // its admitted pods that have not ended
+}
+
+// runningQueuedJobs are the Jobs queued suspended (marked) that are
+// unsuspended and have not ended, by UID. Each holds quota for all the
+// pods it runs at once, whether the Job controller made them yet or not:
+// the pods that exist count as pods, the rest as pending. Whether the
+// queue admitted the Job (its record) is not asked: only what runs, or
+// will, is counted.
+func runningQueuedJobs(o Options) map[types.UID]*queuedJobCharge {
+	out := map[types.UID]*queuedJobCharge{}
+	for i := range o.Jobs {
+		j := &o.Jobs[i]
+		if !podreq.QueuedJob(j, o.Names) || podreq.Suspended(j) || podreq.JobFinished(j) || j.DeletionTimestamp != nil {
+			continue
+		}
+		planned := podreq.JobPods(j, o.Names)
+		if len(planned) == 0 {
+			continue
+		}
+		req, err := podreq.FromPod(planned[0], podreq.Options{Names: o.Names, MemoryUnitMiB: o.MemoryUnitMiB})
+		if err != nil {
+			continue
+		}
+		out[j.UID] = &queuedJobCharge{pod: planned[0], members: len(planned),
+			amt: quota.Amount{GPUs: int64(req.GPUs), MemoryMiB: contract.MiB(req.MemoryUnits) * o.MemoryUnitMiB}}
 	}
 	return out
 }

@@ -5,7 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
@@ -315,6 +317,27 @@ func TestCheck(t *testing.T) {
 			want:     []Kind{QuotaExceeded, PoolExceeded},
 			wantText: "team vision",
 		},
+		{
+			name: "a running Job queued suspended holds quota for the pods not made yet",
+			give: []runtime.Object{fixture.GPUNode("n1").GPUs(8, 80*gib).NVLink(4).Obj(), fixture.Namespace("cv", "vision"),
+				fixture.Pod("cv", "w").GPUs(2).Whole("n1", 80*gib, 0, 1).Running("n1").Obj(),
+				queuedJob("cv", "train", 3, false),
+			},
+			giveOpts: Options{Quota: quotaCfg},
+			want:     []Kind{QuotaExceeded, PoolExceeded},
+			wantText: "team vision",
+		},
+		{
+			name: "a Job queued suspended: its pods count once, suspended it holds nothing",
+			give: []runtime.Object{fixture.GPUNode("n1").GPUs(8, 80*gib).NVLink(4).Obj(), fixture.Namespace("cv", "vision"),
+				fixture.Pod("cv", "w").GPUs(2).Whole("n1", 80*gib, 0, 1).Running("n1").Obj(),
+				queuedJob("cv", "train", 2, false),
+				fixture.Pod("cv", "train-0").GPUs(1).Whole("n1", 80*gib, 2).Label(batchv1.ControllerUidLabel, "uid-job-train").Running("n1").Obj(),
+				fixture.Pod("cv", "train-1").GPUs(1).Whole("n1", 80*gib, 3).Label(batchv1.ControllerUidLabel, "uid-job-train").Running("n1").Obj(),
+				queuedJob("cv", "waiting", 8, true),
+			},
+			giveOpts: Options{Quota: quotaCfg},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -335,6 +358,14 @@ func TestCheck(t *testing.T) {
 			}
 		})
 	}
+}
+
+// queuedJob is a Job queued suspended (marked) of n one-GPU pods.
+func queuedJob(ns, name string, n int32, suspended bool) *batchv1.Job {
+	tmpl := fixture.Pod(ns, "t").GPUs(1).Obj()
+	return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-job-" + name),
+		Annotations: map[string]string{names.QueuedJobAnnotation: "true"}},
+		Spec: batchv1.JobSpec{Parallelism: &n, Completions: &n, Suspend: &suspended, Template: corev1.PodTemplateSpec{Spec: tmpl.Spec}}}
 }
 
 func TestSummary(t *testing.T) {
