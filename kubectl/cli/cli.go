@@ -61,6 +61,7 @@ const usage = `kubectl rota explains Rota's GPU scheduling.
 Usage:
   kubectl rota why POD [-n NAMESPACE] [--extender-url URL]
   kubectl rota why --gang NAME [-n NAMESPACE]
+  kubectl rota why job/NAME [-n NAMESPACE]
   kubectl rota top nodes|gpus|teams [--node NODE]
   kubectl rota top pods [-n NAMESPACE] [--node NODE]
   kubectl rota ledger --node NODE
@@ -69,7 +70,8 @@ Usage:
 
 Commands:
   why      why a pod (or gang) is pending: submitted at, team and quota, the
-           latest scheduling refusal, gang progress, and what would make it fit
+           latest scheduling refusal, gang progress, and what would make it fit;
+           for a Job queued suspended, whether it waits, runs or was taken back
   top      GPU use per node, per GPU (memory, whole GPUs, health, NVLink
            island) or per team (quota, running, pending); cluster fragmentation;
            top pods: each GPU pod's SM utilization, GPU memory used and idle
@@ -221,8 +223,8 @@ func checkArgs(cmd string, rest []string, o options) error {
 		}
 		if len(rest) == 1 && strings.Contains(rest[0], "/") {
 			kind, _, _ := strings.Cut(rest[0], "/")
-			if kind != "pod" && kind != "pods" && kind != "po" {
-				return fmt.Errorf("why: %s: only pods can be explained (or a gang with --gang)", rest[0])
+			if kind != "pod" && kind != "pods" && kind != "po" && !isJobKind(kind) {
+				return fmt.Errorf("why: %s: only pods and Jobs can be explained (or a gang with --gang)", rest[0])
 			}
 		}
 	case "top":
@@ -260,16 +262,25 @@ func checkArgs(cmd string, rest []string, o options) error {
 }
 
 func runWhy(ctx context.Context, f *fetcher, p *printer, env Env, ro report.Options, ns string, rest []string, o options) error {
-	in, err := f.input(ctx, need{namespaces: true, quota: true, podEvents: ns})
+	job := false
+	if o.gang == "" {
+		kind, _, ok := strings.Cut(rest[0], "/")
+		job = ok && isJobKind(kind)
+	}
+	in, err := f.input(ctx, need{namespaces: true, quota: true, podEvents: ns, jobs: job})
 	if err != nil {
 		return err
 	}
 	in.Now = env.Now()
 	c := report.Build(in, ro)
 	var w report.Why
-	if o.gang != "" {
+	switch {
+	case o.gang != "":
 		w, err = c.WhyGang(ns, o.gang)
-	} else {
+	case job:
+		_, name, _ := strings.Cut(rest[0], "/")
+		w, err = c.WhyJob(ns, name)
+	default:
 		name := rest[0]
 		if _, n, ok := strings.Cut(name, "/"); ok {
 			name = n
@@ -279,7 +290,7 @@ func runWhy(ctx context.Context, f *fetcher, p *printer, env Env, ro report.Opti
 	if err != nil {
 		return err
 	}
-	if o.extenderURL != "" {
+	if o.extenderURL != "" && !job {
 		podNS, podName, _ := strings.Cut(w.Pod, "/")
 		w.Extender = fetchExtender(ctx, env.HTTP, o.extenderURL, podNS, podName)
 	}
@@ -312,6 +323,11 @@ func runTop(ctx context.Context, f *fetcher, p *printer, env Env, ro report.Opti
 	return p.print(r, func(w io.Writer) error { return p.teamsText(w, r) })
 }
 
+// isJobKind reports whether a kubectl kind names batch/v1 Jobs.
+func isJobKind(kind string) bool {
+	return kind == "job" || kind == "jobs" || kind == "job.batch" || kind == "jobs.batch"
+}
+
 // IsUsage reports whether err asks for the usage to be shown (exit code 2).
 func IsUsage(err error) bool { return errors.Is(err, errUsage) }
 
@@ -325,7 +341,7 @@ func runQueue(ctx context.Context, f *fetcher, p *printer, env Env, ro report.Op
 		}
 		return p.print(v, func(w io.Writer) error { return p.liveQueueText(w, v) })
 	}
-	in, err := f.input(ctx, need{namespaces: true})
+	in, err := f.input(ctx, need{namespaces: true, jobs: true})
 	if err != nil {
 		return err
 	}

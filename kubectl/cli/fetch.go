@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -38,6 +39,8 @@ type need struct {
 	podEvents string
 	// createEvents lists controllers' FailedCreate events in all namespaces.
 	createEvents bool
+	// jobs lists the Jobs of all namespaces (the Jobs queued suspended).
+	jobs bool
 }
 
 // input lists what the report needs. Nodes and pods are required; without
@@ -66,6 +69,17 @@ func (f *fetcher) input(ctx context.Context, n need) (report.Input, error) {
 		return l.Items, l.Continue, nil
 	}, metav1.ListOptions{}); err != nil {
 		return in, fmt.Errorf("list pods in all namespaces: %w", err)
+	}
+	if n.jobs {
+		if in.Jobs, err = list(ctx, func(o metav1.ListOptions) ([]batchv1.Job, string, error) {
+			l, err := f.cs.BatchV1().Jobs("").List(ctx, o)
+			if err != nil {
+				return nil, "", err
+			}
+			return l.Items, l.Continue, nil
+		}, metav1.ListOptions{}); err != nil {
+			fmt.Fprintf(f.warn, "warning: list Jobs: %v; Jobs queued suspended are not listed\n", err)
+		}
 	}
 	// DRA: nodes whose GPUs a DRA driver publishes take no GPU work from
 	// Rota. A cluster that does not serve resource.k8s.io/v1 has none.

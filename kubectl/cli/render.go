@@ -42,7 +42,11 @@ func (p *printer) stateColor(state string) color {
 func (p *printer) whyText(out io.Writer, w report.Why) error {
 	lw := &lineWriter{w: out}
 	kv := &table{noHeader: true}
-	kv.row(plain, "Pod:", w.Pod+" ("+w.Phase+")")
+	label := "Pod:"
+	if w.Kind == "Job" {
+		label = "Job:"
+	}
+	kv.row(plain, label, w.Pod+" ("+w.Phase+")")
 	sc := yellow
 	switch {
 	case w.Placed != nil:

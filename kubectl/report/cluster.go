@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
@@ -24,6 +25,9 @@ type Input struct {
 	Nodes      []corev1.Node
 	Pods       []corev1.Pod
 	Namespaces []corev1.Namespace
+	// Jobs are the batch/v1 Jobs (for the Jobs queued suspended); none
+	// when the command does not read them.
+	Jobs []batchv1.Job
 	// Events are the events the report may read (a pod's, or the
 	// FailedCreate events of controllers); others are ignored.
 	Events []corev1.Event

@@ -2,6 +2,7 @@ package report
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -26,6 +27,11 @@ type QueuedPod struct {
 	// controller has written one).
 	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message,omitempty"`
+	// Kind is "Job" for a Job queued suspended (Pod is then
+	// "namespace/Job/name", the queue's key for it); empty for a pod.
+	Kind string `json:"kind,omitempty"`
+
+	created time.Time
 }
 
 // Queue lists the queued pods, by team, then priority, then age.
@@ -44,7 +50,8 @@ func (c *Cluster) Queue(team string) Queue {
 		if team != "" && t != team {
 			continue
 		}
-		qp := QueuedPod{Pod: p.Namespace + "/" + p.Name, Team: t, Waiting: c.now.Sub(p.CreationTimestamp.Time).Round(time.Second).String()}
+		qp := QueuedPod{Pod: p.Namespace + "/" + p.Name, Team: t, Waiting: c.now.Sub(p.CreationTimestamp.Time).Round(time.Second).String(),
+			created: p.CreationTimestamp.Time}
 		if p.Spec.Priority != nil {
 			qp.Priority = *p.Spec.Priority
 		}
@@ -56,6 +63,7 @@ func (c *Cluster) Queue(team string) Queue {
 		}
 		q.Pods = append(q.Pods, qp)
 	}
+	q.Pods = append(q.Pods, c.queuedJobs(team)...)
 	slices.SortFunc(q.Pods, func(a, b QueuedPod) int {
 		if c := strings.Compare(a.Team, b.Team); c != 0 {
 			return c
@@ -63,13 +71,48 @@ func (c *Cluster) Queue(team string) Queue {
 		if c := cmp.Compare(b.Priority, a.Priority); c != 0 {
 			return c
 		}
-		pa, pb := c.pods[a.Pod], c.pods[b.Pod]
-		if c := pa.CreationTimestamp.Compare(pb.CreationTimestamp.Time); c != 0 {
+		if c := a.created.Compare(b.created); c != 0 {
 			return c
 		}
 		return strings.Compare(a.Pod, b.Pod)
 	})
 	return q
+}
+
+// queuedJobs lists the Jobs queued suspended that wait (suspended, with
+// no admission record), each as one entry; team, when set, only that
+// team's. A Job has no Queued condition: its Queued event, and the live
+// view (--extender-url), say where it stands.
+func (c *Cluster) queuedJobs(team string) []QueuedPod {
+	var out []QueuedPod
+	for i := range c.in.Jobs {
+		j := &c.in.Jobs[i]
+		if !podreq.QueuedJob(j, c.o.Names) || !podreq.Suspended(j) || podreq.JobFinished(j) || j.DeletionTimestamp != nil {
+			continue
+		}
+		if _, recorded := j.Annotations[c.o.Names.AdmissionAnnotation]; recorded {
+			continue // suspended after its admission: its pods are ending
+		}
+		pods := podreq.JobPods(j, c.o.Names)
+		if len(pods) == 0 {
+			continue
+		}
+		t := c.teamOf(pods[0])
+		if team != "" && t != team {
+			continue
+		}
+		qp := QueuedPod{Pod: podreq.JobWorkloadKey(j), Kind: "Job", Team: t, created: j.CreationTimestamp.Time,
+			Waiting: c.now.Sub(j.CreationTimestamp.Time).Round(time.Second).String(), Reason: "Suspended",
+			Message: fmt.Sprintf("a Job of %d pods queued suspended: no pod exists until the queue admits it", len(pods))}
+		if pods[0].Spec.Priority != nil {
+			qp.Priority = *pods[0].Spec.Priority
+		}
+		if g, err := podreq.GangOf(pods[0], c.o.Names); err == nil && g != nil {
+			qp.Gang = g.Key
+		}
+		out = append(out, qp)
+	}
+	return out
 }
 
 // QueuedCondition returns the pod's Queued condition, nil when it has none.

@@ -7,10 +7,12 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 )
 
 func TestQueue(t *testing.T) {
@@ -100,5 +102,86 @@ func TestWhyGatedElsewhere(t *testing.T) {
 		if slices.ContainsFunc(w.Notes, func(s string) bool { return strings.Contains(s, "no FailedScheduling event") }) {
 			t.Errorf("WhyPod(%s) notes %q: a gated pod is not tried by the scheduler", name, w.Notes)
 		}
+	}
+}
+
+// A Job queued suspended is listed as one entry, in its team's order by
+// its creation; one admitted, or suspended after its admission, is not.
+func TestQueueListsSuspendedJobs(t *testing.T) {
+	o := DefaultOptions()
+	n := o.Names
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	job := func(name string, age time.Duration, suspended, recorded bool) batchv1.Job {
+		j := batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: name, UID: types.UID("u-" + name),
+			CreationTimestamp: metav1.NewTime(now.Add(-age)), Annotations: map[string]string{n.QueuedJobAnnotation: "true"}},
+			Spec: batchv1.JobSpec{Parallelism: ptr.To[int32](4), Suspend: ptr.To(suspended), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+					Limits: corev1.ResourceList{corev1.ResourceName(n.GPU): resource.MustParse("1")}}}}}}}}
+		if recorded {
+			j.Annotations[n.AdmissionAnnotation] = `{}`
+		}
+		return j
+	}
+	gated := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "p", UID: "u-p", CreationTimestamp: metav1.NewTime(now.Add(-time.Hour))},
+		Spec: corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: n.QueueGate}}, Containers: []corev1.Container{{Name: "c",
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceName(n.GPU): resource.MustParse("1")}}}}}}
+	in := Input{Now: now,
+		Namespaces: []corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: "ml", Labels: map[string]string{n.TeamLabel: "vision"}}}},
+		Pods:       []corev1.Pod{gated},
+		Jobs: []batchv1.Job{job("old", 2*time.Hour, true, false), job("running", 3*time.Hour, false, true),
+			job("ending", 3*time.Hour, true, true), job("new", time.Minute, true, false)}}
+	var got []string
+	for _, p := range Build(in, o).Queue("vision").Pods {
+		got = append(got, p.Pod+" "+p.Kind+" "+p.Waiting)
+	}
+	want := []string{"ml/Job/old Job 2h0m0s", "ml/p  1h0m0s", "ml/Job/new Job 1m0s"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Queue(vision) (-want +got):\n%s", diff)
+	}
+}
+
+// WhyJob says where a Job queued suspended stands: waiting (with its
+// team's quota), admitted, taken back; and that another Job's pods are what
+// to ask about.
+func TestWhyJob(t *testing.T) {
+	o := DefaultOptions()
+	n := o.Names
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	job := func(name string, suspended, marked bool, record string) batchv1.Job {
+		j := batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: name, UID: types.UID("u-" + name),
+			CreationTimestamp: metav1.NewTime(now.Add(-time.Hour)), Annotations: map[string]string{}},
+			Spec: batchv1.JobSpec{Parallelism: ptr.To[int32](2), Suspend: ptr.To(suspended), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+					Limits: corev1.ResourceList{corev1.ResourceName(n.GPU): resource.MustParse("1")}}}}}}}}
+		if marked {
+			j.Annotations[n.QueuedJobAnnotation] = "true"
+		}
+		if record != "" {
+			j.Annotations[n.AdmissionAnnotation] = record
+		}
+		return j
+	}
+	rec := `{"version":"v1","admittedAt":"2026-12-01T11:30:00Z","team":"vision"}`
+	in := Input{Now: now,
+		Namespaces: []corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: "ml", Labels: map[string]string{n.TeamLabel: "vision"}}}},
+		Jobs: []batchv1.Job{job("waiting", true, true, ""), job("running", false, true, rec), job("back", true, true, rec),
+			job("plain", false, false, "")}}
+	c := Build(in, o)
+	for name, want := range map[string]string{
+		"waiting": "queued suspended (team vision): no pod exists until the queue admits all 2 at once",
+		"running": "admitted to team vision 30m0s ago; 0 of its 2 pods exist",
+		"back":    "taken back (suspended after its admission)",
+		"plain":   "not queued suspended",
+	} {
+		w, err := c.WhyJob("ml", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(w.Summary, want) || w.Kind != "Job" || w.Pod != "ml/Job/"+name {
+			t.Errorf("WhyJob(%s) = %q (%s %s), want it to say %q", name, w.Summary, w.Kind, w.Pod, want)
+		}
+	}
+	if _, err := c.WhyJob("ml", "nope"); err == nil {
+		t.Error("WhyJob of a missing Job: no error")
 	}
 }

@@ -17,8 +17,10 @@ import (
 // stands.
 type Why struct {
 	// Pod is the pod the report is about (for a gang: its first unplaced
-	// member, else its first member).
-	Pod   string `json:"pod"`
+	// member, else its first member); for a Job, "namespace/Job/name".
+	Pod string `json:"pod"`
+	// Kind is "Job" when the report is about a Job; empty for a pod.
+	Kind  string `json:"kind,omitempty"`
 	Phase string `json:"phase"`
 	// Summary is the answer in one sentence.
 	Summary     string    `json:"summary"`

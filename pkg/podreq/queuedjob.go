@@ -72,23 +72,33 @@ func JobRecordSubject(job *batchv1.Job) string {
 	return "job/" + string(job.UID) + "/" + strconv.Itoa(JobMembers(job))
 }
 
-// JobAdmission reads the admission record on a Job queued suspended, split
-// by belief as Admission does for pods: a record is believed only when
-// Rota signed it for this Job and its parallelism (JobRecordSubject).
-// With records unsigned (no key) every record is believed.
-func (r Records) JobAdmission(job *batchv1.Job, names contract.Names) (adm, unbelieved *contract.Admission) {
+// AdmissionOfJob reads the admission record on a Job queued suspended,
+// believed or not; nil when it has none.
+func AdmissionOfJob(job *batchv1.Job, names contract.Names) (*contract.Admission, error) {
 	v, ok := job.Annotations[names.AdmissionAnnotation]
 	if !ok {
 		return nil, nil
 	}
 	a, err := contract.ParseAdmission([]byte(v))
 	if err != nil {
-		return nil, nil
-	}
-	if r.Key.On() && !r.Key.VerifyAdmission(JobRecordSubject(job), a) {
-		return nil, &a
+		return nil, err
 	}
 	return &a, nil
+}
+
+// JobAdmission reads the admission record on a Job queued suspended, split
+// by belief as Admission does for pods: a record is believed only when
+// Rota signed it for this Job and its parallelism (JobRecordSubject).
+// With records unsigned (no key) every record is believed.
+func (r Records) JobAdmission(job *batchv1.Job, names contract.Names) (adm, unbelieved *contract.Admission) {
+	a, err := AdmissionOfJob(job, names)
+	if err != nil || a == nil {
+		return nil, nil
+	}
+	if r.Key.On() && !r.Key.VerifyAdmission(JobRecordSubject(job), *a) {
+		return nil, a
+	}
+	return a, nil
 }
 
 // JobPods returns the pods the Job's controller creates when it starts, as

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -38,11 +39,7 @@ func TestQueueSuspendedJobs(t *testing.T) {
 	}
 	nodes(ctx, t, name, "qsusp", 1, harness.GPUNodeSpec{Model: h100.Model, MemoryMiB: h100.MemoryMiB, Count: 4})
 	alice := userClient(ctx, t, ns, "alice")
-	label := []byte(`{"metadata":{"labels":{"` + env.Names.QueueingLabel + `":"` + contract.QueueingSuspend + `"}}}`)
-	if _, err := env.Client.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, label, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-
+	suspendJobs(ctx, t, ns)
 	tmpl := pod(ns, "", name).GPUs(1).Obj()
 	tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
 	job := func(jobName string, n int32, indexed bool) *batchv1.Job {
@@ -54,15 +51,6 @@ func TestQueueSuspendedJobs(t *testing.T) {
 		}
 		return j
 	}
-	// The webhook's view learns the namespace's label from its informer:
-	// a dry run shows when Jobs are queued suspended there.
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		got, err := alice.BatchV1().Jobs(ns).Create(ctx, job("probe", 1, false), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err == nil && podreq.Suspended(got) && podreq.QueuedJob(got, env.Names), nil
-	}); err != nil {
-		t.Fatalf("Jobs in %s are not created suspended: %v", ns, err)
-	}
-
 	first, err := alice.BatchV1().Jobs(ns).Create(ctx, job("first", 2, true), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -178,5 +166,128 @@ func waitEvent(ctx context.Context, t *testing.T, ns, name, reason string) {
 	})
 	if err != nil {
 		t.Fatalf("no %s event on %s: %v", reason, name, err)
+	}
+}
+
+// TestQueueSuspendedJobsKill: Jobs queued suspended (4-pod Indexed gangs
+// of one GPU and single pods of two) drain through team qskillj's quota of
+// 8 GPUs while the extender is killed with SIGKILL as Jobs finish and the
+// next are being admitted. After each round the invariant checker (which
+// counts a running Job queued suspended for all its pods, made or not)
+// finds admitted use within the quota and no gang partly bound; every Job
+// succeeds.
+func TestQueueSuspendedJobsKill(t *testing.T) {
+	const name = "qskillj"
+	ctx, ns := setup(t, name, "qskillj", 8*time.Minute)
+	queueing(ctx, t)
+	if err := env.StartControllerManager(ctx, "job"); err != nil {
+		t.Fatal(err)
+	}
+	nodes(ctx, t, name, "qskillj", 2, harness.GPUNodeSpec{Model: h100.Model, MemoryMiB: h100.MemoryMiB, Count: 8})
+	suspendJobs(ctx, t, ns)
+	q := quotaConfig(t)
+	tmpl := func(gpus int) corev1.PodTemplateSpec {
+		p := pod(ns, "", name).GPUs(gpus).Obj()
+		p.Spec.RestartPolicy = corev1.RestartPolicyNever
+		return corev1.PodTemplateSpec{Spec: p.Spec}
+	}
+	var jobs []string
+	for i := range 14 {
+		j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("j%02d", i), Namespace: ns},
+			Spec: batchv1.JobSpec{Parallelism: ptr.To[int32](1), Completions: ptr.To[int32](1), BackoffLimit: ptr.To[int32](0), Template: tmpl(2)}}
+		if i%2 == 0 {
+			j.Spec.Parallelism, j.Spec.Completions, j.Spec.Template = ptr.To[int32](4), ptr.To[int32](4), tmpl(1)
+			j.Spec.CompletionMode = ptr.To(batchv1.IndexedCompletion)
+		}
+		got, err := env.Client.BatchV1().Jobs(ns).Create(ctx, j, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !podreq.Suspended(got) {
+			t.Fatalf("%s created unsuspended", j.Name)
+		}
+		jobs = append(jobs, j.Name)
+		deleteJobAtEnd(t, ns, j.Name)
+	}
+	kill := func(why string) {
+		if err := env.KillExtender(); err != nil {
+			t.Fatalf("kill (%s): %v", why, err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		if err := env.StartExtender(ctx); err != nil {
+			t.Fatalf("restart (%s): %v", why, err)
+		}
+	}
+	rounds, kills := 0, 0
+	for {
+		succeeded := 0
+		for _, j := range jobs {
+			if got := getJobE2E(ctx, t, ns, j); got.Status.Succeeded == ptrValue(got.Spec.Completions) {
+				succeeded++
+			}
+		}
+		if succeeded == len(jobs) {
+			break
+		}
+		// A round: the admitted Jobs' pods all placed (none admitted and
+		// waiting for a node), at least one running.
+		cur := waitPods(ctx, t, ns, "a round running", func(p []corev1.Pod) bool {
+			run, waiting := 0, 0
+			for i := range p {
+				switch {
+				case p[i].DeletionTimestamp != nil || podreq.Terminal(&p[i]):
+				case p[i].Status.Phase == corev1.PodRunning:
+					run++
+				case !gated(&p[i]):
+					waiting++
+				}
+			}
+			return run > 0 && waiting == 0
+		})
+		checkInvariants(ctx, t, &q)
+		for i := range cur {
+			if cur[i].Status.Phase == corev1.PodRunning && cur[i].DeletionTimestamp == nil {
+				if err := env.FinishPod(ctx, &cur[i], corev1.PodSucceeded); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		rounds++
+		if rounds == 2 || rounds == 4 {
+			kill(fmt.Sprintf("round %d", rounds)) // as the next Jobs are admitted
+			kills++
+		}
+		// Wait until every Job whose pods just ended is seen complete, so
+		// that the next round's wait starts from the next admissions.
+		time.Sleep(500 * time.Millisecond)
+	}
+	checkInvariants(ctx, t, &q)
+	note(name, "%d Jobs queued suspended (7 gangs of 4) ran in %d rounds with %d kill -9 of the extender; no invariant violation", len(jobs), rounds, kills)
+}
+
+func ptrValue(p *int32) int32 {
+	if p == nil {
+		return 1
+	}
+	return *p
+}
+
+// suspendJobs labels namespace ns to queue its Jobs suspended and waits
+// until rota-admission does so.
+func suspendJobs(ctx context.Context, t *testing.T, ns string) {
+	t.Helper()
+	label := []byte(`{"metadata":{"labels":{"` + env.Names.QueueingLabel + `":"` + contract.QueueingSuspend + `"}}}`)
+	if _, err := env.Client.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, label, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	probe := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns},
+		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: pod(ns, "", "probe").GPUs(1).Obj().Spec}}}
+	probe.Spec.Template.Spec.RestartPolicy = corev1.RestartPolicyNever
+	// The webhook's view learns the label from its informer.
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := env.Client.BatchV1().Jobs(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil && podreq.Suspended(got) && podreq.QueuedJob(got, env.Names), nil
+	}); err != nil {
+		t.Fatalf("Jobs in %s are not created suspended: %v", ns, err)
 	}
 }

@@ -180,6 +180,11 @@ func runGated(ctx context.Context, t *testing.T, env *harness.Env, w *bindWatch,
 		time.Sleep(time.Second)
 	}
 	t.Logf("%d queued pods created at %.0f/s; the queue holds %.0f of them", n, g.createRate, g.queuedBefore)
+	// The API server and etcd are still digesting the burst of creations
+	// (compaction, watch caches): let them settle, as they would in a
+	// cluster where the queue filled over time, before the measured phase.
+	settle := time.Duration(envInt("ROTA_LOAD_SETTLE_SECONDS", 15)) * time.Second
+	time.Sleep(settle)
 	g.with = runPhase(ctx, t, env, w, fmt.Sprintf("plaing-%d", size), pods, phaseOpts{profile: true})
 	return g
 }
