@@ -2,11 +2,14 @@ package webhook
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	admissionv1 "k8s.io/api/admission/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -34,13 +37,9 @@ func jobReview(job *batchv1.Job) []byte {
 // for no GPUs, it is left alone.
 func TestMutatingSuspendsJobs(t *testing.T) {
 	_, m, v := queueHandlers(t)
-	ns := at.Namespace("susp", "a")
-	ns.Labels[contract.Default.QueueingLabel] = contract.QueueingSuspend
-	v.UpsertNamespace(ns)
-	gpu := at.Pod("x", "t").GPUs(1).Obj()
+	v.UpsertNamespace(suspendNamespace())
 	job := func(namespace string, edit func(*batchv1.Job)) *batchv1.Job {
-		j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: namespace},
-			Spec: batchv1.JobSpec{Parallelism: ptr.To[int32](2), Template: corev1.PodTemplateSpec{Spec: gpu.Spec}}}
+		j := suspendable(namespace)
 		if edit != nil {
 			edit(j)
 		}
@@ -73,13 +72,66 @@ func TestMutatingSuspendsJobs(t *testing.T) {
 				}
 				return
 			}
-			var ops []patchOp
-			if err := json.Unmarshal(resp.Patch, &ops); err != nil || len(ops) != 2 {
-				t.Fatalf("patch %s (%v), want suspend and the mark", resp.Patch, err)
+			var review admissionv1.AdmissionReview
+			if err := json.Unmarshal(jobReview(tc.job), &review); err != nil {
+				t.Fatal(err)
 			}
-			if ops[0].Path != "/spec/suspend" || ops[0].Value != true || ops[1].Path != "/metadata/annotations" {
-				t.Errorf("patch %s, want spec.suspend true and annotation %s", resp.Patch, contract.Default.QueuedJobAnnotation)
-			}
+			checkSuspendPatch(t, review.Request, resp)
 		})
+	}
+}
+
+// suspendNamespace is namespace susp of team a, labelled to queue Jobs
+// suspended.
+func suspendNamespace() *corev1.Namespace {
+	ns := at.Namespace("susp", "a")
+	ns.Labels[contract.Default.QueueingLabel] = contract.QueueingSuspend
+	return ns
+}
+
+// suspendable is a top-level Job of two 1-GPU pods.
+func suspendable(namespace string) *batchv1.Job {
+	gpu := at.Pod("x", "t").GPUs(1).Obj()
+	return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: namespace},
+		Spec: batchv1.JobSpec{Parallelism: ptr.To[int32](2), Template: corev1.PodTemplateSpec{Spec: gpu.Spec}}}
+}
+
+// checkSuspendPatch checks a patch of a Job review: applied, the Job is
+// suspended and marked queued, and nothing else of it changed; the Job
+// was one to suspend, in a namespace that suspends Jobs.
+func checkSuspendPatch(t *testing.T, req *admissionv1.AdmissionRequest, resp *admissionv1.AdmissionResponse) {
+	t.Helper()
+	if req.Operation != admissionv1.Create || req.Namespace != "susp" && !strings.Contains(string(req.Object.Raw), `"namespace":"susp"`) {
+		t.Fatalf("patched %s of a Job in namespace %q", req.Operation, req.Namespace)
+	}
+	var job batchv1.Job
+	if err := json.Unmarshal(req.Object.Raw, &job); err != nil {
+		t.Fatalf("patched a Job that does not decode: %v", err)
+	}
+	if !podreq.Suspendable(&job, contract.Default) {
+		t.Fatalf("patched a Job that is not to be suspended: %s", req.Object.Raw)
+	}
+	patch, err := jsonpatch.DecodePatch(resp.Patch)
+	if err != nil {
+		t.Fatalf("patch %s: %v", resp.Patch, err)
+	}
+	out, err := patch.Apply(req.Object.Raw)
+	if err != nil {
+		t.Fatalf("patch %s does not apply: %v", resp.Patch, err)
+	}
+	var got batchv1.Job
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatal(err)
+	}
+	if !podreq.Suspended(&got) || !podreq.QueuedJob(&got, contract.Default) {
+		t.Fatalf("after the patch: suspend %v, annotations %v; want suspended and marked", got.Spec.Suspend, got.Annotations)
+	}
+	got.Spec.Suspend = job.Spec.Suspend
+	delete(got.Annotations, contract.Default.QueuedJobAnnotation)
+	if len(got.Annotations) == 0 && len(job.Annotations) == 0 {
+		got.Annotations, job.Annotations = nil, nil
+	}
+	if !equality.Semantic.DeepEqual(&got, &job) {
+		t.Fatalf("the patch changed more than suspend and the mark: %s", resp.Patch)
 	}
 }

@@ -293,7 +293,10 @@ func FuzzMutate(f *testing.F) {
 	f.Add(at.Review(admissionv1.Create, at.Pod("off", "p").InitGPUs(1).Obj(), nil))
 	f.Add(at.Review(admissionv1.Update, at.Pod("ns", "p").GPUs(1).Obj(), at.Pod("ns", "p").GPUs(1).Gated().Obj()))
 	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"x","kind":{"kind":"Pod","version":"v1"},"operation":"CREATE","object":{"spec":{"schedulingGates":null}}}}`))
-	_, m, _ := queueHandlers(f)
+	f.Add(jobReview(suspendable("susp")))
+	f.Add(jobReview(suspendable("ns")))
+	_, m, v := queueHandlers(f)
+	v.UpsertNamespace(suspendNamespace())
 	gate := contract.Default.QueueGate
 	f.Fuzz(func(t *testing.T, body []byte) {
 		rec := httptest.NewRecorder()
@@ -310,6 +313,10 @@ func FuzzMutate(f *testing.F) {
 			t.Fatalf("reply %s does not answer uid %q (%v)", rec.Body, in.Request.UID, err)
 		}
 		if out.Response.Patch == nil {
+			return
+		}
+		if in.Request.Kind.Kind == "Job" {
+			checkSuspendPatch(t, in.Request, out.Response)
 			return
 		}
 		var pod corev1.Pod
