@@ -44,7 +44,8 @@ import (
 //
 // Taking the admission back (reclaim, or anyone suspending the Job) is
 // suspending it: the Job controller deletes its pods, and once none is
-// left the queue removes the Job's record, so it queues again. Only the
+// left, terminating ones included, the queue removes the Job's record, so
+// it queues again. Only the
 // queue unsuspends a queued Job (the records policy refuses anyone else).
 
 // JobTransform trims what the queue's Job informer keeps: a Job that is
@@ -77,9 +78,12 @@ type jobState struct {
 	adm  *contract.Admission
 	acct quota.Account
 	// active counts the Job's admitted pods that have not ended; gated
-	// holds its gated pods that its record admits (the template's shape).
-	active int
-	gated  []queuedMember
+	// holds its gated pods that its record admits (the template's shape);
+	// present counts every pod of it that has not ended, terminating ones
+	// included.
+	active  int
+	gated   []queuedMember
+	present int
 }
 
 // queuedMember is a gated pod as collect read it.
@@ -247,7 +251,7 @@ func (c *Controller) addJobs(st *passState, cfg quota.Config, jobs map[types.UID
 		case js.adm != nil:
 			// Suspended after its admission (reclaim, or its owner): its
 			// pods are charged by their own records while they end.
-			if js.active == 0 && len(js.gated) == 0 {
+			if js.present == 0 {
 				st.requeue = append(st.requeue, js)
 			}
 		case podreq.Suspended(job):

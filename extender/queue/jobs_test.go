@@ -209,7 +209,21 @@ func TestJobTakenBackBySuspending(t *testing.T) {
 	if !podreq.Suspended(getJob(t, client, "a")) {
 		t.Fatal("reclaim did not suspend job a")
 	}
+	// The Job controller deletes the pod; it terminates for a while.
+	pod.DeletionTimestamp = ptr.To(metav1.NewTime(t0))
+	if _, err := client.CoreV1().Pods("ml").Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return len(c.o.Pods.GetStore().List()) == 1 })
 	syncJobs(t, c, client)
+	c.Pass(t.Context())
+	if _, ok := getJob(t, client, "a").Annotations[names.AdmissionAnnotation]; !ok {
+		t.Fatal("job a lost its record while its pod was still terminating")
+	}
+	if err := client.CoreV1().Pods("ml").Delete(t.Context(), pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return len(c.o.Pods.GetStore().List()) == 0 })
 	c.Pass(t.Context()) // no pods left: the record goes
 	got := getJob(t, client, "a")
 	if _, ok := got.Annotations[names.AdmissionAnnotation]; ok {

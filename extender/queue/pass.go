@@ -73,6 +73,9 @@ func (c *Controller) collect(logger klog.Logger, cfg quota.Config, now time.Time
 			// twice, its quota never counted free).
 			pod, st.still[pod.UID] = w, w
 		}
+		if js := st.jobs[podreq.JobControllerUID(pod)]; js != nil && !podreq.Terminal(pod) {
+			js.present++ // terminating ones too: a Job taken back requeues once none is left
+		}
 		if podreq.Terminal(pod) || pod.DeletionTimestamp != nil || !podreq.Wants(pod, c.o.Names) {
 			continue
 		}

@@ -92,6 +92,10 @@ const quotaDoc = `teams:
   qyoung-b:
     minRuntime: 1h
     models: {"Rota Young GPU": {gpus: 0, borrow: {gpus: 4}}}
+  qrsusp-g:
+    models: {"Rota SJob GPU": {gpus: 4}}
+  qrsusp-b:
+    models: {"Rota SJob GPU": {gpus: 0, borrow: {gpus: 4}}}
   qpdb-g:
     models: {"Rota PDB GPU": {gpus: 4}}
   qpdb-b:
@@ -131,6 +135,7 @@ modelPools:
   "Rota Lost GPU": {gpus: 4}
   "Rota Young GPU": {gpus: 4}
   "Rota PDB GPU": {gpus: 4}
+  "Rota SJob GPU": {gpus: 4}
   "Rota Guard GPU": {gpus: 2}
   "Rota Defrag GPU": {gpus: 4}
 unknownTeams: unlimited

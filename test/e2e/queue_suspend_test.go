@@ -291,3 +291,54 @@ func suspendJobs(ctx context.Context, t *testing.T, ns string) {
 		t.Fatalf("Jobs in %s are not created suspended: %v", ns, err)
 	}
 }
+
+// TestQueueSuspendedJobReclaimed: team qrsusp-b borrows the 4 GPUs of team
+// qrsusp-g's guarantee with a Job queued suspended (an Indexed gang of 4).
+// When qrsusp-g asks for 2, reclaim takes the Job back by suspending it,
+// not by evicting its pods (evicted, the Job controller would make them
+// again and the Job's record would admit them): its pods go, qrsusp-g's
+// pod runs, and the Job, its record removed, waits in the queue again with
+// no pods.
+func TestQueueSuspendedJobReclaimed(t *testing.T) {
+	const name = "qrsusp"
+	ctx, nsG := setup(t, name, "qrsusp-g", 4*time.Minute)
+	nsB := teamNamespace(ctx, t, "e2e-qrsusp-b", "qrsusp-b")
+	queueing(ctx, t)
+	if err := env.StartControllerManager(ctx, "job"); err != nil {
+		t.Fatal(err)
+	}
+	nodes(ctx, t, name, name, 1, harness.GPUNodeSpec{Model: "Rota SJob GPU", MemoryMiB: h100.MemoryMiB, Count: 4})
+	suspendJobs(ctx, t, nsB)
+	tmpl := pod(nsB, "", name).GPUs(1).Obj()
+	tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
+	if _, err := env.Client.BatchV1().Jobs(nsB).Create(ctx, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "borrowed", Namespace: nsB},
+		Spec: batchv1.JobSpec{Parallelism: ptr.To[int32](4), Completions: ptr.To[int32](4), CompletionMode: ptr.To(batchv1.IndexedCompletion),
+			BackoffLimit: ptr.To[int32](0), Template: corev1.PodTemplateSpec{Spec: tmpl.Spec}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deleteJobAtEnd(t, nsB, "borrowed")
+	waitPods(ctx, t, nsB, "the borrowed Job's 4 pods running", func(p []corev1.Pod) bool { return harness.Running(jobPods(p, "borrowed")) == 4 })
+
+	created := time.Now()
+	create(ctx, t, pod(nsG, "mine", name).GPUs(2).Obj())
+	waitPods(ctx, t, nsG, "the guaranteed pod running", func(p []corev1.Pod) bool { return running(p, "mine") })
+	took := time.Since(created)
+	waitEvent(ctx, t, nsB, "borrowed", "Requeued")
+	job := getJobE2E(ctx, t, nsB, "borrowed")
+	if _, recorded := job.Annotations[env.Names.AdmissionAnnotation]; !podreq.Suspended(job) || recorded || !podreq.QueuedJob(job, env.Names) {
+		t.Fatalf("the reclaimed Job: suspended %v, annotations %v; want suspended, marked, without a record", podreq.Suspended(job), job.Annotations)
+	}
+	if live := jobPods(mustPods(ctx, t, nsB), "borrowed"); len(live) != 0 {
+		t.Errorf("the reclaimed Job still has %d pods", len(live))
+	}
+	evs, err := env.NamespaceEvents(ctx, nsB, "Reclaimed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) == 0 {
+		t.Errorf("no Reclaimed event in %s", nsB)
+	}
+	note(name, "a borrowed Job queued suspended taken back by suspending it: creation to running %s", took.Round(100*time.Millisecond))
+	q := quotaConfig(t)
+	checkInvariants(ctx, t, &q)
+}
