@@ -218,23 +218,18 @@ func TestQueueSuspendedJobsKill(t *testing.T) {
 			t.Fatalf("restart (%s): %v", why, err)
 		}
 	}
+	const pods = 7*4 + 7 // every pod of every Job, run once (backoffLimit 0)
 	rounds, kills := 0, 0
 	for {
-		succeeded := 0
-		for _, j := range jobs {
-			if got := getJobE2E(ctx, t, ns, j); got.Status.Succeeded == ptrValue(got.Spec.Completions) {
-				succeeded++
-			}
-		}
-		if succeeded == len(jobs) {
-			break
-		}
 		// A round: the admitted Jobs' pods all placed (none admitted and
-		// waiting for a node), at least one running.
+		// waiting for a node), at least one running; or every pod done.
+		done := 0
 		cur := waitPods(ctx, t, ns, "a round running", func(p []corev1.Pod) bool {
-			run, waiting := 0, 0
+			run, waiting, succeeded := 0, 0, 0
 			for i := range p {
 				switch {
+				case p[i].Status.Phase == corev1.PodSucceeded:
+					succeeded++
 				case p[i].DeletionTimestamp != nil || podreq.Terminal(&p[i]):
 				case p[i].Status.Phase == corev1.PodRunning:
 					run++
@@ -242,9 +237,13 @@ func TestQueueSuspendedJobsKill(t *testing.T) {
 					waiting++
 				}
 			}
-			return run > 0 && waiting == 0
+			done = succeeded
+			return (run > 0 && waiting == 0) || succeeded == pods
 		})
 		checkInvariants(ctx, t, &q)
+		if done == pods {
+			break
+		}
 		for i := range cur {
 			if cur[i].Status.Phase == corev1.PodRunning && cur[i].DeletionTimestamp == nil {
 				if err := env.FinishPod(ctx, &cur[i], corev1.PodSucceeded); err != nil {
@@ -257,9 +256,17 @@ func TestQueueSuspendedJobsKill(t *testing.T) {
 			kill(fmt.Sprintf("round %d", rounds)) // as the next Jobs are admitted
 			kills++
 		}
-		// Wait until every Job whose pods just ended is seen complete, so
-		// that the next round's wait starts from the next admissions.
-		time.Sleep(500 * time.Millisecond)
+	}
+	// The Job controller counts the last pods' successes a moment later.
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		for _, j := range jobs {
+			if got := getJobE2E(ctx, t, ns, j); got.Status.Succeeded != ptrValue(got.Spec.Completions) {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatalf("not every Job succeeded: %v", err)
 	}
 	checkInvariants(ctx, t, &q)
 	note(name, "%d Jobs queued suspended (7 gangs of 4) ran in %d rounds with %d kill -9 of the extender; no invariant violation", len(jobs), rounds, kills)
