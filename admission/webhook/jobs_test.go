@@ -81,6 +81,25 @@ func TestMutatingSuspendsJobs(t *testing.T) {
 	}
 }
 
+// A Job whose pods the webhook would refuse is refused at creation, not
+// left to wait suspended for ever.
+func TestMutatingRefusesInvalidJob(t *testing.T) {
+	_, m, v := queueHandlers(t)
+	v.UpsertNamespace(suspendNamespace())
+	bad := suspendable("susp")
+	bad.Spec.Template.Annotations = map[string]string{contract.Default.MaxRuntimeAnnotation: "soon"}
+	resp := answer(t, m, jobReview(bad))
+	if resp.Allowed || resp.Result == nil || !strings.Contains(resp.Result.Message, "the Job's pod template") ||
+		!strings.Contains(resp.Result.Message, contract.Default.MaxRuntimeAnnotation) {
+		t.Fatalf("allowed %v, result %+v; want a refusal naming the template's %s", resp.Allowed, resp.Result, contract.Default.MaxRuntimeAnnotation)
+	}
+	huge := suspendable("susp")
+	huge.Spec.Template.Spec = at.Pod("x", "t").GPUs(64).Obj().Spec
+	if resp := answer(t, m, jobReview(huge)); resp.Allowed {
+		t.Fatal("a Job whose pods ask for 64 GPUs (nodes have 8) was queued")
+	}
+}
+
 // suspendNamespace is namespace susp of team a, labelled to queue Jobs
 // suspended.
 func suspendNamespace() *corev1.Namespace {

@@ -317,26 +317,9 @@ func (h *Handler) create(ctx context.Context, req *admissionv1.AdmissionRequest)
 	// The request itself: well formed, in units, no larger than the
 	// cluster's largest GPU and node; the queue's annotations readable.
 	v := h.o.View
-	caps := v.Caps()
-	opts := podreq.Options{Names: names, MemoryUnitMiB: v.MemoryUnitMiB(),
-		MaxGPUMemoryMiB: caps.MaxGPUMemoryMiB, MaxGPUs: caps.MaxGPUs}
-	vs := podreq.Validate(pod, opts)
-	models, err := podreq.GPUModels(pod, names)
-	if err != nil {
-		vs = append(vs, violation(err))
-	}
-	if _, _, err := podreq.MaxRuntime(pod, names); err != nil {
-		vs = append(vs, violation(err))
-	}
-	if _, _, err := podreq.Deadline(pod, names); err != nil {
-		vs = append(vs, violation(err))
-	}
-	if len(vs) > 0 {
-		msgs := make([]string, len(vs))
-		for i, v := range vs {
-			msgs[i] = v.Error()
-		}
-		return deny(reasonInvalid, strings.Join(msgs, "; "))
+	opts, models, bad := h.checkRequest(pod)
+	if bad != "" {
+		return deny(reasonInvalid, bad)
 	}
 	if h.o.Active != nil && !h.o.Active() {
 		return result{reason: reasonNotActive, internal: true, message: "this Rota admission replica is not the active one " +
@@ -394,6 +377,33 @@ func (h *Handler) create(ctx context.Context, req *admissionv1.AdmissionRequest)
 }
 
 // violation turns a field error into a Violation that names the field once.
+// checkRequest reads a pod's request the way every GPU pod is checked at
+// creation: well formed, in units, no larger than the cluster's largest
+// GPU and node, the queue's annotations readable. bad joins what is wrong
+// ("" when nothing is).
+func (h *Handler) checkRequest(pod *corev1.Pod) (opts podreq.Options, models []string, bad string) {
+	names, v := h.o.Names, h.o.View
+	caps := v.Caps()
+	opts = podreq.Options{Names: names, MemoryUnitMiB: v.MemoryUnitMiB(),
+		MaxGPUMemoryMiB: caps.MaxGPUMemoryMiB, MaxGPUs: caps.MaxGPUs}
+	vs := podreq.Validate(pod, opts)
+	models, err := podreq.GPUModels(pod, names)
+	if err != nil {
+		vs = append(vs, violation(err))
+	}
+	if _, _, err := podreq.MaxRuntime(pod, names); err != nil {
+		vs = append(vs, violation(err))
+	}
+	if _, _, err := podreq.Deadline(pod, names); err != nil {
+		vs = append(vs, violation(err))
+	}
+	msgs := make([]string, len(vs))
+	for i, v := range vs {
+		msgs[i] = v.Error()
+	}
+	return opts, models, strings.Join(msgs, "; ")
+}
+
 func violation(err error) podreq.Violation {
 	var fe *contract.FieldError
 	if errors.As(err, &fe) {
@@ -578,6 +588,14 @@ func (h *Handler) suspendJob(ctx context.Context, req *admissionv1.AdmissionRequ
 	}
 	if !h.o.View.SuspendsJobs(job.Namespace) {
 		return allow(reasonNotSuspended)
+	}
+	// Its pods do not exist while it waits: what the webhook would refuse
+	// of each pod at its creation is refused of the Job now, rather than
+	// left to wait for ever.
+	if pods := podreq.JobPods(job, names); len(pods) > 0 {
+		if _, _, bad := h.checkRequest(pods[0]); bad != "" {
+			return deny(reasonInvalid, "the Job's pod template: "+bad)
+		}
 	}
 	ops := []patchOp{
 		{Op: "add", Path: "/spec/suspend", Value: true},
