@@ -185,15 +185,9 @@ func (c *Controller) keepJobWrite(uid types.UID, w jobWrite) {
 // for this Job and parallelism (or that names another team): the Job is
 // queued as if it had none. Reported once per record.
 func (c *Controller) jobDisbelieved(logger klog.Logger, job *batchv1.Job, adm *contract.Admission) {
-	said := adm.Team + "/" + adm.Model + "/" + adm.Signature
-	if c.disbelief == nil {
-		c.disbelief = map[types.UID]string{}
-	}
-	if prev, ok := c.disbelief[job.UID]; ok && prev == said {
+	if !c.firstDisbelief(job.UID, adm) {
 		return
 	}
-	c.disbelief[job.UID] = said
-	c.o.Metrics.DisbelievedRecords.Inc()
 	logger.Info("Job admission record not believed", "job", klog.KObj(job), "recordTeam", adm.Team, "recordModel", adm.Model)
 	if c.o.Recorder != nil {
 		c.o.Recorder.Eventf(job, corev1.EventTypeWarning, contract.ReasonForgedRecord,

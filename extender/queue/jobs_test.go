@@ -12,6 +12,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/podreq"
 	"github.com/rota-sched/rota/pkg/quota"
@@ -176,6 +178,11 @@ func TestJobRecordNotBelieved(t *testing.T) {
 	syncJobs(t, c, client)
 	r.free = 8
 	c.Pass(t.Context())
+	c.Pass(t.Context())
+	// Each unbelieved record (a's, grown; f's, copied) is counted once.
+	if got := testutil.ToFloat64(c.o.Metrics.DisbelievedRecords); got != 2 {
+		t.Errorf("%v unbelieved records reported over two passes, want 2 (each once)", got)
+	}
 	admitted := 0
 	for _, p := range pods {
 		got := get(t, client, p.Name)

@@ -39,7 +39,7 @@ type passState struct {
 	admittedGangs map[string]quota.Account    // gang key -> account, for gangs with admitted members
 	victims       map[string]*pkgqueue.Victim // running admitted work, by workload key
 	victimPods    map[string][]*corev1.Pod
-	seen          map[types.UID]bool        // the GPU pods this pass read
+	seen          map[types.UID]bool        // the GPU pods (and Jobs queued suspended) this pass read
 	still         map[types.UID]*corev1.Pod // ungated here, still gated in the informer
 	stranded      []strandedPod             // narrowed, unplaced past their hold (narrow.go)
 	// Jobs queued suspended (jobs.go): by UID, the gated pods of admitted
@@ -62,6 +62,9 @@ func (c *Controller) collect(logger klog.Logger, cfg quota.Config, now time.Time
 	}
 	own := c.takeUngated()
 	st.jobs = c.readJobs(logger, cfg, ns)
+	for uid := range st.jobs {
+		st.seen[uid] = true // a Job's unbelieved record is reported once too
+	}
 	for _, obj := range c.o.Pods.GetStore().List() {
 		pod, ok := obj.(*corev1.Pod)
 		if !ok {

@@ -18,16 +18,8 @@ import (
 // reported once (a Warning event on the pod, a log line, a metric), not on
 // every pass.
 func (c *Controller) disbelieved(logger klog.Logger, pod *corev1.Pod, adm *contract.Admission, acct quota.Account, problem string) {
-	said := adm.Team + "/" + adm.Model + "/" + adm.Signature
-	if c.disbelief == nil {
-		c.disbelief = map[types.UID]string{}
-	}
-	if prev, ok := c.disbelief[pod.UID]; ok && prev == said {
+	if !c.firstDisbelief(pod.UID, adm) {
 		return
-	}
-	c.disbelief[pod.UID] = said
-	if c.o.Metrics != nil {
-		c.o.Metrics.DisbelievedRecords.Inc()
 	}
 	logger.Info("Admission record not believed", "pod", klog.KObj(pod), "problem", problem,
 		"recordTeam", adm.Team, "recordModel", adm.Model, "team", acct.Team, "model", acct.Model)
@@ -36,6 +28,23 @@ func (c *Controller) disbelieved(logger klog.Logger, pod *corev1.Pod, adm *contr
 			"Annotation %s %s: it was written or changed outside Rota and is not believed; the pod's GPUs count against team %q%s",
 			c.o.Names.AdmissionAnnotation, problem, acct.Team, modelNote(acct))
 	}
+}
+
+// firstDisbelief reports whether the object's unbelieved record is new
+// (not reported yet), remembers it and counts it in the metric.
+func (c *Controller) firstDisbelief(uid types.UID, adm *contract.Admission) bool {
+	said := adm.Team + "/" + adm.Model + "/" + adm.Signature
+	if c.disbelief == nil {
+		c.disbelief = map[types.UID]string{}
+	}
+	if prev, ok := c.disbelief[uid]; ok && prev == said {
+		return false
+	}
+	c.disbelief[uid] = said
+	if c.o.Metrics != nil {
+		c.o.Metrics.DisbelievedRecords.Inc()
+	}
+	return true
 }
 
 func modelNote(acct quota.Account) string {

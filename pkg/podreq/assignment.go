@@ -44,7 +44,12 @@ func ToAllocation(pod *corev1.Pod, as contract.Assignment, names contract.Names)
 // AdmissionOf reads the queue controller's admission record on the pod; nil
 // when it has none.
 func AdmissionOf(pod *corev1.Pod, names contract.Names) (*contract.Admission, error) {
-	v, ok := pod.Annotations[names.AdmissionAnnotation]
+	return admissionIn(pod.Annotations, names)
+}
+
+// admissionIn reads the admission record among an object's annotations.
+func admissionIn(annotations map[string]string, names contract.Names) (*contract.Admission, error) {
+	v, ok := annotations[names.AdmissionAnnotation]
 	if !ok {
 		return nil, nil
 	}

@@ -75,15 +75,7 @@ func JobRecordSubject(job *batchv1.Job) string {
 // AdmissionOfJob reads the admission record on a Job queued suspended,
 // believed or not; nil when it has none.
 func AdmissionOfJob(job *batchv1.Job, names contract.Names) (*contract.Admission, error) {
-	v, ok := job.Annotations[names.AdmissionAnnotation]
-	if !ok {
-		return nil, nil
-	}
-	a, err := contract.ParseAdmission([]byte(v))
-	if err != nil {
-		return nil, err
-	}
-	return &a, nil
+	return admissionIn(job.Annotations, names)
 }
 
 // JobAdmission reads the admission record on a Job queued suspended, split

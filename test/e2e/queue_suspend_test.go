@@ -32,14 +32,8 @@ import (
 // mark. When the first Job's pods succeed, the second is admitted and runs.
 func TestQueueSuspendedJobs(t *testing.T) {
 	const name = "qsusp"
-	ctx, ns := setup(t, name, "qsusp", 6*time.Minute)
-	queueing(ctx, t)
-	if err := env.StartControllerManager(ctx, "job"); err != nil {
-		t.Fatal(err)
-	}
-	nodes(ctx, t, name, "qsusp", 1, harness.GPUNodeSpec{Model: h100.Model, MemoryMiB: h100.MemoryMiB, Count: 4})
+	ctx, ns := suspendScenario(t, name, 6*time.Minute, 1, 4)
 	alice := userClient(ctx, t, ns, "alice")
-	suspendJobs(ctx, t, ns)
 	tmpl := pod(ns, "", name).GPUs(1).Obj()
 	tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
 	job := func(jobName string, n int32, indexed bool) *batchv1.Job {
@@ -178,13 +172,7 @@ func waitEvent(ctx context.Context, t *testing.T, ns, name, reason string) {
 // succeeds.
 func TestQueueSuspendedJobsKill(t *testing.T) {
 	const name = "qskillj"
-	ctx, ns := setup(t, name, "qskillj", 8*time.Minute)
-	queueing(ctx, t)
-	if err := env.StartControllerManager(ctx, "job"); err != nil {
-		t.Fatal(err)
-	}
-	nodes(ctx, t, name, "qskillj", 2, harness.GPUNodeSpec{Model: h100.Model, MemoryMiB: h100.MemoryMiB, Count: 8})
-	suspendJobs(ctx, t, ns)
+	ctx, ns := suspendScenario(t, name, 8*time.Minute, 2, 8)
 	q := quotaConfig(t)
 	tmpl := func(gpus int) corev1.PodTemplateSpec {
 		p := pod(ns, "", name).GPUs(gpus).Obj()
@@ -270,6 +258,21 @@ func TestQueueSuspendedJobsKill(t *testing.T) {
 	}
 	checkInvariants(ctx, t, &q)
 	note(name, "%d Jobs queued suspended (7 gangs of 4) ran in %d rounds with %d kill -9 of the extender; no invariant violation", len(jobs), rounds, kills)
+}
+
+// suspendScenario sets up a scenario of Jobs queued suspended: its
+// namespace (team name) labelled to queue Jobs suspended, queueing on, the
+// Job controller, and count nodes of gpus H100s.
+func suspendScenario(t *testing.T, name string, limit time.Duration, count, gpus int) (context.Context, string) {
+	t.Helper()
+	ctx, ns := setup(t, name, name, limit)
+	queueing(ctx, t)
+	if err := env.StartControllerManager(ctx, "job"); err != nil {
+		t.Fatal(err)
+	}
+	nodes(ctx, t, name, name, count, harness.GPUNodeSpec{Model: h100.Model, MemoryMiB: h100.MemoryMiB, Count: gpus})
+	suspendJobs(ctx, t, ns)
+	return ctx, ns
 }
 
 func ptrValue(p *int32) int32 {
