@@ -115,6 +115,9 @@ func (c *Controller) restoreClaims(ctx context.Context, byKey map[string]*worklo
 	c.restored = true
 	var jobs []reserve.Queued
 	for _, wl := range byKey {
+		if wl.job != nil {
+			continue // a Job queued suspended carries no reservation
+		}
 		rec, has := c.record(wl)
 		if !has || rec.Since.IsZero() {
 			continue

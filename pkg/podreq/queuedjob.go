@@ -96,8 +96,9 @@ func (r Records) JobAdmission(job *batchv1.Job, names contract.Names) (adm, unbe
 // JobPods returns the pods the Job's controller creates when it starts, as
 // the queue plans room for them: JobMembers pods of its template, named
 // after the Job and its index, with UIDs made from the Job's, controlled
-// by the Job, with no resourceVersion (the API holds no such pod), and the gang
-// label and size the webhook gives them when the Job is a gang (JobGang).
+// by the Job, with no resourceVersion (the API holds no such pod), without
+// any of Rota's records the template may carry, and with the gang label and
+// size the webhook gives them when the Job is a gang (JobGang).
 func JobPods(job *batchv1.Job, names contract.Names) []*corev1.Pod {
 	n := JobMembers(job)
 	gang, size, isGang := JobGang(job, names)
@@ -109,6 +110,9 @@ func JobPods(job *batchv1.Job, names contract.Names) []*corev1.Pod {
 		pod.UID = types.UID(string(job.UID) + "-" + strconv.Itoa(i))
 		pod.CreationTimestamp = job.CreationTimestamp
 		pod.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(job, batchv1.SchemeGroupVersion.WithKind("Job"))}
+		for _, k := range []string{names.AdmissionAnnotation, names.AssignmentAnnotation, names.ReservationAnnotation} {
+			delete(pod.Annotations, k) // Rota's records are never the template's to give
+		}
 		if isGang && pod.Labels[names.GangLabel] == "" {
 			if pod.Labels == nil {
 				pod.Labels = map[string]string{}

@@ -1,0 +1,62 @@
+package podreq
+
+import (
+	"testing"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/rota-sched/rota/pkg/contract"
+)
+
+func TestJobPods(t *testing.T) {
+	n := contract.Default
+	job := func(parallelism, completions int32, indexed bool) *batchv1.Job {
+		j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "train", UID: "u"},
+			Spec: batchv1.JobSpec{Parallelism: ptr.To(parallelism), Completions: ptr.To(completions),
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+					n.AdmissionAnnotation: `{"version":"v1","team":"x"}`, n.ReservationAnnotation: "{}", "keep": "me"}},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+						Limits: corev1.ResourceList{corev1.ResourceName(n.GPU): resource.MustParse("2")}}}}}}}}
+		if indexed {
+			j.Spec.CompletionMode = ptr.To(batchv1.IndexedCompletion)
+		}
+		return j
+	}
+	for _, tc := range []struct {
+		name   string
+		job    *batchv1.Job
+		pods   int
+		gang   bool
+		member string
+	}{
+		{"indexed gang", job(4, 4, true), 4, true, "ml/train"},
+		{"parallel batch", job(4, 10, false), 4, false, "ml/train-0"},
+		{"fewer completions than parallelism", job(4, 2, false), 2, false, "ml/train-0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pods := JobPods(tc.job, n)
+			if len(pods) != tc.pods || JobMembers(tc.job) != tc.pods {
+				t.Fatalf("%d pods (JobMembers %d), want %d", len(pods), JobMembers(tc.job), tc.pods)
+			}
+			p := Parse(pods[0], Options{Names: n}, Records{})
+			if p.Err != nil || p.Request.GPUs != 2 || (p.Gang != nil) != tc.gang || p.Key() != tc.member {
+				t.Fatalf("first pod: %+v gang %+v key %q; want 2 GPUs, gang %v, key %q", p.Err, p.Gang, p.Key(), tc.gang, tc.member)
+			}
+			for _, pod := range pods {
+				if _, ok := pod.Annotations[n.AdmissionAnnotation]; ok || pod.Annotations[n.ReservationAnnotation] != "" || pod.Annotations["keep"] != "me" {
+					t.Errorf("%s annotations %v: want Rota's records dropped, the rest kept", pod.Name, pod.Annotations)
+				}
+				if ref := metav1.GetControllerOf(pod); ref == nil || ref.UID != "u" || pod.ResourceVersion != "" {
+					t.Errorf("%s: controller %v, resourceVersion %q; want the Job, none", pod.Name, ref, pod.ResourceVersion)
+				}
+			}
+		})
+	}
+	if s := JobRecordSubject(job(4, 4, true)); s != "job/u/4" {
+		t.Errorf("JobRecordSubject = %q", s)
+	}
+}
