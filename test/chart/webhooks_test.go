@@ -17,6 +17,7 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,6 +30,7 @@ import (
 	"github.com/rota-sched/rota/admission/view"
 	"github.com/rota-sched/rota/admission/webhook"
 	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/podreq"
 	"github.com/rota-sched/rota/pkg/quota"
 	"github.com/rota-sched/rota/test/cluster"
 )
@@ -54,8 +56,8 @@ func webhookConfigs(t *testing.T, sets []string) (*admissionregistrationv1.Valid
 			t.Fatal(err)
 		}
 	}
-	if v == nil || m == nil || len(v.Webhooks) != 1 || len(m.Webhooks) != 1 {
-		t.Fatalf("%v: want one validating and one mutating webhook, got %v and %v", sets, v, m)
+	if v == nil || m == nil || len(v.Webhooks) != 1 || len(m.Webhooks) != 2 {
+		t.Fatalf("%v: want one validating and two mutating webhooks (pods, Jobs), got %v and %v", sets, v, m)
 	}
 	return v, m
 }
@@ -69,8 +71,9 @@ func conditions(mcs []admissionregistrationv1.MatchCondition) string {
 }
 
 // TestChartWebhooks checks the rendered webhook configurations: the
-// mutating one for pods CREATE on /mutate with failurePolicy Fail, skipping
-// namespaces with queueing off; the validating one for CREATE and UPDATE,
+// mutating one for pods CREATE on /mutate with failurePolicy Fail, sent
+// from every namespace; the mutating one for Jobs CREATE, sent only from
+// namespaces that queue Jobs suspended; the validating one for CREATE and UPDATE,
 // its UPDATEs narrowed to a gated old pod or a change of the quota keys;
 // every name in the CEL follows the domain value; cert-manager injects both
 // CA bundles; rota-admission is told who the queue controller is.
@@ -133,6 +136,21 @@ func TestChartWebhooks(t *testing.T) {
 			}
 			if !certManager && (len(mw.ClientConfig.CABundle) == 0 || string(mw.ClientConfig.CABundle) != string(vw.ClientConfig.CABundle)) {
 				t.Errorf("the webhooks' CA bundles differ or are empty")
+			}
+			// The Jobs webhook: Jobs CREATE, only in namespaces that queue
+			// Jobs suspended, only top-level Jobs asking for the domain's
+			// resources in their pod template.
+			jw := m.Webhooks[1]
+			if len(jw.Rules) != 1 || !slices.Equal(jw.Rules[0].Resources, []string{"jobs"}) || !slices.Equal(jw.Rules[0].APIGroups, []string{"batch"}) ||
+				!slices.Equal(jw.Rules[0].Operations, []admissionregistrationv1.OperationType{admissionregistrationv1.Create}) {
+				t.Errorf("Jobs webhook rules %+v, want batch jobs CREATE", jw.Rules)
+			}
+			if jw.NamespaceSelector == nil || jw.NamespaceSelector.MatchLabels[tc.domain+"/queueing"] != contract.QueueingSuspend {
+				t.Errorf("Jobs webhook namespaceSelector %+v, want %s/queueing=%s", jw.NamespaceSelector, tc.domain, contract.QueueingSuspend)
+			}
+			if jc := conditions(jw.MatchConditions); !strings.Contains(jc, "object.spec.template.spec.containers") ||
+				!strings.Contains(jc, "'"+tc.domain+"/'") || !strings.Contains(jc, "ownerReferences") {
+				t.Errorf("Jobs webhook matchConditions:\n%s\nwant the template's resources and top-level Jobs only", jc)
 			}
 			if args := admissionArgs(t, tc.sets); !slices.Contains(args, "--queue-controller-users="+tc.wantUsers) {
 				t.Errorf("rota-admission args %q lack --queue-controller-users=%s", args, tc.wantUsers)
@@ -366,5 +384,32 @@ func TestChartWebhooksOnRealAPIServer(t *testing.T) {
 		t.Errorf("adding a gang size: %v", err)
 	}
 	atLeast("/validate UPDATE off/o", 2)
+
+	// Jobs: sent only from a namespace that queues Jobs suspended, and
+	// stored suspended and marked there.
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "susp",
+		Labels: map[string]string{names.TeamLabel: "a", names.QueueingLabel: contract.QueueingSuspend}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	job := func(ns string) *batchv1.Job {
+		tmpl := gpuPod(ns, "", false)
+		tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
+		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "train"},
+			Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: tmpl.Spec}}}
+	}
+	plain, err := client.BatchV1().Jobs("team").Create(ctx, job("team"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want("/mutate CREATE team/train", 0)
+	queued, err := client.BatchV1().Jobs("susp").Create(ctx, job("susp"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want("/mutate CREATE susp/train", 1)
+	if podreq.Suspended(plain) || !podreq.Suspended(queued) || !podreq.QueuedJob(queued, names) || podreq.QueuedJob(plain, names) {
+		t.Errorf("Jobs stored: in team suspend %v, marked %v; in susp suspend %v, marked %v; want only susp's suspended and marked",
+			plain.Spec.Suspend, podreq.QueuedJob(plain, names), queued.Spec.Suspend, podreq.QueuedJob(queued, names))
+	}
 	t.Logf("reviews sent: %v", rec.seen)
 }
