@@ -36,8 +36,10 @@ type passEvents struct {
 	order  []ownerKey
 }
 
+// podEvent is an event on the object itself: a pod no controller owns,
+// or a Job queued suspended.
 type podEvent struct {
-	pod         *corev1.Pod
+	obj         runtime.Object
 	reason, msg string
 }
 
@@ -64,6 +66,19 @@ func (e *passEvents) queued(pod *corev1.Pod, team string, msg fmt.Stringer) {
 	e.add(pod, "Queued", team, msg, 0)
 }
 
+// jobQueued notes the first Queued event of a Job queued suspended, on
+// the Job: it has no pods to name.
+func (e *passEvents) jobQueued(job runtime.Object, team string, pods int, msg fmt.Stringer) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	noun := "pods"
+	if pods == 1 {
+		noun = "pod"
+	}
+	e.pods = append(e.pods, podEvent{obj: job, reason: "Queued", msg: fmt.Sprintf(
+		"queued suspended in team %s, a Job of %d %s (none exists until the queue admits it whole): %s", team, pods, noun, msg.String())})
+}
+
 // admitted notes a pod's Admitted event: msg is the pod's own message,
 // used when no controller owns it.
 func (e *passEvents) admitted(pod *corev1.Pod, team string, msg fmt.Stringer, waited time.Duration) {
@@ -75,7 +90,7 @@ func (e *passEvents) add(pod *corev1.Pod, reason, team string, msg fmt.Stringer,
 	defer e.mu.Unlock()
 	ref := metav1.GetControllerOfNoCopy(pod)
 	if ref == nil {
-		e.pods = append(e.pods, podEvent{pod: pod, reason: reason, msg: msg.String()})
+		e.pods = append(e.pods, podEvent{obj: pod, reason: reason, msg: msg.String()})
 		return
 	}
 	k := ownerKey{namespace: pod.Namespace, uid: ref.UID, reason: reason, team: team}
@@ -98,7 +113,7 @@ func (e *passEvents) emit(record func(obj runtime.Object, typ, reason, msg strin
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, p := range e.pods {
-		record(p.pod, corev1.EventTypeNormal, p.reason, p.msg)
+		record(p.obj, corev1.EventTypeNormal, p.reason, p.msg)
 	}
 	for _, k := range e.order {
 		o := e.owners[k]

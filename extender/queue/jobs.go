@@ -50,7 +50,8 @@ import (
 
 // JobTransform trims what the queue's Job informer keeps: a Job that is
 // not queued suspended keeps its name and UID only; a queued one drops its
-// managed fields and every status field but its conditions.
+// managed fields and every status field but its conditions and its count
+// of succeeded pods.
 func JobTransform(names contract.Names) cache.TransformFunc {
 	return func(obj any) (any, error) {
 		job, ok := obj.(*batchv1.Job)
@@ -63,7 +64,7 @@ func JobTransform(names contract.Names) cache.TransformFunc {
 		}
 		out := job.DeepCopy()
 		out.ManagedFields = nil
-		out.Status = batchv1.JobStatus{Conditions: job.Status.Conditions}
+		out.Status = batchv1.JobStatus{Conditions: job.Status.Conditions, Succeeded: job.Status.Succeeded}
 		return out, nil
 	}
 }
@@ -216,13 +217,13 @@ type jobAdmission struct {
 }
 
 // addJobs adds the pass's Jobs queued suspended: an admitted one is
-// charged for the pods it has not yet admitted and its gated pods are
-// admitted (up to JobMembers); a suspended one without a record is queued
+// charged for the pods it runs at once (podreq.JobRunsNow) that it has not
+// yet admitted, and its gated pods are admitted up to that many; a suspended one without a record is queued
 // work; one suspended with a record whose pods are gone is requeued.
 func (c *Controller) addJobs(st *passState, cfg quota.Config, jobs map[types.UID]*jobState, now time.Time) {
 	for _, js := range jobs {
 		job, plan := js.job, js.plan
-		members := podreq.JobMembers(job)
+		members := len(plan.pods) // podreq.JobRunsNow: fewer in the last wave
 		switch {
 		case js.adm != nil && !podreq.Suspended(job):
 			missing := max(0, members-js.active)
@@ -294,8 +295,12 @@ func (c *Controller) admitJob(ctx context.Context, wl *workload, now time.Time) 
 		if err != nil {
 			return nil, err
 		}
+		annotations := map[string]any{c.o.Names.AdmissionAnnotation: string(data)}
+		if _, ok := job.Annotations[c.o.Names.ReservationAnnotation]; ok {
+			annotations[c.o.Names.ReservationAnnotation] = nil // the reservation ends with the admission
+		}
 		return map[string]any{
-			"metadata": map[string]any{"resourceVersion": job.ResourceVersion, "annotations": map[string]any{c.o.Names.AdmissionAnnotation: string(data)}},
+			"metadata": map[string]any{"resourceVersion": job.ResourceVersion, "annotations": annotations},
 			"spec":     map[string]any{"suspend": false},
 		}, nil
 	})
@@ -353,6 +358,19 @@ func (c *Controller) requeueJob(ctx context.Context, js *jobState) {
 			"the Job was suspended after its admission and its pods are gone: it waits in its team's queue again")
 	}
 	klog.FromContext(ctx).V(2).Info("Requeued a suspended Job", "job", klog.KObj(job))
+}
+
+// writeJobRecord writes (value nil: removes) the reservation record on a
+// Job queued suspended. A failed write is retried by the next pass.
+func (c *Controller) writeJobRecord(ctx context.Context, job *batchv1.Job, value any) {
+	_, err := c.patchJob(ctx, job, func() (map[string]any, error) {
+		return map[string]any{"metadata": map[string]any{"uid": job.UID,
+			"annotations": map[string]any{c.o.Names.ReservationAnnotation: value}}}, nil
+	})
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Writing the reservation record failed; the next pass retries", "job", klog.KObj(job),
+			"reason", err.Error())
+	}
 }
 
 // suspendJob takes an admitted Job's admission back: spec.suspend true

@@ -82,7 +82,9 @@ func (c *Controller) report(ctx context.Context, in pkgqueue.Input, res pkgqueue
 			// A Job queued suspended has no pods to write on: it is listed
 			// as itself, and told once by an event on the Job.
 			pos := Position{Pod: key, Workload: key, Team: wl.w.Team, Position: st.Position, Of: st.Of,
-				Reason: string(st.Reason), Waiting: now.Sub(wl.w.Created).Seconds()}
+				Reason: string(st.Reason), Waiting: now.Sub(wl.w.Created).Seconds(),
+				Reservation: reservation, ExpectedStart: start}
+			c.deadline(wl.pods[0], wl, st, &pos)
 			status[key] = queuedPod{msg: msg, pos: pos}
 			c.jobQueued(wl, msg)
 			continue
@@ -168,8 +170,6 @@ func (c *Controller) deadline(pod *corev1.Pod, wl *workload, st pkgqueue.Status,
 	}
 }
 
-// condition writes the Queued condition when its message changed, at most
-// once per ConditionInterval per pod and within the cluster-wide rate.
 // jobQueued notes a Job queued suspended's first Queued event (on the Job).
 func (c *Controller) jobQueued(wl *workload, msg *lazyMessage) {
 	first := wl.pods[0]
@@ -178,9 +178,12 @@ func (c *Controller) jobQueued(wl *workload, msg *lazyMessage) {
 	c.seen[first.UID] = true
 	c.mu.Unlock()
 	if !seen {
-		c.events.queued(first, wl.w.Team, msg)
+		c.events.jobQueued(wl.job, wl.w.Team, len(wl.pods), msg)
 	}
 }
+
+// condition writes the Queued condition when its message changed, at most
+// once per ConditionInterval per pod and within the cluster-wide rate.
 
 func (c *Controller) condition(ctx context.Context, pod *corev1.Pod, team, reason string, lazy *lazyMessage, now time.Time) {
 	c.mu.Lock()

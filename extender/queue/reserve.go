@@ -43,12 +43,13 @@ func (c *Controller) reserve(ctx context.Context, res pkgqueue.Result, byKey map
 	}
 	logger := klog.FromContext(ctx)
 	var jobs []reserve.Queued
+	// The policy keys a job as its pods' requests do (a gang's key, or
+	// the pod's), for the held room to be open to them; a Job queued
+	// suspended is a workload of another key.
+	byJob := map[string]*workload{}
 	records := map[string]reserve.Record{}
 	for key, st := range res.Waiting {
 		wl := byKey[key]
-		if wl.job != nil {
-			continue // a Job queued suspended has no pods to carry a reservation record
-		}
 		rec, has := c.record(wl)
 		if !has && (st.Reason != pkgqueue.WaitRoom || st.Position != 1) {
 			continue
@@ -57,7 +58,8 @@ func (c *Controller) reserve(ctx context.Context, res pkgqueue.Result, byKey map
 		if !ok {
 			continue
 		}
-		records[key] = rec
+		byJob[q.Job.Key] = wl
+		records[q.Job.Key] = rec
 		jobs = append(jobs, q)
 	}
 	decisions, claims := c.o.Reserve.Pass(jobs, c.o.Snapshot(), now)
@@ -65,19 +67,22 @@ func (c *Controller) reserve(ctx context.Context, res pkgqueue.Result, byKey map
 	plans := map[string]*reserve.Plan{}
 	gpus := 0
 	for _, d := range decisions {
-		wl := byKey[d.Key]
+		wl := byJob[d.Key]
+		if wl == nil {
+			continue
+		}
 		old := records[d.Key]
 		if d.Plan != nil {
-			plans[d.Key] = d.Plan
+			plans[wl.w.Key] = d.Plan
 			for _, cl := range d.Plan.Claims {
 				gpus += cl.GPUs
 			}
 			if old.Since.IsZero() {
 				msg := "room held: " + d.Plan.Summary()
-				for _, p := range wl.pods {
+				for _, p := range told(wl) {
 					c.event(p, corev1.EventTypeNormal, "Reserved", msg)
 				}
-				logger.Info("Reservation held", "workload", d.Key, "domain", d.Plan.Domain(), "nodes", d.Plan.Nodes(),
+				logger.Info("Reservation held", "workload", wl.w.Key, "domain", d.Plan.Domain(), "nodes", d.Plan.Nodes(),
 					"expectedStart", d.Plan.Start, "estimated", d.Plan.Estimated)
 			}
 		}
@@ -86,10 +91,10 @@ func (c *Controller) reserve(ctx context.Context, res pkgqueue.Result, byKey map
 			msg := fmt.Sprintf("the room held since %s was released: the job did not start by %s; it is not held for again before %s",
 				old.Since.UTC().Format(time.RFC3339), c.o.Reserve.Until(old).UTC().Format(time.RFC3339),
 				d.Record.CooledUntil.UTC().Format(time.RFC3339))
-			for _, p := range wl.pods {
+			for _, p := range told(wl) {
 				c.event(p, corev1.EventTypeWarning, "ReservationReleased", msg)
 			}
-			logger.Info("Reservation released at its maximum", "workload", d.Key, "since", old.Since)
+			logger.Info("Reservation released at its maximum", "workload", wl.w.Key, "since", old.Since)
 		}
 		if d.Record != old {
 			start := time.Time{}
@@ -115,9 +120,6 @@ func (c *Controller) restoreClaims(ctx context.Context, byKey map[string]*worklo
 	c.restored = true
 	var jobs []reserve.Queued
 	for _, wl := range byKey {
-		if wl.job != nil {
-			continue // a Job queued suspended carries no reservation
-		}
 		rec, has := c.record(wl)
 		if !has || rec.Since.IsZero() {
 			continue
@@ -138,32 +140,56 @@ func (c *Controller) restoreClaims(ctx context.Context, byKey map[string]*worklo
 // charged to its first quota account's GPU model.
 func (c *Controller) queuedJob(wl *workload, st pkgqueue.Status, rec reserve.Record) (reserve.Queued, bool) {
 	job, candidates, err := c.o.Reserver.ReservationJob(wl.pods, c.scopeOf(wl))
-	if err != nil {
+	if err != nil || (wl.job != nil && !job.Gang && len(wl.pods) > 1) {
+		// A Job queued suspended of several pods that is not a gang: its
+		// pods' requests have keys of their own, none of which would be
+		// let into room held under one.
 		return reserve.Queued{}, false
 	}
 	return reserve.Queued{Job: job, Priority: wl.w.Priority, Created: wl.w.Created, Status: st,
 		Candidates: candidates, Record: rec}, true
 }
 
-// record reads a workload's reservation record from its pods (the first
-// that carries a valid one).
+// told is where a workload's reservation events go: each of its pods, or
+// once for a Job queued suspended (its planned pods' events go to the Job).
+func told(wl *workload) []*corev1.Pod {
+	if wl.job != nil {
+		return wl.pods[:1]
+	}
+	return wl.pods
+}
+
+// record reads a workload's reservation record: from the Job for a Job
+// queued suspended (its pods do not exist yet), else from its pods (the
+// first that carries a valid one).
 func (c *Controller) record(wl *workload) (reserve.Record, bool) {
+	if wl.job != nil {
+		return c.recordIn(wl.job.Annotations)
+	}
 	for _, p := range wl.pods {
-		v, ok := p.Annotations[c.o.Names.ReservationAnnotation]
-		if !ok {
-			continue
+		if r, ok := c.recordIn(p.Annotations); ok {
+			return r, true
 		}
-		r, err := contract.ParseReservation([]byte(v))
-		if err != nil {
-			continue
-		}
-		return reserve.Record{Since: r.Since, Until: r.HoldUntil, Domain: r.Domain, CooledUntil: r.CooledUntil}, true
 	}
 	return reserve.Record{}, false
 }
 
+// recordIn reads a valid reservation record from an object's annotations.
+func (c *Controller) recordIn(annotations map[string]string) (reserve.Record, bool) {
+	v, ok := annotations[c.o.Names.ReservationAnnotation]
+	if !ok {
+		return reserve.Record{}, false
+	}
+	r, err := contract.ParseReservation([]byte(v))
+	if err != nil {
+		return reserve.Record{}, false
+	}
+	return reserve.Record{Since: r.Since, Until: r.HoldUntil, Domain: r.Domain, CooledUntil: r.CooledUntil}, true
+}
+
 // writeRecord writes (or, for an empty record, removes) the reservation
-// record on every pod of the workload. A failed write is retried by the
+// record on every pod of the workload, or on the Job of a Job queued
+// suspended. A failed write is retried by the
 // next pass, which finds the old record.
 func (c *Controller) writeRecord(ctx context.Context, wl *workload, r reserve.Record, start time.Time) {
 	var value any // nil removes the annotation
@@ -175,6 +201,10 @@ func (c *Controller) writeRecord(ctx context.Context, wl *workload, r reserve.Re
 			return
 		}
 		value = string(data)
+	}
+	if wl.job != nil {
+		c.writeJobRecord(ctx, wl.job, value)
+		return
 	}
 	for _, p := range wl.pods {
 		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": p.UID,

@@ -162,13 +162,17 @@ func TestWhyJob(t *testing.T) {
 		return j
 	}
 	rec := `{"version":"v1","admittedAt":"2026-12-01T11:30:00Z","team":"vision"}`
+	held := job("held", true, true, "")
+	held.Annotations[n.ReservationAnnotation] = `{"version":"v1","since":"2026-12-01T11:50:00Z","holdUntil":"2026-12-01T13:50:00Z",` +
+		`"domain":"tier 0 leaf-a","expectedStart":"2026-12-01T12:20:00Z"}`
 	in := Input{Now: now,
 		Namespaces: []corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: "ml", Labels: map[string]string{n.TeamLabel: "vision"}}}},
 		Jobs: []batchv1.Job{job("waiting", true, true, ""), job("running", false, true, rec), job("back", true, true, rec),
-			job("plain", false, false, "")}}
+			job("plain", false, false, ""), held}}
 	c := Build(in, o)
 	for name, want := range map[string]string{
 		"waiting": "queued suspended (team vision): no pod exists until the queue admits all 2 at once",
+		"held":    "room held for it in tier 0 leaf-a since 2026-12-01T11:50:00Z, until 2026-12-01T13:50:00Z, expected start 2026-12-01T12:20:00Z",
 		"running": "admitted to team vision 30m0s ago; 0 of its 2 pods exist",
 		"back":    "taken back (suspended after its admission)",
 		"plain":   "not queued suspended",

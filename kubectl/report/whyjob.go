@@ -6,6 +6,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 
+	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/podreq"
 )
 
@@ -63,6 +64,7 @@ func (c *Cluster) WhyJob(namespace, name string) (Why, error) {
 		w.Queued = &QueuedPod{Pod: w.Pod, Team: w.Team, Kind: "Job", Reason: "Suspended"}
 		w.Summary = fmt.Sprintf("queued suspended (team %s): no pod exists until the queue admits all %d at once; its Queued event said where it stood "+
 			"(kubectl describe job %s), kubectl rota queue --extender-url shows its live position", w.Team, len(pods), name)
+		w.Summary += heldFor(job, c.o.Names.ReservationAnnotation)
 	case adm == nil:
 		w.Summary = "marked queued, but unsuspended without Rota's admission record: its pods queue one by one as gated pods"
 	case podreq.Suspended(job):
@@ -72,6 +74,24 @@ func (c *Cluster) WhyJob(namespace, name string) (Why, error) {
 			adm.Team, c.now.Sub(adm.AdmittedAt).Round(time.Second), running, len(pods))
 	}
 	return w, nil
+}
+
+// heldFor says where room is held for a Job queued suspended, from the
+// reservation record the queue writes on it ("" when none is held).
+func heldFor(job *batchv1.Job, annotation string) string {
+	v, ok := job.Annotations[annotation]
+	if !ok {
+		return ""
+	}
+	r, err := contract.ParseReservation([]byte(v))
+	if err != nil || r.Since.IsZero() {
+		return ""
+	}
+	s := fmt.Sprintf("; room held for it in %s since %s, until %s", r.Domain, r.Since.UTC().Format(time.RFC3339), r.HoldUntil.UTC().Format(time.RFC3339))
+	if !r.ExpectedStart.IsZero() {
+		s += ", expected start " + r.ExpectedStart.UTC().Format(time.RFC3339)
+	}
+	return s
 }
 
 // jobPhase names a Job's state as a phase.

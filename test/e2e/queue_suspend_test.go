@@ -85,6 +85,7 @@ func TestQueueSuspendedJobs(t *testing.T) {
 		{"unsuspend", `{"spec":{"suspend":false}}`, "only Rota's queue unsuspends it"},
 		{"copy first's record", mergeAnnotation(env.Names.AdmissionAnnotation, first.Annotations[env.Names.AdmissionAnnotation]), "only rota-extender sets"},
 		{"drop the mark", `{"metadata":{"annotations":{"` + env.Names.QueuedJobAnnotation + `":null}}}`, "only rota-extender changes or removes it"},
+		{"write a reservation record", mergeAnnotation(env.Names.ReservationAnnotation, `{"version":1}`), "room the queue holds for the Job"},
 	} {
 		_, err := alice.BatchV1().Jobs(ns).Patch(ctx, "second", types.MergePatchType, []byte(tc.patch), metav1.PatchOptions{})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -351,4 +352,120 @@ func TestQueueSuspendedJobReclaimed(t *testing.T) {
 	note(name, "a borrowed Job queued suspended taken back by suspending it: creation to running %s", took.Round(100*time.Millisecond))
 	q := quotaConfig(t)
 	checkInvariants(ctx, t, &q)
+}
+
+// TestBackfillReservationSuspendedJob: a Job queued suspended that does
+// not fit (an Indexed gang of two 8-GPU pods) gets room held as a gang of
+// gated pods does: the reservation record is written on the Job (it has no
+// pods) with a Reserved event, a long pod is refused the held GPUs, the
+// hold survives kill -9 of the extender, and when the last blocking pod
+// ends the Job is admitted into the held leaf, its record removed.
+func TestBackfillReservationSuspendedJob(t *testing.T) {
+	const name = "bfjob"
+	ctx, ns := setup(t, name, "", 5*time.Minute) // unknown team: unlimited quota
+	queueing(ctx, t)
+	if err := env.StartControllerManager(ctx, "job"); err != nil {
+		t.Fatal(err)
+	}
+	leaf := env.Names.Domain + "/leaf"
+	spec := harness.GPUNodeSpec{Model: h100.Model, MemoryMiB: h100.MemoryMiB, Count: 8}
+	a, b := spec, spec
+	a.Labels = map[string]string{leaf: "bfj-a"}
+	b.Labels = map[string]string{leaf: "bfj-b"}
+	nodes(ctx, t, name, "bfj-a", 2, a)
+	nodes(ctx, t, name, "bfj-b", 2, b)
+	suspendJobs(ctx, t, ns)
+	runtime := env.Names.MaxRuntimeAnnotation
+
+	// Leaf a's pods declare 30 minutes, leaf b's 2 hours: leaf a frees first.
+	var fillA, fillB []string
+	for i := range 4 {
+		fa, fb := fmt.Sprintf("fill-a%d", i), fmt.Sprintf("fill-b%d", i)
+		create(ctx, t, pod(ns, fa, name).GPUs(4).NodeSelector(leaf, "bfj-a").Annotation(runtime, "30m").Obj())
+		create(ctx, t, pod(ns, fb, name).GPUs(4).NodeSelector(leaf, "bfj-b").Annotation(runtime, "2h").Obj())
+		fillA, fillB = append(fillA, fa), append(fillB, fb)
+	}
+	waitPods(ctx, t, ns, "the 8 small pods running", func(p []corev1.Pod) bool { return running(p, append(fillA, fillB...)...) })
+
+	tmpl := pod(ns, "", name).GPUs(8).Obj()
+	tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
+	created, err := env.Client.BatchV1().Jobs(ns).Create(ctx, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "pretrain", Namespace: ns},
+		Spec: batchv1.JobSpec{Parallelism: ptr.To[int32](2), Completions: ptr.To[int32](2), CompletionMode: ptr.To(batchv1.IndexedCompletion),
+			BackoffLimit: ptr.To[int32](0), Template: corev1.PodTemplateSpec{Spec: tmpl.Spec}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleteJobAtEnd(t, ns, "pretrain")
+	var rec *contract.Reservation
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		rec = jobReservation(t, getJobE2E(ctx, t, ns, "pretrain"))
+		return rec != nil, nil
+	}); err != nil {
+		t.Fatalf("no reservation record on the Job: %v", err)
+	}
+	if rec.Domain != "tier 0 bfj-a" || rec.Since.IsZero() {
+		t.Fatalf("reservation record %+v, want leaf bfj-a held", rec)
+	}
+	waitEvent(ctx, t, ns, "pretrain", "Reserved")
+	if ps := jobPods(mustPods(ctx, t, ns), "pretrain"); len(ps) != 0 {
+		t.Fatalf("the Job queued suspended has %d pods while room is held for it", len(ps))
+	}
+
+	// Three of leaf a's four pods end: their GPUs are held, the fourth
+	// blocks. A long pod younger than the Job is refused them.
+	deletePods(ctx, t, ns, fillA[:3]...)
+	time.Sleep(time.Until(created.CreationTimestamp.Add(1100 * time.Millisecond)))
+	create(ctx, t, pod(ns, "long", name).GPUs(4).Annotation(runtime, "10h").Obj())
+	pods := waitPods(ctx, t, ns, "the long pod refused the held GPUs", func(p []corev1.Pod) bool {
+		l := byName(p, "long")
+		return l != nil && gated(l) && conditionSays(l, "GPU held for", "past it")
+	})
+	t.Logf("long: %s", queuedCondition(byName(pods, "long")).Message)
+
+	// kill -9 of the extender: the new run holds the same room, read from the Job.
+	if err := env.KillExtender(); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.StartExtender(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // a few passes of the new leader
+	if l := byName(mustPods(ctx, t, ns), "long"); !gated(l) {
+		t.Fatalf("after the restart the long pod was admitted onto %s", l.Spec.NodeName)
+	}
+	if again := jobReservation(t, getJobE2E(ctx, t, ns, "pretrain")); again == nil || !again.Since.Equal(rec.Since) || again.Domain != rec.Domain {
+		t.Fatalf("after the restart the Job's reservation record is %+v, want %+v", again, rec)
+	}
+
+	// The last blocking pod ends: the Job is admitted and runs in leaf a.
+	deletePods(ctx, t, ns, fillA[3])
+	pods = waitPods(ctx, t, ns, "the Job's pods running", func(p []corev1.Pod) bool { return harness.Running(jobPods(p, "pretrain")) == 2 })
+	for _, p := range jobPods(pods, "pretrain") {
+		if l := leafOf(ctx, t, &p); l != "bfj-a" {
+			t.Errorf("pod %s runs in leaf %q, want the held leaf bfj-a", p.Name, l)
+		}
+	}
+	if job := getJobE2E(ctx, t, ns, "pretrain"); jobReservation(t, job) != nil || podreq.Suspended(job) {
+		t.Errorf("the admitted Job: suspended %v, reservation record %q; want unsuspended without one",
+			podreq.Suspended(job), job.Annotations[env.Names.ReservationAnnotation])
+	}
+	if l := byName(pods, "long"); !gated(l) {
+		t.Errorf("the long pod was admitted onto %s while leaf b is full", l.Spec.NodeName)
+	}
+	checkInvariants(ctx, t, nil)
+	note(name, "a Job queued suspended held leaf bfj-a by a record on the Job, refused a 10h pod, kept it through kill -9, and started there")
+}
+
+// jobReservation reads a Job's reservation record (nil: none).
+func jobReservation(t *testing.T, job *batchv1.Job) *contract.Reservation {
+	t.Helper()
+	v, ok := job.Annotations[env.Names.ReservationAnnotation]
+	if !ok {
+		return nil
+	}
+	r, err := contract.ParseReservation([]byte(v))
+	if err != nil {
+		t.Fatalf("Job %s: reservation record %q: %v", job.Name, v, err)
+	}
+	return &r
 }
