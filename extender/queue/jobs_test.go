@@ -240,3 +240,43 @@ func TestJobTakenBackBySuspending(t *testing.T) {
 		t.Errorf("job a lost its queued mark")
 	}
 }
+
+// In its last wave an admitted Job is charged only for the completions it
+// has left: Job a (parallelism 4 of 6 completions, 4 succeeded) runs two
+// pods at most, so Job b (2 GPUs) fits team vision's quota of 4 beside it.
+// Counted at its parallelism, a would hold all 4 and b would wait.
+func TestJobLastWaveCharge(t *testing.T) {
+	cfg := &quota.Config{Teams: map[string]quota.Team{"vision": {GPUs: 4}}}
+	a := queuedJob("a", 4, 1, 2*time.Hour)
+	a.Spec.Completions = ptr.To[int32](6)
+	r := &fakeRoom{free: 8}
+	c, client := start(t, cfg, r, a)
+	signing(c)
+	c.Pass(t.Context())
+	gotA := getJob(t, client, "a")
+	if podreq.Suspended(gotA) {
+		t.Fatal("job a was not admitted")
+	}
+	gotA.Status.Succeeded = 4 // the Job controller's count after the first wave
+	gotA.ResourceVersion = "7" // the fake keeps what it is given; the API server moves it
+	if _, err := client.BatchV1().Jobs("ml").UpdateStatus(t.Context(), gotA, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	b := queuedJob("b", 2, 1, time.Hour)
+	if _, err := client.BatchV1().Jobs("ml").Create(t.Context(), b, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		for _, obj := range c.o.Jobs.GetStore().List() {
+			if j := obj.(*batchv1.Job); j.Name == "a" && j.Status.Succeeded == 4 {
+				return len(c.o.Jobs.GetStore().List()) == 2
+			}
+		}
+		return false
+	})
+	c.Pass(t.Context())
+	if podreq.Suspended(getJob(t, client, "b")) {
+		ps, _ := c.Positions()
+		t.Fatalf("job b waits beside job a's last wave of 2 pods: %+v", ps)
+	}
+}

@@ -60,6 +60,18 @@ func JobMembers(job *batchv1.Job) int {
 	return int(max(0, n))
 }
 
+// JobRunsNow is how many pods the Job runs at once from now on:
+// JobMembers, fewer in its last wave, when fewer completions are left than
+// its parallelism (completions less the pods that succeeded, as the Job
+// controller counts them in its status).
+func JobRunsNow(job *batchv1.Job) int {
+	n := JobMembers(job)
+	if c := job.Spec.Completions; c != nil {
+		n = min(n, max(0, int(*c)-int(job.Status.Succeeded)))
+	}
+	return n
+}
+
 // JobWorkloadKey is the queue's key of a Job queued suspended. It cannot
 // be a pod's or a gang's key (neither a pod name nor a label value holds
 // a slash).
@@ -94,13 +106,13 @@ func (r Records) JobAdmission(job *batchv1.Job, names contract.Names) (adm, unbe
 }
 
 // JobPods returns the pods the Job's controller creates when it starts, as
-// the queue plans room for them: JobMembers pods of its template, named
+// the queue plans room for them: JobRunsNow pods of its template, named
 // after the Job and its index, with UIDs made from the Job's, controlled
 // by the Job, with no resourceVersion (the API holds no such pod), without
 // any of Rota's records the template may carry, and with the gang label and
 // size the webhook gives them when the Job is a gang (JobGang).
 func JobPods(job *batchv1.Job, names contract.Names) []*corev1.Pod {
-	n := JobMembers(job)
+	n := JobRunsNow(job)
 	gang, size, isGang := JobGang(job, names)
 	pods := make([]*corev1.Pod, 0, n)
 	for i := range n {

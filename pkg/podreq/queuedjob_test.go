@@ -60,3 +60,32 @@ func TestJobPods(t *testing.T) {
 		t.Errorf("JobRecordSubject = %q", s)
 	}
 }
+
+// In its last wave a Job runs only the completions it has left: the queue
+// plans and charges that many, while its record stays signed for its
+// parallelism.
+func TestJobRunsNow(t *testing.T) {
+	for _, tc := range []struct {
+		parallelism int32
+		completions *int32
+		succeeded   int32
+		want        int
+	}{
+		{4, ptr.To[int32](10), 0, 4},
+		{4, ptr.To[int32](10), 6, 4},
+		{4, ptr.To[int32](10), 7, 3},
+		{4, ptr.To[int32](10), 10, 0},
+		{4, ptr.To[int32](10), 12, 0},
+		{4, nil, 3, 4}, // a work queue: it ends when one succeeds and the rest end
+	} {
+		j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{UID: "u"}, Spec: batchv1.JobSpec{Parallelism: ptr.To(tc.parallelism), Completions: tc.completions},
+			Status: batchv1.JobStatus{Succeeded: tc.succeeded}}
+		if got := JobRunsNow(j); got != tc.want || len(JobPods(j, contract.Default)) != tc.want {
+			t.Errorf("parallelism %d, completions %v, %d succeeded: JobRunsNow %d (%d planned pods), want %d",
+				tc.parallelism, ptr.Deref(tc.completions, -1), tc.succeeded, got, len(JobPods(j, contract.Default)), tc.want)
+		}
+		if s := JobRecordSubject(j); s != "job/u/4" {
+			t.Errorf("JobRecordSubject = %q, want it signed for the parallelism", s)
+		}
+	}
+}

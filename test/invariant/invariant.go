@@ -595,7 +595,9 @@ type queuedJobCharge struct {
 
 // runningQueuedJobs are the Jobs queued suspended (marked) that are
 // unsuspended and have not ended, by UID. Each holds quota for all the
-// pods it runs at once, whether the Job controller made them yet or not:
+// pods it runs at once (in its last wave, the completions it has left,
+// from the Job controller's status), whether the Job controller made them
+// yet or not:
 // the pods that exist count as pods, the rest as pending. Whether the
 // queue admitted the Job (its record) is not asked: only what runs, or
 // will, is counted.
