@@ -64,6 +64,8 @@ const quotaDoc = `teams:
     gpus: 2
   qsusp:
     gpus: 2
+  qwave:
+    gpus: 2
   qskillj:
     gpus: 8
   qmodel:

@@ -469,3 +469,48 @@ func jobReservation(t *testing.T, job *batchv1.Job) *contract.Reservation {
 	}
 	return &r
 }
+
+// TestQueueSuspendedJobLastWave: team qwave (quota 2 GPUs) runs a Job
+// queued suspended of parallelism 2 and 3 completions, one GPU a pod. When
+// its first two pods succeed the Job controller runs one pod for the last
+// completion; the Job is then charged for that one, and a second Job of
+// one GPU is admitted beside it (charged at its parallelism, the first
+// would keep the team's whole quota until it ended).
+func TestQueueSuspendedJobLastWave(t *testing.T) {
+	const name = "qwave"
+	ctx, ns := suspendScenario(t, name, 4*time.Minute, 1, 4)
+	tmpl := pod(ns, "", name).GPUs(1).Obj()
+	tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
+	job := func(jobName string, parallelism, completions int32) {
+		t.Helper()
+		if _, err := env.Client.BatchV1().Jobs(ns).Create(ctx, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: jobName, Namespace: ns},
+			Spec: batchv1.JobSpec{Parallelism: ptr.To(parallelism), Completions: ptr.To(completions), BackoffLimit: ptr.To[int32](0),
+				Template: corev1.PodTemplateSpec{Spec: tmpl.Spec}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		deleteJobAtEnd(t, ns, jobName)
+	}
+	job("waves", 2, 3)
+	pods := waitPods(ctx, t, ns, "the first wave running", func(p []corev1.Pod) bool { return harness.Running(jobPods(p, "waves")) == 2 })
+	for _, p := range jobPods(pods, "waves") {
+		if err := env.FinishPod(ctx, &p, corev1.PodSucceeded); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitPods(ctx, t, ns, "the last wave running", func(p []corev1.Pod) bool {
+		n := 0
+		for _, jp := range jobPods(p, "waves") {
+			if jp.Status.Phase == corev1.PodRunning {
+				n++
+			}
+		}
+		return n == 1 && getJobE2E(ctx, t, ns, "waves").Status.Succeeded == 2
+	})
+	job("side", 1, 1)
+	waitPods(ctx, t, ns, "the side Job running beside the last wave", func(p []corev1.Pod) bool {
+		return harness.Running(jobPods(p, "side")) == 1
+	})
+	q := quotaConfig(t)
+	checkInvariants(ctx, t, &q)
+	note(name, "a Job's last wave (1 of parallelism 2) was charged for 1 GPU; a second Job ran beside it in a quota of 2")
+}
