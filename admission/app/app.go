@@ -125,7 +125,7 @@ func newForClients(ctx context.Context, cfg config.Config, client kubernetes.Int
 		source = "quota disabled by --quota-config-map=\"\""
 	}
 	v := view.New(view.Options{Names: names, MemoryUnitMiB: contract.MiB(cfg.MemoryUnitMiB),
-		InFlightTTL: cfg.InFlightTTL, ConfigSource: source})
+		InFlightTTL: cfg.InFlightTTL, ConfigSource: source, SuspendJobsEverywhere: cfg.SuspendJobs == config.SuspendJobsAll})
 	active := new(atomic.Bool)
 	reads := newWorkloadReads(client, dyn, names)
 	wo := webhook.Options{Names: names, View: v, Active: active.Load,

@@ -58,12 +58,23 @@ type Config struct {
 	// Profiling serves Go runtime profiles under /debug/pprof/ on the
 	// HTTPS listener, beside /metrics.
 	Profiling bool `json:"profiling,omitempty"`
+	// SuspendJobs is where top-level GPU Jobs are queued suspended:
+	// SuspendJobsLabelled (namespaces labelled <domain>/queueing=suspend)
+	// or SuspendJobsAll (every namespace but those labelled
+	// <domain>/queueing=gate, off or kueue).
+	SuspendJobs string `json:"suspendJobs"`
 	// QueueControllers are the users (as the API server authenticates
 	// them) that may remove Rota's queue gate from a pod: the queue
 	// controller in rota-extender. Empty means the extender's
 	// ServiceAccount in Namespace (DefaultQueueController).
 	QueueControllers []string `json:"queueControllers,omitempty"`
 }
+
+// Where rota-admission queues Jobs suspended (--suspend-jobs).
+const (
+	SuspendJobsLabelled = "labelled"
+	SuspendJobsAll      = "all"
+)
 
 // DefaultQueueControllerAccount is the ServiceAccount rota-extender runs as
 // in the chart (release "rota").
@@ -107,6 +118,7 @@ func Default() Config {
 		Domain:          contract.DefaultDomain,
 		MemoryUnitMiB:   int64(contract.DefaultMemoryUnitMiB),
 		InFlightTTL:     30 * time.Second,
+		SuspendJobs:     SuspendJobsLabelled,
 		LeaderElect:     true,
 		LeaseName:       "rota-admission",
 		LeaseDuration:   15 * time.Second,
@@ -142,6 +154,9 @@ func (c Config) Validate() error {
 	}
 	if c.InFlightTTL <= 0 {
 		bad("in-flight-ttl", c.InFlightTTL, "must be positive")
+	}
+	if c.SuspendJobs != SuspendJobsLabelled && c.SuspendJobs != SuspendJobsAll {
+		bad("suspend-jobs", c.SuspendJobs, "want "+SuspendJobsLabelled+" or "+SuspendJobsAll)
 	}
 	if c.KubeQPS <= 0 || c.KubeBurst <= 0 {
 		bad("kube-api-qps/--kube-api-burst", fmt.Sprint(c.KubeQPS, "/", c.KubeBurst), "must be positive")

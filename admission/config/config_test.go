@@ -19,11 +19,12 @@ func TestValidate(t *testing.T) {
 	}
 	bad := ok
 	bad.Listen, bad.TLSKeyFile, bad.Domain, bad.RenewDeadline, bad.Identity = "nope", "", "EXAMPLE", time.Hour, ""
+	bad.SuspendJobs = "everywhere"
 	err := bad.Validate()
 	if err == nil {
 		t.Fatal("Validate() of a bad config = nil")
 	}
-	for _, want := range []string{"--listen=nope", "--tls-cert-file and --tls-key-file are required", "--domain=EXAMPLE", "--leader-elect-renew-deadline", "--identity"} {
+	for _, want := range []string{"--listen=nope", "--tls-cert-file and --tls-key-file are required", "--domain=EXAMPLE", "--leader-elect-renew-deadline", "--identity", "--suspend-jobs=everywhere"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %q, want it to mention %q", err, want)
 		}

@@ -64,12 +64,17 @@ func (v *View) queueingOff(namespace string) (bool, string) {
 }
 
 // SuspendsJobs reports whether the namespace's top-level Jobs are queued
-// suspended: it is labelled <domain>/queueing=suspend and queueing is on.
+// suspended: queueing is on there, and it is labelled
+// <domain>/queueing=suspend or, with SuspendJobsEverywhere, not labelled
+// <domain>/queueing=gate.
 func (v *View) SuspendsJobs(namespace string) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	off, _ := v.queueingOff(namespace)
-	return !off && v.nsQueueing[namespace] == contract.QueueingSuspend
+	if off, _ := v.queueingOff(namespace); off {
+		return false
+	}
+	mode := v.nsQueueing[namespace]
+	return mode == contract.QueueingSuspend || (v.o.SuspendJobsEverywhere && mode != contract.QueueingGate)
 }
 
 // KueueQueues reports whether the namespace is labelled

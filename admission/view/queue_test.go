@@ -415,3 +415,37 @@ func TestQueueRefusesWhatItsNodePoolCannotHold(t *testing.T) {
 		t.Errorf("after relabelling big-0 into cv: %s %q", out.Reason, out.Message)
 	}
 }
+
+// SuspendsJobs: by default only namespaces labelled queueing=suspend queue
+// Jobs suspended; with SuspendJobsEverywhere every namespace does but
+// those labelled gate, off or kueue. Queueing off in the configuration
+// turns it off everywhere.
+func TestSuspendsJobs(t *testing.T) {
+	labels := []string{"", contract.QueueingSuspend, contract.QueueingGate, contract.QueueingOff, contract.QueueingKueue, "other"}
+	for _, tc := range []struct {
+		everywhere bool
+		off        bool
+		want       map[string]bool // by label; the rest false
+	}{
+		{false, false, map[string]bool{contract.QueueingSuspend: true}},
+		{true, false, map[string]bool{"": true, contract.QueueingSuspend: true, "other": true}},
+		{true, true, nil},
+	} {
+		v := New(Options{Names: contract.Default, InFlightTTL: 30 * time.Second, ConfigSource: "test", SuspendJobsEverywhere: tc.everywhere})
+		cfg := quota.Config{}
+		if tc.off {
+			cfg.Queueing = quota.QueueingOff
+		}
+		v.SetConfig(cfg)
+		for i, l := range labels {
+			ns := at.Namespace(fmt.Sprintf("ns%d", i), "t")
+			if l != "" {
+				ns.Labels[contract.Default.QueueingLabel] = l
+			}
+			v.UpsertNamespace(ns)
+			if got := v.SuspendsJobs(ns.Name); got != tc.want[l] {
+				t.Errorf("everywhere %v, queueing off %v, label %q: SuspendsJobs = %v, want %v", tc.everywhere, tc.off, l, got, tc.want[l])
+			}
+		}
+	}
+}

@@ -28,6 +28,10 @@ type Options struct {
 	// ConfigSource names where the quota configuration comes from, for
 	// messages ("ConfigMap rota-system/rota-quota").
 	ConfigSource string
+	// SuspendJobsEverywhere queues top-level GPU Jobs suspended in every
+	// namespace but those labelled QueueingGate (or where queueing is off
+	// or Kueue's), not only in those labelled QueueingSuspend.
+	SuspendJobsEverywhere bool
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -42,8 +46,8 @@ type View struct {
 	pods    map[string]podRec
 	buckets map[bucketKey]*bucket
 	nsTeam  map[string]string // namespace -> its team label ("" when unlabelled)
-	// nsQueueing holds the namespaces whose queueing label is off or
-	// kueue, with the label's value.
+	// nsQueueing holds the namespaces whose queueing label is one Rota
+	// knows (off, kueue, suspend, gate), with the label's value.
 	nsQueueing map[string]string
 	gangs      map[string]*gang
 	podRes     map[string]*podRes
@@ -427,7 +431,7 @@ func (v *View) UpsertNamespace(ns *corev1.Namespace) {
 	defer v.mu.Unlock()
 	v.nsTeam[ns.Name] = ns.Labels[v.o.Names.TeamLabel]
 	switch mode := ns.Labels[v.o.Names.QueueingLabel]; mode {
-	case contract.QueueingOff, contract.QueueingKueue, contract.QueueingSuspend:
+	case contract.QueueingOff, contract.QueueingKueue, contract.QueueingSuspend, contract.QueueingGate:
 		v.nsQueueing[ns.Name] = mode
 	default:
 		delete(v.nsQueueing, ns.Name)

@@ -170,6 +170,11 @@ const QueueingOff = "off"
 // wait) instead of as gated pods; bare pods are gated as with queueing on.
 const QueueingSuspend = "suspend"
 
+// QueueingGate is the value of QueueingLabel that keeps a namespace's
+// Jobs queued as gated pods where rota-admission queues Jobs suspended in
+// every namespace (--suspend-jobs=all).
+const QueueingGate = "gate"
+
 // QueueingKueue is the value of QueueingLabel that hands a namespace's
 // queueing and quota to Kueue.
 const QueueingKueue = "kueue"

@@ -79,11 +79,13 @@ func conditions(mcs []admissionregistrationv1.MatchCondition) string {
 // CA bundles; rota-admission is told who the queue controller is.
 func TestChartWebhooks(t *testing.T) {
 	for _, tc := range []struct {
-		sets      []string
-		domain    string
-		wantUsers string
+		sets       []string
+		domain     string
+		wantUsers  string
+		suspendAll bool
 	}{
 		{sets: nil, domain: "example.com", wantUsers: "system:serviceaccount:rota-system:rota-extender"},
+		{sets: []string{"admission.suspendJobs=all"}, domain: "example.com", wantUsers: "system:serviceaccount:rota-system:rota-extender", suspendAll: true},
 		{sets: []string{"domain=gpu.acme.io", "admission.certManager.enabled=true", "admission.queueControllerUsers={system:serviceaccount:q:queue,ops}"},
 			domain: "gpu.acme.io", wantUsers: "system:serviceaccount:q:queue,ops"},
 	} {
@@ -145,8 +147,25 @@ func TestChartWebhooks(t *testing.T) {
 				!slices.Equal(jw.Rules[0].Operations, []admissionregistrationv1.OperationType{admissionregistrationv1.Create}) {
 				t.Errorf("Jobs webhook rules %+v, want batch jobs CREATE", jw.Rules)
 			}
-			if jw.NamespaceSelector == nil || jw.NamespaceSelector.MatchLabels[tc.domain+"/queueing"] != contract.QueueingSuspend {
+			optOut := metav1.LabelSelectorRequirement{Key: tc.domain + "/queueing", Operator: metav1.LabelSelectorOpNotIn,
+				Values: []string{contract.QueueingGate, contract.QueueingOff, contract.QueueingKueue}}
+			switch {
+			case jw.NamespaceSelector == nil:
+				t.Errorf("Jobs webhook has no namespaceSelector")
+			case tc.suspendAll && (len(jw.NamespaceSelector.MatchLabels) != 0 ||
+				!slices.ContainsFunc(jw.NamespaceSelector.MatchExpressions, func(r metav1.LabelSelectorRequirement) bool {
+					return r.Key == optOut.Key && r.Operator == optOut.Operator && slices.Equal(r.Values, optOut.Values)
+				})):
+				t.Errorf("Jobs webhook namespaceSelector %+v, want every namespace but %v", jw.NamespaceSelector, optOut)
+			case !tc.suspendAll && jw.NamespaceSelector.MatchLabels[tc.domain+"/queueing"] != contract.QueueingSuspend:
 				t.Errorf("Jobs webhook namespaceSelector %+v, want %s/queueing=%s", jw.NamespaceSelector, tc.domain, contract.QueueingSuspend)
+			}
+			want := "--suspend-jobs=labelled"
+			if tc.suspendAll {
+				want = "--suspend-jobs=all"
+			}
+			if args := admissionArgs(t, tc.sets); !slices.Contains(args, want) {
+				t.Errorf("rota-admission args %q lack %s", args, want)
 			}
 			if jc := conditions(jw.MatchConditions); !strings.Contains(jc, "object.spec.template.spec.containers") ||
 				!strings.Contains(jc, "'"+tc.domain+"/'") || !strings.Contains(jc, "ownerReferences") {

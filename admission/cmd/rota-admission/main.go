@@ -49,6 +49,9 @@ func main() {
 	fs.DurationVar(&cfg.RenewDeadline, "leader-elect-renew-deadline", cfg.RenewDeadline, "leader renew deadline")
 	fs.DurationVar(&cfg.RetryPeriod, "leader-elect-retry-period", cfg.RetryPeriod, "leader election retry period")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "how long to let requests in flight finish on shutdown")
+	fs.StringVar(&cfg.SuspendJobs, "suspend-jobs", cfg.SuspendJobs, "where top-level GPU Jobs are queued suspended (no pods while they wait): "+
+		"labelled (namespaces labelled <domain>/queueing=suspend) or all (every namespace but those labelled <domain>/queueing=gate, off or kueue); "+
+		"the webhook configuration's namespaceSelector must match")
 	fs.BoolVar(&cfg.Profiling, "profiling", cfg.Profiling, "serve Go runtime profiles under /debug/pprof/ (on --listen, beside /metrics)")
 	queueUsers := fs.String("queue-controller-users", "", "comma-separated users that may remove the queue gate from a pod "+
 		"(Rota's queue controller); empty means "+config.DefaultQueueController("<--namespace>"))
