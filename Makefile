@@ -19,7 +19,7 @@ BENCHCOUNT ?= 5
 CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 export CGO_CFLAGS
 
-.PHONY: help host-deps build build-next test unit verify release-check e2e lint bench bench-sim replay load fuzz demo evaluate soak kueue containerd k8s-tools helm promtool manifests clean device-bundle device-rehearsal
+.PHONY: help host-deps build build-next test unit verify release-check e2e lint bench bench-sim replay load fuzz demo evaluate soak kueue jobset containerd k8s-tools helm promtool manifests clean device-bundle device-rehearsal
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -44,7 +44,7 @@ test: host-deps lint unit e2e device-rehearsal ## everything CI runs: lint, unit
 host-deps: ## install (as root) or name (otherwise) the host packages the suites need: containerd, runc, CNI, iptables, chromium
 	@bash hack/host-deps.sh
 
-e2e: k8s-tools kueue containerd helm promtool build build-next ## scenario tests against a real etcd + kube-apiserver + kube-scheduler
+e2e: k8s-tools kueue jobset containerd helm promtool build build-next ## scenario tests against a real etcd + kube-apiserver + kube-scheduler
 	@mkdir -p $(BIN)
 	$(GO) test -tags e2e -count=1 -timeout 30m -v ./test/... 2>&1 | tee $(BIN)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|SUMMARY|panic|  passed:|  FAILED)' ; \
 	  rc=$${PIPESTATUS[0]}; if [[ $$rc != 0 ]]; then bash hack/failed-tests.sh $(BIN)/e2e.log; fi; exit $$rc
@@ -79,6 +79,9 @@ device-rehearsal: device-bundle ## run hack/device-check.sh here without a GPU (
 
 kueue: ## build Kueue's controller manager (the version in test/tools/versions.env) once into .cache/kueue/bin
 	@bash hack/kueue.sh
+
+jobset: ## build JobSet's controller manager (the version in test/tools/jobset/go.mod) once into .cache/jobset/bin
+	@bash hack/jobset.sh
 
 EVALUATE_ARGS ?=
 build-next: ## the next build (-tags rotanext: the next version of Rota's documents) into bin/next/, for the soak's rolling upgrade

@@ -5,7 +5,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
@@ -26,6 +29,7 @@ import (
 	"github.com/rota-sched/rota/pkg/podreq"
 	"github.com/rota-sched/rota/test/cluster"
 	"github.com/rota-sched/rota/test/e2e/harness"
+	"github.com/rota-sched/rota/test/jobset"
 )
 
 // admissionLog follows a namespace's pods through an informer (events in
@@ -508,11 +512,12 @@ func TestQueueIndexedJobGang(t *testing.T) {
 	waitJob(ctx, t, ns, "pretrain")
 }
 
-// TestQueueJobSetGang: a JobSet whose replicated jobs start together and
-// run every index at once is one gang of all its pods, across its Jobs:
-// the webhook reads the JobSet (through the dynamic client; the test plays
-// the JobSet controller and creates its two Jobs) and names the gang on
-// each pod, and the queue admits the two pods together.
+// TestQueueJobSetGang: with the real JobSet controller, a JobSet whose
+// replicated jobs start together and run every index at once is one gang
+// of all its pods, across its Jobs: the JobSet controller makes its two
+// Jobs and the Job controller their pods; the webhook reads the JobSet
+// (through the dynamic client) and names the gang on each pod, and the
+// queue admits the two pods together.
 func TestQueueJobSetGang(t *testing.T) {
 	const name = "qjsgang"
 	ctx, ns := setup(t, name, "", 4*time.Minute)
@@ -520,34 +525,15 @@ func TestQueueJobSetGang(t *testing.T) {
 	if err := env.StartControllerManager(ctx, "job"); err != nil {
 		t.Fatal(err)
 	}
+	startJobSet(ctx, t)
 	nodes(ctx, t, name, "qjsgang", 2, harness.GPUNodeSpec{Model: h100.Model, MemoryMiB: h100.MemoryMiB, Count: 4})
-	one := int64(1)
-	gpuPod := map[string]any{"spec": map[string]any{"containers": []any{map[string]any{"name": "c",
-		"resources": map[string]any{"limits": map[string]any{env.Names.GPU: "4"}}}}}}
-	jobTemplate := map[string]any{"spec": map[string]any{"parallelism": one, "completions": one, "completionMode": "Indexed", "template": gpuPod}}
-	js := createServed(ctx, t, jobSetCRD, jobSetsGVR, ns, &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": map[string]any{"name": "llm"},
-		"spec": map[string]any{"replicatedJobs": []any{map[string]any{"name": "workers", "replicas": int64(2), "template": jobTemplate}}}}})
-	tmpl := pod(ns, "", name).GPUs(4).Obj()
-	tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
-	p1 := int32(1)
-	indexed := batchv1.IndexedCompletion
-	yes := true
-	for i := range 2 {
-		job := fmt.Sprintf("llm-workers-%d", i)
-		if _, err := env.Client.BatchV1().Jobs(ns).Create(ctx, &batchv1.Job{
-			ObjectMeta: metav1.ObjectMeta{Name: job, Namespace: ns, Labels: map[string]string{podreq.ReplicatedJobLabel: "workers"},
-				OwnerReferences: []metav1.OwnerReference{{APIVersion: "jobset.x-k8s.io/v1alpha2", Kind: "JobSet", Name: "llm", UID: js.GetUID(), Controller: &yes}}},
-			Spec: batchv1.JobSpec{Parallelism: &p1, Completions: &p1, CompletionMode: &indexed, Template: corev1.PodTemplateSpec{Spec: tmpl.Spec}},
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		deleteJobAtEnd(t, ns, job)
-	}
-	pods := waitPods(ctx, t, ns, "the JobSet's two pods running", func(p []corev1.Pod) bool {
-		return len(runningOf(append(jobPods(p, "llm-workers-0"), jobPods(p, "llm-workers-1")...))) == 2
+	createJobSet(ctx, t, ns, "llm", jobSetSpec(false, replicatedJob("workers", 2, 1, 4)))
+	var jp []corev1.Pod
+	waitPods(ctx, t, ns, "the JobSet's two pods running", func(p []corev1.Pod) bool {
+		jp = jobSetPods(p, "llm")
+		return len(runningOf(jp)) == 2
 	})
-	for _, p := range pods {
+	for _, p := range jp {
 		if p.Labels[env.Names.GangLabel] != "llm" || p.Annotations[env.Names.GangSizeAnnotation] != "2" {
 			t.Errorf("pod %s: gang %q size %q; want the JobSet's gang llm of 2", p.Name, p.Labels[env.Names.GangLabel], p.Annotations[env.Names.GangSizeAnnotation])
 		}
@@ -556,6 +542,124 @@ func TestQueueJobSetGang(t *testing.T) {
 			t.Errorf("pod %s: admission record %+v (%v); want a hold for gang %s/llm", p.Name, adm, err, ns)
 		}
 	}
+	note(name, "the real JobSet controller's two Jobs: their pods named one gang of 2 and admitted together")
+}
+
+// TestQueueJobSetInOrder: with the real JobSet controller, a JobSet that
+// starts its replicated jobs in order (the workers' Jobs are made only once
+// the driver's pods are ready) is not one gang, which would wait for ever
+// for pods not yet made: the driver (one Job of 2 pods) and the workers
+// (2 Jobs of one pod) are each a gang, admitted one after the other, and
+// all four pods run.
+func TestQueueJobSetInOrder(t *testing.T) {
+	const name = "qjsorder"
+	ctx, ns := setup(t, name, "", 4*time.Minute)
+	queueing(ctx, t)
+	if err := env.StartControllerManager(ctx, "job"); err != nil {
+		t.Fatal(err)
+	}
+	startJobSet(ctx, t)
+	nodes(ctx, t, name, "qjsorder", 2, harness.GPUNodeSpec{Model: h100.Model, MemoryMiB: h100.MemoryMiB, Count: 4})
+	createJobSet(ctx, t, ns, "staged", jobSetSpec(true, replicatedJob("driver", 1, 2, 1), replicatedJob("workers", 2, 1, 2)))
+	var jp []corev1.Pod
+	waitPods(ctx, t, ns, "the JobSet's four pods running", func(p []corev1.Pod) bool {
+		jp = jobSetPods(p, "staged")
+		return len(runningOf(jp)) == 4
+	})
+	for _, p := range jp {
+		rjob := p.Labels[podreq.ReplicatedJobLabel]
+		if want := "staged-" + rjob; p.Labels[env.Names.GangLabel] != want || p.Annotations[env.Names.GangSizeAnnotation] != "2" {
+			t.Errorf("pod %s (%s): gang %q size %q; want gang %s of 2", p.Name, rjob, p.Labels[env.Names.GangLabel],
+				p.Annotations[env.Names.GangSizeAnnotation], want)
+		}
+	}
+	checkInvariants(ctx, t, nil)
+	note(name, "an in-order JobSet ran as two gangs of 2, its workers made after its driver ran")
+}
+
+// startJobSet runs the real JobSet controller manager (make jobset builds
+// it) for the test.
+func startJobSet(ctx context.Context, t *testing.T) {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	m, err := jobset.Start(ctx, env.Cluster, jobset.Options{Root: root, Dir: t.TempDir()})
+	t.Cleanup(func() {
+		if err := m.Stop(); err != nil {
+			t.Errorf("stopping the JobSet controller: %v", err)
+		}
+	})
+	if err != nil {
+		t.Fatalf("starting the JobSet controller %s (make jobset builds it): %v", jobset.Version, err)
+	}
+	t.Logf("JobSet %s ready in %s", jobset.Version, time.Since(began).Round(100*time.Millisecond))
+}
+
+// replicatedJob is a JobSet's replicated job: replicas Indexed Jobs of
+// parallelism pods, each asking for gpus GPUs.
+func replicatedJob(name string, replicas, parallelism, gpus int64) map[string]any {
+	gpuPod := map[string]any{"spec": map[string]any{"restartPolicy": "Never", "containers": []any{map[string]any{
+		"name": "main", "image": "rota.test/train:1", "resources": map[string]any{"limits": map[string]any{env.Names.GPU: strconv.FormatInt(gpus, 10)}}}}}}
+	job := map[string]any{"spec": map[string]any{"parallelism": parallelism, "completions": parallelism, "completionMode": "Indexed",
+		"backoffLimit": int64(0), "template": gpuPod}}
+	return map[string]any{"name": name, "replicas": replicas, "template": job}
+}
+
+// jobSetSpec is a JobSet's spec of the replicated jobs, started in order
+// when inOrder.
+func jobSetSpec(inOrder bool, rjobs ...map[string]any) map[string]any {
+	spec := map[string]any{"replicatedJobs": []any{}}
+	for _, r := range rjobs {
+		spec["replicatedJobs"] = append(spec["replicatedJobs"].([]any), r)
+	}
+	if inOrder {
+		spec["startupPolicy"] = map[string]any{"startupPolicyOrder": "InOrder"}
+	}
+	return spec
+}
+
+// createJobSet creates a JobSet (retrying while the JobSet webhooks warm
+// up) and deletes it when the test ends.
+func createJobSet(ctx context.Context, t *testing.T, ns, name string, spec map[string]any) *unstructured.Unstructured {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(env.Cluster.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := dyn.Resource(jobset.JobSets).Namespace(ns)
+	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+		"metadata": map[string]any{"name": name}, "spec": spec}}
+	var got *unstructured.Unstructured
+	err = wait.PollUntilContextTimeout(ctx, 300*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err = res.Create(ctx, obj, metav1.CreateOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("creating JobSet %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		bg := metav1.DeletePropagationBackground
+		if err := res.Delete(cctx, name, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil && !apierrors.IsNotFound(err) {
+			t.Logf("deleting JobSet %s: %v", name, err)
+		}
+	})
+	return got
+}
+
+// jobSetPods are the pods of JobSet js that are not being deleted.
+func jobSetPods(pods []corev1.Pod, js string) []corev1.Pod {
+	var out []corev1.Pod
+	for _, p := range pods {
+		if p.Labels["jobset.sigs.k8s.io/jobset-name"] == js && p.DeletionTimestamp == nil {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // TestQueueLWSGang: a LeaderWorkerSet group whose leader and workers are

@@ -7,14 +7,10 @@
 package kueue
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -26,7 +22,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
@@ -44,13 +39,9 @@ var ErrNotBuilt = errors.New("the Kueue manager is not built")
 // webhook manifests come from there, at the version the binary was built
 // from.
 func Module() (string, error) {
-	out, err := exec.Command("go", "env", "GOMODCACHE").Output()
+	dir, err := cluster.ModuleDir("sigs.k8s.io/kueue", Version, "kueue")
 	if err != nil {
-		return "", fmt.Errorf("go env GOMODCACHE: %w", err)
-	}
-	dir := filepath.Join(strings.TrimSpace(string(out)), "sigs.k8s.io", "kueue@"+Version)
-	if _, err := os.Stat(filepath.Join(dir, "config", "components", "crd", "bases")); err != nil {
-		return "", fmt.Errorf("%w: Kueue %s's source is not in the module cache (%w): run make kueue", ErrNotBuilt, Version, err)
+		return "", fmt.Errorf("%w: %w", ErrNotBuilt, err)
 	}
 	return dir, nil
 }
@@ -121,20 +112,9 @@ func Start(ctx context.Context, c *cluster.Cluster, o Options) (*Manager, error)
 	if len(o.Frameworks) == 0 {
 		o.Frameworks = []string{"batch/job"}
 	}
-	// The CRDs, from the module at the binary's version (server-side: some
-	// are too large for client-side apply's annotation).
-	k8sBin, err := cluster.BinDir()
-	if err != nil {
+	// The CRDs, from the module at the binary's version.
+	if err := c.ApplyCRDs(ctx, filepath.Join(mod, "config", "components", "crd", "bases")); err != nil {
 		return nil, err
-	}
-	kubectl := filepath.Join(k8sBin, "kubectl")
-	if out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", c.Kubeconfig, "apply", "--server-side",
-		"-f", filepath.Join(mod, "config", "components", "crd", "bases")).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("applying Kueue's CRDs: %w: %s", err, out)
-	}
-	if out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", c.Kubeconfig, "wait", "--for=condition=established",
-		"--timeout=60s", "crd", "--all").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("waiting for Kueue's CRDs: %w: %s", err, out)
 	}
 	if _, err := c.Client().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}},
 		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -175,7 +155,7 @@ func Start(ctx context.Context, c *cluster.Cluster, o Options) (*Manager, error)
 	if err := m.proc.Start(); err != nil {
 		return nil, err
 	}
-	if err := waitOK(ctx, m.proc, fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1])); err != nil {
+	if err := cluster.WaitOK(ctx, m.proc, fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1])); err != nil {
 		return m, fmt.Errorf("kueue: %w", err)
 	}
 	if err := m.registerWebhooks(ctx, mod, ports[0], serving.CAPEM, o.Frameworks); err != nil {
@@ -239,29 +219,6 @@ func quoted(ss []string) []string {
 	return out
 }
 
-// waitOK polls url until it answers 200 or p exits.
-func waitOK(ctx context.Context, p *cluster.Process, url string) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	for {
-		resp, err := http.Get(url) //nolint:gosec,noctx // a loopback probe of the harness's own process
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-p.Exited():
-			return fmt.Errorf("exited: %w", p.ExitError())
-		case <-ctx.Done():
-			return fmt.Errorf("not ready at %s: %w", url, ctx.Err())
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
-
 // webhookPaths are the webhook paths of each framework in the release's
 // manifests.
 var webhookPaths = map[string]string{"batch/job": "-batch-v1-job", "pod": "--v1-pod"}
@@ -283,7 +240,7 @@ func (m *Manager) registerWebhooks(ctx context.Context, mod string, port int, ca
 	}
 	// retarget points a kept webhook at the manager by URL; the pod webhook
 	// applies to the namespaces Kueue manages plain pods in.
-	retarget := func(cc *admissionv1.WebhookClientConfig, sel **metav1.LabelSelector) bool {
+	retarget := func(cc *admissionv1.WebhookClientConfig, sel, _ **metav1.LabelSelector) bool {
 		if cc.Service == nil || cc.Service.Path == nil || !keep(*cc.Service.Path) {
 			return false
 		}
@@ -295,53 +252,7 @@ func (m *Manager) registerWebhooks(ctx context.Context, mod string, port int, ca
 		*cc = admissionv1.WebhookClientConfig{URL: &u, CABundle: ca}
 		return true
 	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
-	client := m.c.Client().AdmissionregistrationV1()
-	for {
-		var doc map[string]any
-		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			return fmt.Errorf("kueue's webhook manifests: %w", err)
-		}
-		js, err := yaml.Marshal(doc)
-		if err != nil {
-			return err
-		}
-		switch doc["kind"] {
-		case "MutatingWebhookConfiguration":
-			var w admissionv1.MutatingWebhookConfiguration
-			if err := yaml.Unmarshal(js, &w); err != nil {
-				return err
-			}
-			var hooks []admissionv1.MutatingWebhook
-			for _, h := range w.Webhooks {
-				if retarget(&h.ClientConfig, &h.NamespaceSelector) {
-					hooks = append(hooks, h)
-				}
-			}
-			w.Name, w.Webhooks = "kueue-mutating", hooks
-			if _, err := client.MutatingWebhookConfigurations().Create(ctx, &w, metav1.CreateOptions{}); err != nil {
-				return err
-			}
-		case "ValidatingWebhookConfiguration":
-			var w admissionv1.ValidatingWebhookConfiguration
-			if err := yaml.Unmarshal(js, &w); err != nil {
-				return err
-			}
-			var hooks []admissionv1.ValidatingWebhook
-			for _, h := range w.Webhooks {
-				if retarget(&h.ClientConfig, &h.NamespaceSelector) {
-					hooks = append(hooks, h)
-				}
-			}
-			w.Name, w.Webhooks = "kueue-validating", hooks
-			if _, err := client.ValidatingWebhookConfigurations().Create(ctx, &w, metav1.CreateOptions{}); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return m.c.RegisterWebhooks(ctx, raw, "kueue", retarget)
 }
 
 // Create creates a Kueue object from YAML (cluster-scoped when namespace
@@ -396,13 +307,7 @@ func (m *Manager) Stop() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	reg := m.c.Client().AdmissionregistrationV1()
-	if err := reg.MutatingWebhookConfigurations().Delete(ctx, "kueue-mutating", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		errs = append(errs, err)
-	}
-	if err := reg.ValidatingWebhookConfigurations().Delete(ctx, "kueue-validating", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		errs = append(errs, err)
-	}
+	errs = append(errs, m.c.DeleteWebhooks(ctx, "kueue"))
 	if m.madeCertDir {
 		errs = append(errs, os.RemoveAll(filepath.Dir(filepath.Dir(metricsCertDir))))
 	}
