@@ -257,7 +257,7 @@ func TestJobLastWaveCharge(t *testing.T) {
 	if podreq.Suspended(gotA) {
 		t.Fatal("job a was not admitted")
 	}
-	gotA.Status.Succeeded = 4 // the Job controller's count after the first wave
+	gotA.Status.Succeeded = 4  // the Job controller's count after the first wave
 	gotA.ResourceVersion = "7" // the fake keeps what it is given; the API server moves it
 	if _, err := client.BatchV1().Jobs("ml").UpdateStatus(t.Context(), gotA, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
