@@ -150,6 +150,18 @@ func (c *Cluster) RegisterWebhooks(ctx context.Context, manifests []byte, name s
 	return nil
 }
 
+// StopOperator stops an operator's process and removes the webhooks
+// RegisterWebhooks registered for it under name.
+func (c *Cluster) StopOperator(p *Process, name string) error {
+	var errs []error
+	if p != nil {
+		errs = append(errs, p.Stop(10*time.Second))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return errors.Join(append(errs, c.DeleteWebhooks(ctx, name))...)
+}
+
 // DeleteWebhooks removes what RegisterWebhooks registered under name
 // (nothing answers them once the operator stops: with their failure policy
 // the API server would refuse what they match).

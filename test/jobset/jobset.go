@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -163,12 +162,5 @@ func (m *Manager) Stop() error {
 	if m == nil {
 		return nil
 	}
-	var errs []error
-	if m.proc != nil {
-		errs = append(errs, m.proc.Stop(10*time.Second))
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	errs = append(errs, m.c.DeleteWebhooks(ctx, "jobset"))
-	return errors.Join(errs...)
+	return m.c.StopOperator(m.proc, "jobset")
 }

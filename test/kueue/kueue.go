@@ -301,13 +301,7 @@ func (m *Manager) Stop() error {
 	if m == nil {
 		return nil
 	}
-	var errs []error
-	if m.proc != nil {
-		errs = append(errs, m.proc.Stop(10*time.Second))
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	errs = append(errs, m.c.DeleteWebhooks(ctx, "kueue"))
+	errs := []error{m.c.StopOperator(m.proc, "kueue")}
 	if m.madeCertDir {
 		errs = append(errs, os.RemoveAll(filepath.Dir(filepath.Dir(metricsCertDir))))
 	}
