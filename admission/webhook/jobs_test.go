@@ -154,3 +154,98 @@ func checkSuspendPatch(t *testing.T, req *admissionv1.AdmissionRequest, resp *ad
 		t.Fatalf("the patch changed more than suspend and the mark: %s", resp.Patch)
 	}
 }
+
+func jobSetReview(namespace, raw string) []byte {
+	return at.Body(&admissionv1.AdmissionRequest{UID: "req-jobset",
+		Kind:      metav1.GroupVersionKind{Group: podreq.JobSetGroup, Version: "v1alpha2", Kind: "JobSet"},
+		Resource:  metav1.GroupVersionResource{Group: podreq.JobSetGroup, Version: "v1alpha2", Resource: "jobsets"},
+		Namespace: namespace, Name: "llm", Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: []byte(raw)}})
+}
+
+// jobSetOf is a JobSet of a CPU launcher and 2 Jobs of 2 GPU workers each
+// asking for workerGPUs (none: ""), with driver (if not "") a replicated job of one
+// pod asking for that many GPUs.
+func jobSetOf(namespace, workerGPUs, driver, meta string) string {
+	gpu := func(n string) string {
+		if n == "" {
+			return `{"spec":{"containers":[{"name":"c"}]}}`
+		}
+		return `{"spec":{"containers":[{"name":"c","resources":{"limits":{"example.com/gpu":"` + n + `"}}}]}}`
+	}
+	rjobs := `{"name":"launcher","template":{"spec":{"template":{"spec":{"containers":[{"name":"c"}]}}}}},
+ {"name":"workers","replicas":2,"template":{"spec":{"parallelism":2,"completions":2,"completionMode":"Indexed","template":` + gpu(workerGPUs) + `}}}`
+	if driver != "" {
+		rjobs += `,{"name":"driver","template":{"spec":{"template":` + gpu(driver) + `}}}`
+	}
+	return `{"apiVersion":"jobset.x-k8s.io/v1alpha2","kind":"JobSet","metadata":{"name":"llm","namespace":"` + namespace + `"` + meta + `},
+"spec":{"replicatedJobs":[` + rjobs + `]}}`
+}
+
+// TestMutatingSuspendsJobSets: a top-level JobSet whose GPU pods share one
+// shape is created suspended and marked queued where the namespace queues
+// Jobs suspended; one of several shapes, owned by a training job, of
+// Kueue's or without GPUs is left alone (its pods are gated), and one whose
+// pods the webhook would refuse is refused.
+func TestMutatingSuspendsJobSets(t *testing.T) {
+	_, m, v := queueHandlers(t)
+	v.UpsertNamespace(suspendNamespace())
+	for _, tc := range []struct {
+		name, raw, refused string
+		suspend            bool
+	}{
+		{"suspend namespace", jobSetOf("susp", "1", "", ""), "", true},
+		{"one shape in two replicated jobs", jobSetOf("susp", "1", "1", ""), "", true},
+		{"pods queued namespace", jobSetOf("ns", "1", "", ""), "", false},
+		{"several shapes", jobSetOf("susp", "1", "2", ""), "", false},
+		{"owned by a training job", jobSetOf("susp", "1", "", `,"ownerReferences":[{"apiVersion":"trainer.kubeflow.org/v1alpha1","kind":"TrainJob","name":"t","uid":"u","controller":true}]`), "", false},
+		{"Kueue's", jobSetOf("susp", "1", "", `,"labels":{"kueue.x-k8s.io/queue-name":"q"}`), "", false},
+		{"no GPUs", jobSetOf("susp", "", "", ""), "", false},
+		{"pods the webhook refuses", jobSetOf("susp", "64", "", ""), `replicated job "workers"`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := answer(t, m, jobSetReview("susp", tc.raw))
+			if tc.refused != "" {
+				if resp.Allowed || resp.Result == nil || !strings.Contains(resp.Result.Message, tc.refused) {
+					t.Fatalf("allowed %v, result %+v; want a refusal naming %s", resp.Allowed, resp.Result, tc.refused)
+				}
+				return
+			}
+			if !resp.Allowed {
+				t.Fatalf("refused: %v", resp.Result)
+			}
+			if !tc.suspend {
+				if resp.Patch != nil {
+					t.Fatalf("patched %s, want no change", resp.Patch)
+				}
+				return
+			}
+			patch, err := jsonpatch.DecodePatch(resp.Patch)
+			if err != nil {
+				t.Fatalf("patch %s: %v", resp.Patch, err)
+			}
+			out, err := patch.Apply([]byte(tc.raw))
+			if err != nil {
+				t.Fatalf("patch %s does not apply: %v", resp.Patch, err)
+			}
+			got, err := podreq.ReadJobSet(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !podreq.JobSetSuspended(got) || got.Annotations[contract.Default.QueuedJobAnnotation] != "true" {
+				t.Fatalf("after the patch: %s", out)
+			}
+			var before, after map[string]any
+			if err := json.Unmarshal([]byte(tc.raw), &before); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(out, &after); err != nil {
+				t.Fatal(err)
+			}
+			delete(after["spec"].(map[string]any), "suspend")
+			delete(after["metadata"].(map[string]any), "annotations")
+			if !equality.Semantic.DeepEqual(before, after) {
+				t.Fatalf("the patch changed more than suspend and the mark: %s", resp.Patch)
+			}
+		})
+	}
+}

@@ -45,6 +45,7 @@ const (
 	reasonGated              view.Reason = "gated"
 	reasonJobSuspended       view.Reason = "job_suspended"
 	reasonNotSuspended       view.Reason = "job_not_suspended"
+	reasonSeveralShapes      view.Reason = "jobset_several_shapes"
 	reasonAlreadyGated       view.Reason = "already_gated"
 	reasonBoundAtCreate      view.Reason = "bound_at_creation"
 	reasonQueueingOff        view.Reason = "queueing_off"
@@ -518,6 +519,9 @@ func (h *Handler) decideMutation(ctx context.Context, req *admissionv1.Admission
 	if req.Kind.Group == batchv1.GroupName && req.Kind.Kind == "Job" && req.SubResource == "" && req.Operation == admissionv1.Create {
 		return h.suspendJob(ctx, req)
 	}
+	if req.Kind.Group == podreq.JobSetGroup && req.Kind.Kind == "JobSet" && req.SubResource == "" && req.Operation == admissionv1.Create {
+		return h.suspendJobSet(ctx, req)
+	}
 	if req.Kind.Group != "" || req.Kind.Kind != "Pod" || req.SubResource != "" {
 		return allow(reasonNotPod)
 	}
@@ -583,11 +587,8 @@ func (h *Handler) suspendJob(ctx context.Context, req *admissionv1.AdmissionRequ
 	if !podreq.Suspendable(job, names) {
 		return allow(reasonNoGPU)
 	}
-	if err := h.learnNamespace(ctx, job.Namespace); err != nil {
-		return result{reason: reasonNamespace, internal: true, message: err.Error()}
-	}
-	if !h.o.View.SuspendsJobs(job.Namespace) {
-		return allow(reasonNotSuspended)
+	if r, ok := h.suspendsIn(ctx, job.Namespace); !ok {
+		return r
 	}
 	// Its pods do not exist while it waits: what the webhook would refuse
 	// of each pod at its creation is refused of the Job now, rather than
@@ -597,9 +598,72 @@ func (h *Handler) suspendJob(ctx context.Context, req *admissionv1.AdmissionRequ
 			return deny(reasonInvalid, "the Job's pod template: "+bad)
 		}
 	}
+	return h.suspendOps(job.Annotations)
+}
+
+// suspendJobSet queues a new JobSet suspended as suspendJob does a Job
+// (podreq.JobSetSuspendable): the JobSet controller then creates its Jobs
+// suspended, and none of its pods exists until the queue unsuspends it. A
+// JobSet whose GPU pods differ in what they ask for (podreq.JobSetOneShape)
+// keeps gated pods: the queue holds room for workloads of one shape.
+func (h *Handler) suspendJobSet(ctx context.Context, req *admissionv1.AdmissionRequest) result {
+	if len(req.Object.Raw) == 0 {
+		return deny(reasonBadObject, "the request carries no JobSet")
+	}
+	o, err := podreq.ReadJobSet(req.Object.Raw)
+	if err != nil {
+		return deny(reasonBadObject, "decoding the JobSet: "+err.Error())
+	}
+	if o.Namespace == "" {
+		o.Namespace = req.Namespace
+	}
+	names := h.o.Names
+	if !podreq.JobSetSuspendable(o, names) {
+		return allow(reasonNoGPU)
+	}
+	if r, ok := h.suspendsIn(ctx, o.Namespace); !ok {
+		return r
+	}
+	pods := podreq.JobSetPods(o, names)
+	seen := map[string]bool{}
+	for _, pod := range pods {
+		rjob := pod.Labels[podreq.ReplicatedJobLabel]
+		if seen[rjob] {
+			continue
+		}
+		seen[rjob] = true
+		if _, _, bad := h.checkRequest(pod); bad != "" {
+			return deny(reasonInvalid, fmt.Sprintf("the JobSet's replicated job %q: %s", rjob, bad))
+		}
+	}
+	if len(pods) > 0 {
+		opts, _, _ := h.checkRequest(pods[0])
+		if err := podreq.JobSetOneShape(o, opts); err != nil {
+			klog.FromContext(ctx).V(2).Info("A JobSet keeps gated pods: its GPU pods are of several shapes", "jobset", klog.KObj(o), "reason", err.Error())
+			return allow(reasonSeveralShapes)
+		}
+	}
+	return h.suspendOps(o.Annotations)
+}
+
+// suspendsIn reports whether the namespace queues its Jobs and JobSets
+// suspended; when not (or unreadable), r is the answer to give.
+func (h *Handler) suspendsIn(ctx context.Context, namespace string) (r result, ok bool) {
+	if err := h.learnNamespace(ctx, namespace); err != nil {
+		return result{reason: reasonNamespace, internal: true, message: err.Error()}, false
+	}
+	if !h.o.View.SuspendsJobs(namespace) {
+		return allow(reasonNotSuspended), false
+	}
+	return result{}, true
+}
+
+// suspendOps is the patch that queues a new Job or JobSet suspended:
+// spec.suspend set and the object marked with QueuedJobAnnotation.
+func (h *Handler) suspendOps(annotations map[string]string) result {
 	ops := []patchOp{
 		{Op: "add", Path: "/spec/suspend", Value: true},
-		mapEntryOp(job.Annotations, "/metadata/annotations", names.QueuedJobAnnotation, "true"),
+		mapEntryOp(annotations, "/metadata/annotations", h.o.Names.QueuedJobAnnotation, "true"),
 	}
 	patch, err := json.Marshal(ops)
 	if err != nil {

@@ -270,7 +270,7 @@ func New(ctx context.Context, cfg config.Config, rcfg remediation.Config) (*App,
 	// The queue controller admits the pods rota-admission gated; it writes
 	// (gates, conditions), so it runs on the leader only.
 	if cfg.Queue.Enabled {
-		if err := a.addQueue(ctx, cfg, rcfg.MaxCheckpointGrace, names, tiers, pods, meta, recorder, quotaFn); err != nil {
+		if err := a.addQueue(ctx, cfg, rcfg.MaxCheckpointGrace, names, tiers, pods, meta, dyn, recorder, quotaFn); err != nil {
 			return nil, err
 		}
 	}
@@ -689,11 +689,13 @@ func (a *App) quotaSource(ctx context.Context, q config.Queue) (func() (*quota.C
 
 // addQueue builds the queue controller and registers it as a leader loop.
 func (a *App) addQueue(ctx context.Context, cfg config.Config, maxGrace time.Duration, names contract.Names, tiers topology.Labels,
-	pods cache.SharedIndexInformer, meta metadata.Interface, recorder record.EventRecorder, quotaFn func() (*quota.Config, bool)) error {
+	pods cache.SharedIndexInformer, meta metadata.Interface, dyn dynamic.Interface, recorder record.EventRecorder, quotaFn func() (*quota.Config, bool)) error {
 	q := cfg.Queue
 	// A queued pod's age is its Job's or JobSet's (metadata informers of
-	// their own, on the leader only, as the queue).
+	// their own, on the leader only, as the queue). JobSets are read whole:
+	// the queue admits those queued suspended.
 	owners := queue.NewOwners(meta, a.client.Discovery())
+	owners.QueueJobSets(dyn, names)
 	a.AddLeaderLoop("queue-owners", owners.Run)
 	o := queue.Options{Names: names, Records: a.records, Parser: a.parser, Client: a.client, Pods: pods, Owners: owners, Synced: []cache.InformerSynced{owners.HasSynced},
 		Namespaces: a.nodeFactory.Core().V1().Namespaces().Informer(), Holder: a.extender.Room(), Snapshot: a.ledger.Snapshot,
@@ -705,7 +707,7 @@ func (a *App) addQueue(ctx context.Context, cfg config.Config, maxGrace time.Dur
 		Defragger: a.extender.Room(), Reserver: a.extender.Room(),
 		DeadlineLead: q.DeadlineLead, FairShareHalfLife: q.FairShareHalfLife, HistoryNamespace: q.Namespace, HistoryConfigMap: q.HistoryConfigMap,
 		Quota: quotaFn, MemoryUnitMiB: contract.MiB(cfg.MemoryUnitMiB)}
-	o.Jobs = a.nodeFactory.Batch().V1().Jobs().Informer()
+	o.Jobs, o.Dynamic = a.nodeFactory.Batch().V1().Jobs().Informer(), dyn
 	if err := o.Jobs.SetTransform(queue.JobTransform(names)); err != nil {
 		return err
 	}

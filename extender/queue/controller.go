@@ -8,10 +8,11 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -52,6 +53,9 @@ type Options struct {
 	// suspended from it (jobs.go). nil reads none (their pods, once some
 	// other writer unsuspends them, queue as gated pods).
 	Jobs cache.SharedIndexInformer
+	// Dynamic patches the JobSets queued suspended, which Owners reads
+	// (Owners.QueueJobSets); nil admits none.
+	Dynamic dynamic.Interface
 	// Quota returns the current quota configuration: nil when there is
 	// none (every team is then admitted without quota, as rota-admission
 	// does); ok false while the configuration exists but does not parse
@@ -184,7 +188,8 @@ type Controller struct {
 	jobWrites    map[types.UID]jobWrite
 	jobPlans     map[types.UID]*jobPlan
 	jobHolds     map[types.UID]room.Hold
-	admittedJobs map[types.UID]*batchv1.Job
+	admittedJobs map[types.UID]*jobState
+	jobSetsGVR   schema.GroupVersionResource // where the JobSets are served
 	// events gathers the current pass's Queued and Admitted events (only
 	// Pass replaces it; passes never run at once).
 	events *passEvents

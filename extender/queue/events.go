@@ -68,7 +68,7 @@ func (e *passEvents) queued(pod *corev1.Pod, team string, msg fmt.Stringer) {
 
 // jobQueued notes the first Queued event of a Job queued suspended, on
 // the Job: it has no pods to name.
-func (e *passEvents) jobQueued(job runtime.Object, team string, pods int, msg fmt.Stringer) {
+func (e *passEvents) jobQueued(job runtime.Object, kind, team string, pods int, msg fmt.Stringer) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	noun := "pods"
@@ -76,7 +76,7 @@ func (e *passEvents) jobQueued(job runtime.Object, team string, pods int, msg fm
 		noun = "pod"
 	}
 	e.pods = append(e.pods, podEvent{obj: job, reason: "Queued", msg: fmt.Sprintf(
-		"queued suspended in team %s, a Job of %d %s (none exists until the queue admits it whole): %s", team, pods, noun, msg.String())})
+		"queued suspended in team %s, a %s of %d %s (none exists until the queue admits it whole): %s", team, kind, pods, noun, msg.String())})
 }
 
 // admitted notes a pod's Admitted event: msg is the pod's own message,

@@ -9,6 +9,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -20,7 +21,12 @@ import (
 	"github.com/rota-sched/rota/pkg/quota"
 )
 
-// Jobs queued suspended (namespaces labelled <domain>/queueing=suspend).
+// Jobs and JobSets queued suspended (namespaces labelled
+// <domain>/queueing=suspend). What follows says "Job"; a JobSet
+// (podreq.JobSet) is queued the same way, as one workload of its pods that
+// ask for Rota's resources (podreq.JobSetPods), found by the JobSet
+// controller's jobset-uid label on them; the JobSet controller creates its
+// Jobs suspended while it is, and deletes their pods when it is suspended.
 //
 // rota-admission creates such a Job suspended and marked queued, so it
 // waits as the Job alone: no pod of it exists, and kube-scheduler and the
@@ -69,9 +75,70 @@ func JobTransform(names contract.Names) cache.TransformFunc {
 	}
 }
 
+// queuedOwner is a workload object queued suspended: a Job (jobOwner) or
+// a JobSet (jobSetOwner).
+type queuedOwner interface {
+	metav1.Object
+	// kind names it in events and logs.
+	kind() string
+	// eventObject is what its events are about.
+	eventObject() runtime.Object
+	suspended() bool
+	finished() bool
+	// subject is what its admission record is signed for; key its
+	// workload key in the queue.
+	subject(names contract.Names) string
+	key() string
+	// plan is its pods that ask for Rota's resources, as they will be
+	// created (none: it asks for nothing the queue can plan).
+	plan(names contract.Names) []*corev1.Pod
+}
+
+type jobOwner struct{ *batchv1.Job }
+
+func (j jobOwner) kind() string                            { return "Job" }
+func (j jobOwner) eventObject() runtime.Object             { return j.Job }
+func (j jobOwner) suspended() bool                         { return podreq.Suspended(j.Job) }
+func (j jobOwner) finished() bool                          { return podreq.JobFinished(j.Job) }
+func (j jobOwner) subject(contract.Names) string           { return podreq.JobRecordSubject(j.Job) }
+func (j jobOwner) key() string                             { return podreq.JobWorkloadKey(j.Job) }
+func (j jobOwner) plan(names contract.Names) []*corev1.Pod { return podreq.JobPods(j.Job, names) }
+
+type jobSetOwner struct{ *podreq.JobSet }
+
+func (j jobSetOwner) kind() string { return "JobSet" }
+func (j jobSetOwner) eventObject() runtime.Object {
+	apiVersion := j.APIVersion
+	if apiVersion == "" {
+		apiVersion = podreq.JobSetGroup + "/v1alpha2"
+	}
+	return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: apiVersion, Kind: "JobSet"},
+		ObjectMeta: metav1.ObjectMeta{Name: j.Name, Namespace: j.Namespace, UID: j.UID, ResourceVersion: j.ResourceVersion}}
+}
+func (j jobSetOwner) suspended() bool { return podreq.JobSetSuspended(j.JobSet) }
+func (j jobSetOwner) finished() bool  { return podreq.JobSetFinished(j.JobSet) }
+func (j jobSetOwner) subject(names contract.Names) string {
+	return podreq.JobSetRecordSubject(j.JobSet, names)
+}
+func (j jobSetOwner) key() string { return podreq.JobSetWorkloadKey(j.JobSet) }
+func (j jobSetOwner) plan(names contract.Names) []*corev1.Pod {
+	return podreq.JobSetPods(j.JobSet, names)
+}
+
+// ownerOf returns the Job or JobSet queued suspended that the pod's
+// controller labels name (the JobSet's first: its Jobs are not queued).
+func ownerOf(jobs map[types.UID]*jobState, pod *corev1.Pod) *jobState {
+	if uid := podreq.JobSetControllerUID(pod); uid != "" {
+		if js := jobs[uid]; js != nil {
+			return js
+		}
+	}
+	return jobs[podreq.JobControllerUID(pod)]
+}
+
 // jobState is one Job queued suspended, as a pass reads it.
 type jobState struct {
-	job  *batchv1.Job
+	job  queuedOwner
 	plan *jobPlan
 	team string
 	// adm is the Job's believed admission record (nil while it is queued)
@@ -96,63 +163,74 @@ type queuedMember struct {
 }
 
 // jobPlan is what a Job's planned pods are, kept while its
-// resourceVersion stays.
+// resourceVersion stays: their one request (p, amt) and their keys (the
+// gangs they form; none when they form none).
 type jobPlan struct {
 	rv   string
 	pods []*corev1.Pod
 	p    *podreq.Parsed
 	amt  quota.Amount
+	keys map[string]bool
 }
 
 // jobWrite is a Job this controller patched, as the API server answered,
 // kept until the informer shows the answer (or a later change).
 type jobWrite struct {
 	from string // the resourceVersion the patch was made against
-	got  *batchv1.Job
+	got  queuedOwner
 }
 
-// readJobs reads the Jobs queued suspended that have not ended, by UID
-// (none without a Job informer).
-func (c *Controller) readJobs(logger klog.Logger, cfg quota.Config, ns map[string]map[string]string) map[types.UID]*jobState {
+// readJobs reads the Jobs and JobSets queued suspended that have not
+// ended, by UID (none without a Job informer). ok is false while the
+// JobSet cache has not synced.
+func (c *Controller) readJobs(logger klog.Logger, cfg quota.Config, ns map[string]map[string]string) (out map[types.UID]*jobState, ok bool) {
 	if c.o.Jobs == nil {
-		return nil
+		return nil, true
+	}
+	var owners []queuedOwner
+	for _, obj := range c.o.Jobs.GetStore().List() {
+		if job, ok := obj.(*batchv1.Job); ok && podreq.QueuedJob(job, c.o.Names) {
+			owners = append(owners, jobOwner{job})
+		}
+	}
+	if c.o.Owners != nil {
+		sets, gvr, synced := c.o.Owners.QueuedJobSets()
+		if !synced {
+			return nil, false
+		}
+		c.mu.Lock()
+		c.jobSetsGVR = gvr
+		c.mu.Unlock()
+		for _, js := range sets {
+			if js.Annotations[c.o.Names.QueuedJobAnnotation] == "true" {
+				owners = append(owners, jobSetOwner{js})
+			}
+		}
 	}
 	c.mu.Lock()
 	writes := c.jobWrites
 	c.jobWrites = map[types.UID]jobWrite{}
 	c.mu.Unlock()
-	out := map[types.UID]*jobState{}
+	out = map[types.UID]*jobState{}
 	plans := make(map[types.UID]*jobPlan, len(c.jobPlans))
-	for _, obj := range c.o.Jobs.GetStore().List() {
-		job, ok := obj.(*batchv1.Job)
-		if !ok || !podreq.QueuedJob(job, c.o.Names) {
-			continue
-		}
-		if w, ok := writes[job.UID]; ok && job.ResourceVersion == w.from && !c.sameQueueState(job, w.got) {
+	for _, job := range owners {
+		if w, ok := writes[job.GetUID()]; ok && job.GetResourceVersion() == w.from && !c.sameQueueState(job, w.got) {
 			// Patched by an earlier pass; the informer has not heard yet.
 			job = w.got
-			c.keepJobWrite(job.UID, w)
+			c.keepJobWrite(job.GetUID(), w)
 		}
-		if job.DeletionTimestamp != nil || podreq.JobFinished(job) {
+		if job.GetDeletionTimestamp() != nil || job.finished() {
 			continue
 		}
-		plan := c.jobPlans[job.UID]
-		if plan == nil || plan.rv != job.ResourceVersion {
-			pods := podreq.JobPods(job, c.o.Names)
-			if len(pods) == 0 {
+		plan := c.jobPlans[job.GetUID()]
+		if plan == nil || plan.rv != job.GetResourceVersion() {
+			if plan = c.planOf(logger, job); plan == nil {
 				continue
 			}
-			p := c.o.Parser.Of(pods[0])
-			if p.Err != nil {
-				logger.V(2).Info("A Job queued suspended asks for what no pod may; it stays queued", "job", klog.KObj(job), "err", p.Err)
-				continue
-			}
-			plan = &jobPlan{rv: job.ResourceVersion, pods: pods, p: p,
-				amt: quota.AmountOf(p.Request.GPUs, p.Request.MemoryUnits, c.o.MemoryUnitMiB)}
 		}
-		plans[job.UID] = plan
-		js := &jobState{job: job, plan: plan, team: podreq.Team(plan.pods[0], ns[job.Namespace], c.o.Names, cfg.AllowPodTeamOverride)}
-		adm, unbelieved := c.o.Records.JobAdmission(job, c.o.Names)
+		plans[job.GetUID()] = plan
+		js := &jobState{job: job, plan: plan, team: podreq.Team(plan.pods[0], ns[job.GetNamespace()], c.o.Names, cfg.AllowPodTeamOverride)}
+		adm, unbelieved := c.o.Records.WorkloadAdmission(job.GetAnnotations(), job.subject(c.o.Names), c.o.Names)
 		if adm != nil {
 			if acct, believed := accountFrom(cfg, js.team, plan.p.Models, adm); believed {
 				js.adm, js.acct = adm, acct
@@ -163,17 +241,51 @@ func (c *Controller) readJobs(logger klog.Logger, cfg quota.Config, ns map[strin
 		if unbelieved != nil {
 			c.jobDisbelieved(logger, job, unbelieved)
 		}
-		out[job.UID] = js
+		out[job.GetUID()] = js
 	}
 	c.jobPlans = plans
-	return out
+	return out, true
+}
+
+// planOf plans a Job's (or JobSet's) pods: nil when it plans none, or its
+// pods ask for what no pod may or for more than one request.
+func (c *Controller) planOf(logger klog.Logger, job queuedOwner) *jobPlan {
+	pods := job.plan(c.o.Names)
+	if len(pods) == 0 {
+		return nil
+	}
+	p := c.o.Parser.Of(pods[0])
+	if p.Err != nil {
+		logger.V(2).Info("A workload queued suspended asks for what no pod may; it stays queued", "kind", job.kind(), "name", klog.KObj(job), "err", p.Err)
+		return nil
+	}
+	plan := &jobPlan{rv: job.GetResourceVersion(), pods: pods, p: p,
+		amt: quota.AmountOf(p.Request.GPUs, p.Request.MemoryUnits, c.o.MemoryUnitMiB)}
+	for _, pod := range pods {
+		q := c.o.Parser.Of(pod)
+		amt := quota.AmountOf(q.Request.GPUs, q.Request.MemoryUnits, c.o.MemoryUnitMiB)
+		if q.Err != nil || amt != plan.amt || q.Request.CPUMilli != p.Request.CPUMilli || (q.Gang == nil) != (p.Gang == nil) {
+			// rota-admission queues only JobSets of one shape
+			// (podreq.JobSetOneShape); one changed since stays queued.
+			logger.V(2).Info("A workload queued suspended asks for more than one request per pod; it stays queued", "kind", job.kind(),
+				"name", klog.KObj(job))
+			return nil
+		}
+		if q.Gang != nil {
+			if plan.keys == nil {
+				plan.keys = map[string]bool{}
+			}
+			plan.keys[q.Key()] = true
+		}
+	}
+	return plan
 }
 
 // sameQueueState reports whether two versions of a Job say the same to the
 // queue: the same admission record and suspension.
-func (c *Controller) sameQueueState(a, b *batchv1.Job) bool {
-	return a.Annotations[c.o.Names.AdmissionAnnotation] == b.Annotations[c.o.Names.AdmissionAnnotation] &&
-		podreq.Suspended(a) == podreq.Suspended(b)
+func (c *Controller) sameQueueState(a, b queuedOwner) bool {
+	return a.GetAnnotations()[c.o.Names.AdmissionAnnotation] == b.GetAnnotations()[c.o.Names.AdmissionAnnotation] &&
+		a.suspended() == b.suspended()
 }
 
 func (c *Controller) keepJobWrite(uid types.UID, w jobWrite) {
@@ -185,26 +297,28 @@ func (c *Controller) keepJobWrite(uid types.UID, w jobWrite) {
 // jobDisbelieved reports a Job's admission record that Rota did not sign
 // for this Job and parallelism (or that names another team): the Job is
 // queued as if it had none. Reported once per record.
-func (c *Controller) jobDisbelieved(logger klog.Logger, job *batchv1.Job, adm *contract.Admission) {
-	if !c.firstDisbelief(job.UID, adm) {
+func (c *Controller) jobDisbelieved(logger klog.Logger, job queuedOwner, adm *contract.Admission) {
+	if !c.firstDisbelief(job.GetUID(), adm) {
 		return
 	}
-	logger.Info("Job admission record not believed", "job", klog.KObj(job), "recordTeam", adm.Team, "recordModel", adm.Model)
+	logger.Info("Admission record of a workload queued suspended not believed", "kind", job.kind(), "name", klog.KObj(job),
+		"recordTeam", adm.Team, "recordModel", adm.Model)
 	if c.o.Recorder != nil {
-		c.o.Recorder.Eventf(job, corev1.EventTypeWarning, contract.ReasonForgedRecord,
-			"Annotation %s was not signed by Rota for this Job and its parallelism (or names another team): it is not believed, and the Job queues as if it had none",
-			c.o.Names.AdmissionAnnotation)
+		c.o.Recorder.Eventf(job.eventObject(), corev1.EventTypeWarning, contract.ReasonForgedRecord,
+			"Annotation %s was not signed by Rota for this %s and its size (or names another team): it is not believed, and the %s queues as if it had none",
+			c.o.Names.AdmissionAnnotation, job.kind(), job.kind())
 	}
 }
 
-// jobMember returns the admitted Job queued suspended whose record admits
-// the gated pod: the pod's Job (by the Job controller's label) with a
-// believed record and the pod's request exactly the Job template's.
+// jobMember returns the admitted Job (or JobSet) queued suspended whose
+// record admits the gated pod: the pod's Job or JobSet (by its
+// controller's label) with a believed record and the pod's request
+// exactly the planned pods' (in one of their gangs, when they form any).
 func jobMember(jobs map[types.UID]*jobState, pod *corev1.Pod, p *podreq.Parsed, amt quota.Amount) *jobState {
-	js := jobs[podreq.JobControllerUID(pod)]
-	if js == nil || js.adm == nil || pod.Namespace != js.job.Namespace || amt != js.plan.amt ||
-		p.Request.CPUMilli != js.plan.p.Request.CPUMilli || (p.Gang != nil) != (js.plan.p.Gang != nil) ||
-		p.Gang != nil && p.Key() != js.plan.p.Key() {
+	js := ownerOf(jobs, pod)
+	if js == nil || js.adm == nil || pod.Namespace != js.job.GetNamespace() || amt != js.plan.amt ||
+		p.Request.CPUMilli != js.plan.p.Request.CPUMilli || (p.Gang != nil) != (js.plan.keys != nil) ||
+		p.Gang != nil && !js.plan.keys[p.Key()] {
 		return nil
 	}
 	return js
@@ -225,7 +339,7 @@ func (c *Controller) addJobs(st *passState, cfg quota.Config, jobs map[types.UID
 		job, plan := js.job, js.plan
 		members := len(plan.pods) // podreq.JobRunsNow: fewer in the last wave
 		switch {
-		case js.adm != nil && !podreq.Suspended(job):
+		case js.adm != nil && !job.suspended():
 			missing := max(0, members-js.active)
 			amt := plan.amt.Times(int64(missing))
 			u := st.in.Admitted[js.acct]
@@ -249,7 +363,7 @@ func (c *Controller) addJobs(st *passState, cfg quota.Config, jobs map[types.UID
 			if js.present == 0 {
 				st.requeue = append(st.requeue, js)
 			}
-		case podreq.Suspended(job):
+		case job.suspended():
 			c.addQueuedJob(st, cfg, js, now)
 		}
 	}
@@ -267,9 +381,9 @@ func (c *Controller) addQueuedJob(st *passState, cfg quota.Config, js *jobState,
 	if first.Spec.Priority != nil {
 		prio = *first.Spec.Priority
 	}
-	key := podreq.JobWorkloadKey(job)
+	key := job.key()
 	st.queued[key] = &workload{job: job, pods: plan.pods, w: pkgqueue.Workload{Key: key, Team: js.team,
-		Accounts: c.accounts(cfg, js.team, plan.p.Models), Priority: prio, Created: job.CreationTimestamp.Time,
+		Accounts: c.accounts(cfg, js.team, plan.p.Models), Priority: prio, Created: job.GetCreationTimestamp().Time,
 		Members: len(plan.pods), Present: len(plan.pods), PerMember: plan.amt, CPUMilli: plan.p.Request.CPUMilli,
 		Shape: shape(plan.p.Request, plan.amt, first, c.o.Names), Ends: podreq.DeclaredEnd(first, c.o.Names, now),
 		LatestStart: podreq.LatestStart(first, c.o.Names)}}
@@ -287,7 +401,7 @@ func (c *Controller) admitJob(ctx context.Context, wl *workload, now time.Time) 
 	rec := contract.Admission{Version: contract.Version, AdmittedAt: now.UTC().Truncate(time.Second),
 		QueuedFor: waited.Round(time.Second).String(), Team: wl.acct.Team, Model: wl.acct.Model}
 	got, err := c.patchJob(ctx, job, func() (map[string]any, error) {
-		signed, err := c.o.Records.Key.SignAdmission(podreq.JobRecordSubject(job), rec)
+		signed, err := c.o.Records.Key.SignAdmission(job.subject(c.o.Names), rec)
 		if err != nil {
 			return nil, err
 		}
@@ -296,26 +410,26 @@ func (c *Controller) admitJob(ctx context.Context, wl *workload, now time.Time) 
 			return nil, err
 		}
 		annotations := map[string]any{c.o.Names.AdmissionAnnotation: string(data)}
-		if _, ok := job.Annotations[c.o.Names.ReservationAnnotation]; ok {
+		if _, ok := job.GetAnnotations()[c.o.Names.ReservationAnnotation]; ok {
 			annotations[c.o.Names.ReservationAnnotation] = nil // the reservation ends with the admission
 		}
 		return map[string]any{
-			"metadata": map[string]any{"resourceVersion": job.ResourceVersion, "annotations": annotations},
+			"metadata": map[string]any{"resourceVersion": job.GetResourceVersion(), "annotations": annotations},
 			"spec":     map[string]any{"suspend": false},
 		}, nil
 	})
 	if err != nil {
-		logger.Error(err, "Admitting a Job queued suspended failed; it stays queued", "job", klog.KObj(job))
+		logger.Error(err, "Admitting a workload queued suspended failed; it stays queued", "kind", job.kind(), "name", klog.KObj(job))
 		c.o.Holder.ReleaseHold(wl.hold)
 		return
 	}
 	c.mu.Lock()
-	c.jobWrites[job.UID] = jobWrite{from: job.ResourceVersion, got: got}
-	c.jobHolds[job.UID] = wl.hold
+	c.jobWrites[job.GetUID()] = jobWrite{from: job.GetResourceVersion(), got: got}
+	c.jobHolds[job.GetUID()] = wl.hold
 	c.mu.Unlock()
-	c.event(wl.pods[0], corev1.EventTypeNormal, "Admitted", fmt.Sprintf("admitted %d pods to team %s after %s in the queue%s; the Job is unsuspended",
-		len(wl.pods), wl.acct, waited.Round(time.Second), where(wl.hold)))
-	logger.V(2).Info("Admitted a Job queued suspended", "job", klog.KObj(job), "team", wl.w.Team, "account", wl.acct.String(),
+	c.event(wl.pods[0], corev1.EventTypeNormal, "Admitted", fmt.Sprintf("admitted %d pods to team %s after %s in the queue%s; the %s is unsuspended",
+		len(wl.pods), wl.acct, waited.Round(time.Second), where(wl.hold), job.kind()))
+	logger.V(2).Info("Admitted a workload queued suspended", "kind", job.kind(), "name", klog.KObj(job), "team", wl.w.Team, "account", wl.acct.String(),
 		"pods", len(wl.pods), "waited", waited.Round(time.Millisecond), "where", wl.hold.Where)
 }
 
@@ -325,13 +439,13 @@ func (c *Controller) admitJob(ctx context.Context, wl *workload, now time.Time) 
 func (c *Controller) admitJobPods(ctx context.Context, ja jobAdmission, now time.Time) {
 	js := ja.js
 	c.mu.Lock()
-	h, held := c.jobHolds[js.job.UID]
-	delete(c.jobHolds, js.job.UID)
+	h, held := c.jobHolds[js.job.GetUID()]
+	delete(c.jobHolds, js.job.GetUID())
 	c.mu.Unlock()
 	if held {
 		c.o.Holder.ReleaseHold(h)
 	}
-	wl := &workload{w: pkgqueue.Workload{Key: js.plan.p.Key(), Team: js.team, Created: js.job.CreationTimestamp.Time}}
+	wl := &workload{w: pkgqueue.Workload{Key: js.plan.p.Key(), Team: js.team, Created: js.job.GetCreationTimestamp().Time}}
 	for _, m := range ja.pods {
 		wl.pods = append(wl.pods, m.pod)
 	}
@@ -343,55 +457,55 @@ func (c *Controller) admitJobPods(ctx context.Context, ja jobAdmission, now time
 func (c *Controller) requeueJob(ctx context.Context, js *jobState) {
 	job := js.job
 	got, err := c.patchJob(ctx, job, func() (map[string]any, error) {
-		return map[string]any{"metadata": map[string]any{"resourceVersion": job.ResourceVersion,
+		return map[string]any{"metadata": map[string]any{"resourceVersion": job.GetResourceVersion(),
 			"annotations": map[string]any{c.o.Names.AdmissionAnnotation: nil}}}, nil
 	})
 	if err != nil {
-		klog.FromContext(ctx).Error(err, "Requeueing a suspended Job failed", "job", klog.KObj(job))
+		klog.FromContext(ctx).Error(err, "Requeueing a suspended workload failed", "kind", job.kind(), "name", klog.KObj(job))
 		return
 	}
 	c.mu.Lock()
-	c.jobWrites[job.UID] = jobWrite{from: job.ResourceVersion, got: got}
+	c.jobWrites[job.GetUID()] = jobWrite{from: job.GetResourceVersion(), got: got}
 	c.mu.Unlock()
 	if c.o.Recorder != nil {
-		c.o.Recorder.Event(job, corev1.EventTypeNormal, "Requeued",
-			"the Job was suspended after its admission and its pods are gone: it waits in its team's queue again")
+		c.o.Recorder.Eventf(job.eventObject(), corev1.EventTypeNormal, "Requeued",
+			"the %s was suspended after its admission and its pods are gone: it waits in its team's queue again", job.kind())
 	}
-	klog.FromContext(ctx).V(2).Info("Requeued a suspended Job", "job", klog.KObj(job))
+	klog.FromContext(ctx).V(2).Info("Requeued a suspended workload", "kind", job.kind(), "name", klog.KObj(job))
 }
 
 // writeJobRecord writes (value nil: removes) the reservation record on a
 // Job queued suspended. A failed write is retried by the next pass.
-func (c *Controller) writeJobRecord(ctx context.Context, job *batchv1.Job, value any) {
+func (c *Controller) writeJobRecord(ctx context.Context, job queuedOwner, value any) {
 	_, err := c.patchJob(ctx, job, func() (map[string]any, error) {
-		return map[string]any{"metadata": map[string]any{"uid": job.UID,
+		return map[string]any{"metadata": map[string]any{"uid": job.GetUID(),
 			"annotations": map[string]any{c.o.Names.ReservationAnnotation: value}}}, nil
 	})
 	if err != nil {
-		klog.FromContext(ctx).V(2).Info("Writing the reservation record failed; the next pass retries", "job", klog.KObj(job),
+		klog.FromContext(ctx).V(2).Info("Writing the reservation record failed; the next pass retries", "kind", job.kind(), "name", klog.KObj(job),
 			"reason", err.Error())
 	}
 }
 
-// suspendJob takes an admitted Job's admission back: spec.suspend true
-// (the Job controller deletes its pods; the Job queues again once they are
-// gone). ok is false when the pod is not of an admitted Job queued
-// suspended.
+// suspendJob takes an admitted Job's (or JobSet's) admission back:
+// spec.suspend true (its controller deletes its pods; it queues again once
+// they are gone). ok is false when the pod is not of an admitted Job or
+// JobSet queued suspended.
 func (c *Controller) suspendJob(ctx context.Context, pod *corev1.Pod) (ok bool, err error) {
 	c.mu.Lock()
-	job := c.admittedJobs[podreq.JobControllerUID(pod)]
+	js := ownerOf(c.admittedJobs, pod)
 	c.mu.Unlock()
-	if job == nil || job.Namespace != pod.Namespace {
+	if js == nil || js.job.GetNamespace() != pod.Namespace {
 		return false, nil
 	}
-	_, err = c.patchJob(ctx, job, func() (map[string]any, error) {
+	_, err = c.patchJob(ctx, js.job, func() (map[string]any, error) {
 		return map[string]any{"spec": map[string]any{"suspend": true}}, nil
 	})
 	return true, err
 }
 
-// patchJob applies a JSON merge patch to a Job.
-func (c *Controller) patchJob(ctx context.Context, job *batchv1.Job, body func() (map[string]any, error)) (*batchv1.Job, error) {
+// patchJob applies a JSON merge patch to a Job or JobSet.
+func (c *Controller) patchJob(ctx context.Context, job queuedOwner, body func() (map[string]any, error)) (queuedOwner, error) {
 	m, err := body()
 	if err != nil {
 		return nil, err
@@ -400,19 +514,39 @@ func (c *Controller) patchJob(ctx context.Context, job *batchv1.Job, body func()
 	if err != nil {
 		return nil, err
 	}
-	got, err := c.o.Client.BatchV1().Jobs(job.Namespace).Patch(ctx, job.Name, types.MergePatchType, data, metav1.PatchOptions{FieldManager: "rota-queue"})
-	if err != nil {
-		return nil, fmt.Errorf("patch Job %s/%s: %w", job.Namespace, job.Name, err)
+	opts := metav1.PatchOptions{FieldManager: "rota-queue"}
+	switch job.(type) {
+	case jobOwner:
+		got, err := c.o.Client.BatchV1().Jobs(job.GetNamespace()).Patch(ctx, job.GetName(), types.MergePatchType, data, opts)
+		if err != nil {
+			return nil, fmt.Errorf("patch Job %s/%s: %w", job.GetNamespace(), job.GetName(), err)
+		}
+		return jobOwner{got}, nil
+	default:
+		c.mu.Lock()
+		gvr := c.jobSetsGVR
+		c.mu.Unlock()
+		if c.o.Dynamic == nil {
+			return nil, fmt.Errorf("patch JobSet %s/%s: no dynamic client", job.GetNamespace(), job.GetName())
+		}
+		u, err := c.o.Dynamic.Resource(gvr).Namespace(job.GetNamespace()).Patch(ctx, job.GetName(), types.MergePatchType, data, opts)
+		if err != nil {
+			return nil, fmt.Errorf("patch JobSet %s/%s: %w", job.GetNamespace(), job.GetName(), err)
+		}
+		got, err := jobSetFrom(u)
+		if err != nil {
+			return nil, err
+		}
+		return jobSetOwner{got}, nil
 	}
-	return got, nil
 }
 
 // noteAdmittedJobs keeps the admitted Jobs of the pass, for reclaim.
 func (c *Controller) noteAdmittedJobs(jobs map[types.UID]*jobState) {
-	m := map[types.UID]*batchv1.Job{}
+	m := map[types.UID]*jobState{}
 	for uid, js := range jobs {
 		if js.adm != nil {
-			m[uid] = js.job
+			m[uid] = js
 		}
 	}
 	c.mu.Lock()

@@ -62,7 +62,7 @@ func syncJobs(t *testing.T, c *Controller, client *fake.Clientset) {
 			in := obj.(*batchv1.Job)
 			got, err := client.BatchV1().Jobs(in.Namespace).Get(t.Context(), in.Name, metav1.GetOptions{})
 			// The fake keeps resourceVersions: compare what the queue reads.
-			if err != nil || !c.sameQueueState(got, in) {
+			if err != nil || !c.sameQueueState(jobOwner{got}, jobOwner{in}) {
 				return false
 			}
 		}

@@ -2,19 +2,25 @@ package queue
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/podreq"
 )
 
@@ -50,6 +56,10 @@ const DefaultJobSetRecheck = 10 * time.Second
 type Owners struct {
 	client    metadata.Interface
 	discovery discovery.DiscoveryInterface
+	// dynamic, when set (QueueJobSets), reads JobSets whole: the queue
+	// admits the ones queued suspended (jobs.go).
+	dynamic dynamic.Interface
+	names   contract.Names
 	// JobSetRecheck is the least time between two discovery checks for the
 	// JobSet API (0: DefaultJobSetRecheck).
 	JobSetRecheck time.Duration
@@ -60,12 +70,45 @@ type Owners struct {
 	pods    cache.SharedIndexInformer // nil outside Run
 	jobs    cache.SharedIndexInformer
 	jobSets cache.SharedIndexInformer // nil while the JobSet API is not served
+	// jobSetsGVR is the JobSet resource jobSets watches; asked is set once
+	// the Run has asked discovery whether it is served.
+	jobSetsGVR schema.GroupVersionResource
+	asked      bool
 }
 
 // NewOwners builds Owners over a metadata client and the discovery client
 // that tells whether the JobSet API is served.
 func NewOwners(client metadata.Interface, disc discovery.DiscoveryInterface) *Owners {
 	return &Owners{client: client, discovery: disc, recheck: make(chan struct{}, 1)}
+}
+
+// QueueJobSets has Run read JobSets whole through client (their metadata
+// otherwise), so that the queue reads those queued suspended (QueuedJobSets).
+func (o *Owners) QueueJobSets(client dynamic.Interface, names contract.Names) {
+	o.dynamic, o.names = client, names
+}
+
+// QueuedJobSets returns the JobSets in the cache (those not queued
+// suspended with their metadata only) and the resource they are served
+// at. ok is false while a JobSet informer has not synced: a JobSet
+// admitted earlier would be missed. Without QueueJobSets, or while the
+// JobSet API is not served, it returns none, ok.
+func (o *Owners) QueuedJobSets() (list []*podreq.JobSet, gvr schema.GroupVersionResource, ok bool) {
+	o.mu.RLock()
+	inf, gvr := o.jobSets, o.jobSetsGVR
+	o.mu.RUnlock()
+	if o.dynamic == nil || inf == nil {
+		return nil, gvr, true
+	}
+	if !inf.HasSynced() {
+		return nil, gvr, false
+	}
+	for _, obj := range inf.GetStore().List() {
+		if js, ok := obj.(*podreq.JobSet); ok {
+			list = append(list, js)
+		}
+	}
+	return list, gvr, true
 }
 
 // Run watches pods, Jobs and (when served) JobSets until ctx ends. It may be
@@ -85,13 +128,13 @@ func (o *Owners) Run(ctx context.Context) {
 		}
 	}
 	o.mu.Lock()
-	o.pods, o.jobs, o.jobSets = pods, jobs, nil
+	o.pods, o.jobs, o.jobSets, o.asked = pods, jobs, nil, false
 	o.mu.Unlock()
 	var wg sync.WaitGroup
 	defer func() {
 		wg.Wait()
 		o.mu.Lock()
-		o.pods, o.jobs, o.jobSets = nil, nil, nil
+		o.pods, o.jobs, o.jobSets, o.asked = nil, nil, nil, false
 		o.mu.Unlock()
 	}()
 	wg.Go(func() { pods.RunWithContext(ctx) })
@@ -106,16 +149,21 @@ func (o *Owners) Run(ctx context.Context) {
 		if last.IsZero() || time.Since(last) >= every {
 			last = time.Now()
 			gvr, ok, err := o.jobSetResource()
+			if !ok {
+				o.mu.Lock()
+				o.asked = true
+				o.mu.Unlock()
+			}
 			switch {
 			case err != nil:
 				logger.V(2).Info("Discovery of the JobSet API failed; Jobs of JobSets are ordered by their own creation meanwhile", "err", err)
 			case ok:
-				inf := metadatainformer.NewFilteredMetadataInformer(o.client, gvr, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
-				if err := inf.SetTransform(trimOwned); err != nil {
+				inf := o.jobSetInformer(gvr)
+				if err := inf.SetTransform(o.trimJobSet); err != nil {
 					logger.Error(err, "Setting the JobSet informer's transform failed")
 				}
 				o.mu.Lock()
-				o.jobSets = inf
+				o.jobSets, o.jobSetsGVR, o.asked = inf, gvr, true
 				o.mu.Unlock()
 				wg.Go(func() { inf.RunWithContext(ctx) })
 				logger.Info("Watching JobSets: their pods are queued by the JobSet's creation", "resource", gvr.String())
@@ -156,13 +204,59 @@ func (o *Owners) jobSetResource() (schema.GroupVersionResource, bool, error) {
 	return schema.GroupVersionResource{}, false, nil
 }
 
+// jobSetInformer watches JobSets: whole through the dynamic client (the
+// queue reads those queued suspended), else their metadata.
+func (o *Owners) jobSetInformer(gvr schema.GroupVersionResource) cache.SharedIndexInformer {
+	if o.dynamic != nil {
+		return dynamicinformer.NewFilteredDynamicInformer(o.dynamic, gvr, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
+	}
+	return metadatainformer.NewFilteredMetadataInformer(o.client, gvr, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
+}
+
+// trimJobSet keeps of a JobSet what the queue and ownerCreated read, as a
+// *podreq.JobSet: a JobSet queued suspended whole but for its managed
+// fields, any other its metadata that trimOwned keeps.
+func (o *Owners) trimJobSet(obj any) (any, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return trimOwned(obj)
+	}
+	if u.GetAnnotations()[o.names.QueuedJobAnnotation] == "true" {
+		js, err := jobSetFrom(u)
+		if err != nil {
+			return nil, err
+		}
+		js.ManagedFields = nil
+		return js, nil
+	}
+	js := &podreq.JobSet{TypeMeta: metav1.TypeMeta{APIVersion: u.GetAPIVersion(), Kind: u.GetKind()}, ObjectMeta: metav1.ObjectMeta{
+		Name: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(), ResourceVersion: u.GetResourceVersion(),
+		CreationTimestamp: u.GetCreationTimestamp()}}
+	if ref := metav1.GetControllerOfNoCopy(u); ref != nil {
+		js.OwnerReferences = []metav1.OwnerReference{{APIVersion: ref.APIVersion, Kind: ref.Kind, Name: ref.Name,
+			UID: ref.UID, Controller: ref.Controller}}
+	}
+	return js, nil
+}
+
+// jobSetFrom reads a JobSet the API server answered.
+func jobSetFrom(u *unstructured.Unstructured) (*podreq.JobSet, error) {
+	js := &podreq.JobSet{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, js); err != nil {
+		return nil, fmt.Errorf("reading JobSet %s/%s: %w", u.GetNamespace(), u.GetName(), err)
+	}
+	return js, nil
+}
+
 // HasSynced reports whether the pod and Job caches of the current Run have
-// synced (false outside Run). A JobSet informer started later is not
-// waited for.
+// synced (false outside Run), discovery has been asked once whether the
+// JobSet API is served, and, if it was then, the JobSet cache has synced.
+// A JobSet informer started later is not waited for here (QueuedJobSets
+// says whether it has synced).
 func (o *Owners) HasSynced() bool {
 	o.mu.RLock()
 	defer o.mu.RUnlock()
-	return o.pods != nil && o.pods.HasSynced() && o.jobs.HasSynced()
+	return o.pods != nil && o.pods.HasSynced() && o.jobs.HasSynced() && o.asked && (o.jobSets == nil || o.jobSets.HasSynced())
 }
 
 // Created is the time a queued pod is ordered by: its owning workload's
@@ -210,7 +304,7 @@ func (o *Owners) ownerCreated(pod *corev1.Pod) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	pm, ok := metaOf(pods, pod.Namespace, pod.Name)
-	if !ok || pm.UID != pod.UID {
+	if !ok || pm.GetUID() != pod.UID {
 		return time.Time{}, false
 	}
 	ref, ok := podreq.ControlledBy(pm, batchv1.GroupName, "Job")
@@ -218,10 +312,10 @@ func (o *Owners) ownerCreated(pod *corev1.Pod) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	job, ok := metaOf(jobs, pod.Namespace, ref.Name)
-	if !ok || job.UID != ref.UID {
+	if !ok || job.GetUID() != ref.UID {
 		return time.Time{}, false
 	}
-	created := job.CreationTimestamp.Time
+	created := job.GetCreationTimestamp().Time
 	ref, ok = podreq.ControlledBy(job, podreq.JobSetGroup, "JobSet")
 	if !ok {
 		return created, true
@@ -233,18 +327,18 @@ func (o *Owners) ownerCreated(pod *corev1.Pod) (time.Time, bool) {
 		}
 		return created, true
 	}
-	if js, ok := metaOf(jobSets, pod.Namespace, ref.Name); ok && js.UID == ref.UID {
-		return js.CreationTimestamp.Time, true
+	if js, ok := metaOf(jobSets, pod.Namespace, ref.Name); ok && js.GetUID() == ref.UID {
+		return js.GetCreationTimestamp().Time, true
 	}
 	return created, true
 }
 
-func metaOf(inf cache.SharedIndexInformer, namespace, name string) (*metav1.PartialObjectMetadata, bool) {
+func metaOf(inf cache.SharedIndexInformer, namespace, name string) (metav1.Object, bool) {
 	obj, ok, err := inf.GetStore().GetByKey(namespace + "/" + name)
 	if err != nil || !ok {
 		return nil, false
 	}
-	m, ok := obj.(*metav1.PartialObjectMetadata)
+	m, ok := obj.(metav1.Object)
 	return m, ok
 }
 

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -26,9 +25,9 @@ type workload struct {
 	hold room.Hold
 	// acct is the account the hold was made for.
 	acct quota.Account
-	// job is set for a Job queued suspended (jobs.go): pods are then its
-	// planned pods, which the API does not hold.
-	job *batchv1.Job
+	// job is set for a Job or JobSet queued suspended (jobs.go): pods are
+	// then its planned pods, which the API does not hold.
+	job queuedOwner
 }
 
 // passState is what a pass reads from the informer: the queue's input,
@@ -50,7 +49,9 @@ type passState struct {
 }
 
 // collect reads every GPU pod once: admitted ones count against their
-// teams' quota, gated ones join their workloads.
+// teams' quota, gated ones join their workloads. It returns nil while the
+// JobSet cache has not synced (an admitted JobSet's charge would be
+// missed).
 func (c *Controller) collect(logger klog.Logger, cfg quota.Config, now time.Time) *passState {
 	ns := c.namespaces()
 	st := &passState{
@@ -61,7 +62,10 @@ func (c *Controller) collect(logger klog.Logger, cfg quota.Config, now time.Time
 		seen: map[types.UID]bool{}, still: map[types.UID]*corev1.Pod{},
 	}
 	own := c.takeUngated()
-	st.jobs = c.readJobs(logger, cfg, ns)
+	var ready bool
+	if st.jobs, ready = c.readJobs(logger, cfg, ns); !ready {
+		return nil
+	}
 	for uid := range st.jobs {
 		st.seen[uid] = true // a Job's unbelieved record is reported once too
 	}
@@ -76,7 +80,7 @@ func (c *Controller) collect(logger klog.Logger, cfg quota.Config, now time.Time
 			// twice, its quota never counted free).
 			pod, st.still[pod.UID] = w, w
 		}
-		if js := st.jobs[podreq.JobControllerUID(pod)]; js != nil && !podreq.Terminal(pod) {
+		if js := ownerOf(st.jobs, pod); js != nil && !podreq.Terminal(pod) {
 			js.present++ // terminating ones too: a Job taken back requeues once none is left
 		}
 		if podreq.Terminal(pod) || pod.DeletionTimestamp != nil || !podreq.Wants(pod, c.o.Names) {
@@ -103,7 +107,7 @@ func (c *Controller) collect(logger klog.Logger, cfg quota.Config, now time.Time
 		ref := p.Gang
 		if !podreq.Queued(pod, c.o.Names) {
 			c.countAdmitted(logger, st, cfg, pod, p, team, amt, ref, now)
-			if js := st.jobs[podreq.JobControllerUID(pod)]; js != nil && js.adm != nil && amt == js.plan.amt {
+			if js := ownerOf(st.jobs, pod); js != nil && js.adm != nil && amt == js.plan.amt {
 				js.active++
 			}
 			if rec, ok := c.stranded(pod, now); ok {
@@ -209,6 +213,10 @@ func (c *Controller) pass(ctx context.Context) (full bool) {
 		cfg = *q
 	}
 	st := c.collect(logger, cfg, now)
+	if st == nil {
+		logger.V(2).Info("The JobSet cache has not synced; nothing is admitted until it has")
+		return false
+	}
 	defer func() { c.forgetDisbelief(st.seen) }() // pods gone since the last pass are forgotten
 	defer c.keepUngated(st.still)
 	in, queued, admittedGangs, victims, victimPods := st.in, st.queued, st.admittedGangs, st.victims, st.victimPods

@@ -178,7 +178,7 @@ func (c *Controller) jobQueued(wl *workload, msg *lazyMessage) {
 	c.seen[first.UID] = true
 	c.mu.Unlock()
 	if !seen {
-		c.events.jobQueued(wl.job, wl.w.Team, len(wl.pods), msg)
+		c.events.jobQueued(wl.job.eventObject(), wl.job.kind(), wl.w.Team, len(wl.pods), msg)
 	}
 }
 

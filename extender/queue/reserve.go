@@ -164,7 +164,7 @@ func told(wl *workload) []*corev1.Pod {
 // first that carries a valid one).
 func (c *Controller) record(wl *workload) (reserve.Record, bool) {
 	if wl.job != nil {
-		return c.recordIn(wl.job.Annotations)
+		return c.recordIn(wl.job.GetAnnotations())
 	}
 	for _, p := range wl.pods {
 		if r, ok := c.recordIn(p.Annotations); ok {

@@ -19,10 +19,17 @@ import (
 // Suspendable reports whether a new Job is queued suspended where its
 // namespace asks for it (QueueingSuspend): a top-level Job (no
 // controlling owner: a JobSet's Jobs are its to run) whose pods ask for
-// Rota's resources and that Kueue does not queue (no queue-name label).
+// Rota's resources, no more than MaxSuspendedPods at once, and that Kueue
+// does not queue (no queue-name label).
 func Suspendable(job *batchv1.Job, names contract.Names) bool {
-	return metav1.GetControllerOfNoCopy(job) == nil && job.Labels[KueueQueueNameLabel] == "" && templateWants(&job.Spec.Template, names)
+	return metav1.GetControllerOfNoCopy(job) == nil && job.Labels[KueueQueueNameLabel] == "" && templateWants(&job.Spec.Template, names) &&
+		JobMembers(job) <= MaxSuspendedPods
 }
+
+// MaxSuspendedPods bounds the pods a Job or JobSet queued suspended runs at
+// once (the queue plans them all before any exists). A larger one keeps
+// gated pods, each queued as its own.
+const MaxSuspendedPods = contract.MaxGangSize
 
 // KueueQueueNameLabel is Kueue's label naming a workload's LocalQueue.
 const KueueQueueNameLabel = "kueue.x-k8s.io/queue-name"
@@ -95,14 +102,7 @@ func AdmissionOfJob(job *batchv1.Job, names contract.Names) (*contract.Admission
 // Rota signed it for this Job and its parallelism (JobRecordSubject).
 // With records unsigned (no key) every record is believed.
 func (r Records) JobAdmission(job *batchv1.Job, names contract.Names) (adm, unbelieved *contract.Admission) {
-	a, err := AdmissionOfJob(job, names)
-	if err != nil || a == nil {
-		return nil, nil
-	}
-	if r.Key.On() && !r.Key.VerifyAdmission(JobRecordSubject(job), *a) {
-		return nil, a
-	}
-	return a, nil
+	return r.WorkloadAdmission(job.Annotations, JobRecordSubject(job), names)
 }
 
 // JobPods returns the pods the Job's controller creates when it starts, as
@@ -110,9 +110,13 @@ func (r Records) JobAdmission(job *batchv1.Job, names contract.Names) (adm, unbe
 // after the Job and its index, with UIDs made from the Job's, controlled
 // by the Job, with no resourceVersion (the API holds no such pod), without
 // any of Rota's records the template may carry, and with the gang label and
-// size the webhook gives them when the Job is a gang (JobGang).
+// size the webhook gives them when the Job is a gang (JobGang). None for a
+// Job of more than MaxSuspendedPods at once.
 func JobPods(job *batchv1.Job, names contract.Names) []*corev1.Pod {
 	n := JobRunsNow(job)
+	if n > MaxSuspendedPods {
+		return nil
+	}
 	gang, size, isGang := JobGang(job, names)
 	pods := make([]*corev1.Pod, 0, n)
 	for i := range n {

@@ -189,44 +189,15 @@ const JobSetGroup = "jobset.x-k8s.io"
 // pods) with the name of the replicated job they belong to.
 const ReplicatedJobLabel = "jobset.sigs.k8s.io/replicatedjob-name"
 
-// jobSetObject is the part of a JobSet that JobSetShape reads.
-type jobSetObject struct {
-	Metadata metav1.ObjectMeta `json:"metadata"`
-	Spec     struct {
-		StartupPolicy *struct {
-			StartupPolicyOrder string `json:"startupPolicyOrder"`
-		} `json:"startupPolicy"`
-		ReplicatedJobs []struct {
-			Name      string                  `json:"name"`
-			Replicas  *int32                  `json:"replicas"`
-			DependsOn []json.RawMessage       `json:"dependsOn"`
-			Template  batchv1.JobTemplateSpec `json:"template"`
-		} `json:"replicatedJobs"`
-	} `json:"spec"`
-}
-
 // ParseJobSet reads a JobSet object (JSON, any served version) into the
 // shape JobSetGang needs. A replicated job without replicas has one, as
 // JobSet defaults it.
 func ParseJobSet(raw []byte, names contract.Names) (JobSetShape, error) {
-	var o jobSetObject
-	if err := json.Unmarshal(raw, &o); err != nil {
-		return JobSetShape{}, fmt.Errorf("reading the JobSet: %w", err)
+	o, err := ReadJobSet(raw)
+	if err != nil {
+		return JobSetShape{}, err
 	}
-	js := JobSetShape{Name: o.Metadata.Name, NoGang: o.Metadata.Annotations[names.NoGangAnnotation] == "true",
-		InOrder: o.Spec.StartupPolicy != nil && o.Spec.StartupPolicy.StartupPolicyOrder == "InOrder"}
-	for _, r := range o.Spec.ReplicatedJobs {
-		replicas := int32(1)
-		if r.Replicas != nil {
-			replicas = *r.Replicas
-		}
-		if replicas < 0 {
-			return JobSetShape{}, fmt.Errorf("JobSet %s: replicated job %q has %d replicas", js.Name, r.Name, replicas)
-		}
-		js.ReplicatedJobs = append(js.ReplicatedJobs, ReplicatedJobShape{Name: r.Name, Replicas: replicas,
-			DependsOn: len(r.DependsOn) > 0, Template: r.Template})
-	}
-	return js, nil
+	return o.Shape(names)
 }
 
 // LeaderWorkerSet (sigs.k8s.io/lws): its API group and the labels and
