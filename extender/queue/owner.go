@@ -48,8 +48,9 @@ const DefaultJobSetRecheck = 10 * time.Second
 // drops owner references), every Job, and every JobSet. The JobSet API may
 // be missing, or installed after rota-extender starts: discovery is asked
 // again when a Job controlled by a JobSet is seen, at most once per
-// JobSetRecheck. Until an owner is in its cache (informers lag by
-// milliseconds), the pod's own creation is used.
+// JobSetRecheck (with QueueJobSets, also every JobSetRecheck: a JobSet
+// queued suspended has no pods). Until an owner is in its cache (informers
+// lag by milliseconds), the pod's own creation is used.
 //
 // Run watches while the queue controller leads; HasSynced is false outside
 // Run. A nil *Owners gives every pod its own creation.
@@ -171,10 +172,17 @@ func (o *Owners) Run(ctx context.Context) {
 				return
 			}
 		}
+		var tick <-chan time.Time
+		if o.dynamic != nil {
+			// JobSets queued suspended have no pods to ask for a recheck:
+			// discovery is asked again every JobSetRecheck.
+			tick = time.After(every)
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-o.recheck:
+		case <-tick:
 		}
 	}
 }

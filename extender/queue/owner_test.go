@@ -11,16 +11,20 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	fakediscovery "k8s.io/client-go/discovery/fake"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	metafake "k8s.io/client-go/metadata/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/ledger"
 	"github.com/rota-sched/rota/pkg/podreq"
 	"github.com/rota-sched/rota/pkg/quota"
@@ -285,5 +289,59 @@ func TestPassOrdersByOwner(t *testing.T) {
 	ps, _ := c.Positions()
 	if len(ps) != 1 || ps[0].Pod != "ml/bare" || ps[0].Position != 1 {
 		t.Errorf("Positions() = %+v, want ml/bare first in line", ps)
+	}
+}
+
+// With QueueJobSets, Owners reads JobSets whole: a JobSet queued
+// suspended keeps its spec in the cache, any other only its metadata; the
+// JobSet API installed after Run starts is found without any pod asking
+// (a JobSet queued suspended has none), and its creation orders the pods
+// of its Jobs as before.
+func TestOwnersQueuedJobSets(t *testing.T) {
+	f := newOwnerFixture(t)
+	names := contract.Default
+	jobSet := func(name string, queued bool, created time.Time) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": podreq.JobSetGroup + "/v1alpha2", "kind": "JobSet",
+			"metadata": map[string]any{"namespace": "ml", "name": name, "uid": "uid-" + name, "creationTimestamp": created.UTC().Format(time.RFC3339)},
+			"spec":     map[string]any{"suspend": true, "replicatedJobs": []any{map[string]any{"name": "w", "replicas": int64(2)}}}}}
+		if queued {
+			u.SetAnnotations(map[string]string{names.QueuedJobAnnotation: "true"})
+		}
+		return u
+	}
+	gvr := schema.GroupVersionResource{Group: podreq.JobSetGroup, Version: "v1alpha2", Resource: "jobsets"}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{gvr: "JobSetList"},
+		jobSet("llm", true, f.jobSetCreated), jobSet("suite", false, f.jobSetCreated))
+	o := NewOwners(f.meta, f.disc)
+	o.JobSetRecheck = time.Millisecond
+	o.QueueJobSets(dyn, names)
+	stop := runOwners(t, o)
+	defer stop()
+	if got, _, ok := o.QueuedJobSets(); !ok || len(got) != 0 {
+		t.Fatalf("QueuedJobSets without the JobSet API = %d, %v; want none, ok", len(got), ok)
+	}
+	f.serveJobSets()
+	var got []*podreq.JobSet
+	if err := wait.PollUntilContextTimeout(t.Context(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		var ok bool
+		got, _, ok = o.QueuedJobSets()
+		return ok && len(got) == 2, nil
+	}); err != nil {
+		t.Fatalf("the JobSets never came (no pod asked for a recheck): %d", len(got))
+	}
+	for _, js := range got {
+		switch js.Name {
+		case "llm":
+			if !podreq.JobSetSuspended(js) || len(js.Spec.ReplicatedJobs) != 1 || js.Spec.ReplicatedJobs[0].Name != "w" || js.UID != "uid-llm" {
+				t.Errorf("the queued JobSet lost its spec in the cache: %+v", js)
+			}
+		case "suite":
+			if js.Spec.ReplicatedJobs != nil || js.UID != "uid-suite" || !js.CreationTimestamp.Time.Equal(f.jobSetCreated.Truncate(time.Second)) {
+				t.Errorf("a JobSet not queued keeps more than its metadata: %+v", js)
+			}
+		}
+	}
+	if got := o.Created(trimmedPod("train-a", t0.Add(-10*time.Minute))); !got.Truncate(time.Second).Equal(f.jobSetCreated.Truncate(time.Second)) {
+		t.Errorf("Created(train-a) = %s, want its JobSet's %s", got, f.jobSetCreated)
 	}
 }

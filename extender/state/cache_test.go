@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -75,6 +76,23 @@ func TestPodTransformKeepsWhatPodreqReads(t *testing.T) {
 	if trim.ManagedFields != nil || trim.Labels["app"] != "" || trim.Annotations["other"] != "" ||
 		len(trim.Spec.Containers) != 1 || trim.Status.PodIP != "" || trim.ResourceVersion != "7" {
 		t.Errorf("transform kept too much or too little: %+v", trim)
+	}
+}
+
+// The queue finds a gated pod's Job or JobSet queued suspended by their
+// controllers' labels on the trimmed pod.
+func TestPodTransformKeepsOwnerLabels(t *testing.T) {
+	_, n := gpuNode()
+	full := boundPod(n)
+	full.Labels[batchv1.ControllerUidLabel] = "job-uid"
+	full.Labels[podreq.JobSetUIDLabel] = "jobset-uid"
+	obj, err := PodTransform(names)(full.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	trim := obj.(*corev1.Pod)
+	if podreq.JobControllerUID(trim) != "job-uid" || podreq.JobSetControllerUID(trim) != "jobset-uid" {
+		t.Errorf("trimmed pod's labels %v: the Job's and JobSet's UIDs are lost", trim.Labels)
 	}
 }
 

@@ -28,10 +28,11 @@ import (
 // status, a bound pod's placement constraints) is dropped before the
 // informer stores the pod.
 func PodTransform(names contract.Names) cache.TransformFunc {
-	// The Job controller's label names a pod's Job (a Job queued suspended
-	// admits its pods through it, podreq.JobControllerUID).
+	// The Job and JobSet controllers' labels name a pod's Job and JobSet (a
+	// Job or JobSet queued suspended admits its pods through them,
+	// podreq.JobControllerUID, podreq.JobSetControllerUID).
 	labels := []string{names.GangLabel, names.PodGroupLabel, names.PreemptibleLabel, names.TeamLabel, names.RemediationLabel,
-		batchv1.ControllerUidLabel}
+		batchv1.ControllerUidLabel, podreq.JobSetUIDLabel}
 	annotations := []string{names.AssignmentAnnotation, names.GangSizeAnnotation,
 		names.CheckpointSignalAnnotation, names.CheckpointGraceAnnotation,
 		names.AdmissionAnnotation, names.GPUModelsAnnotation, names.MaxRuntimeAnnotation, names.ReservationAnnotation,

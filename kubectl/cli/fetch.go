@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/rota-sched/rota/kubectl/report"
+	"github.com/rota-sched/rota/pkg/podreq"
 )
 
 // pageSize bounds one list call; lists are paged with continue tokens.
@@ -41,6 +42,29 @@ type need struct {
 	createEvents bool
 	// jobs lists the Jobs of all namespaces (the Jobs queued suspended).
 	jobs bool
+}
+
+// jobSets lists the JobSets of all namespaces (none when the JobSet API is
+// not served), read from their JSON: kubectl-rota does not import JobSet.
+func (f *fetcher) jobSets(ctx context.Context) ([]podreq.JobSet, error) {
+	rc := f.cs.Discovery().RESTClient()
+	if rc == nil {
+		return nil, nil
+	}
+	raw, err := rc.Get().AbsPath("/apis/" + podreq.JobSetGroup + "/v1alpha2/jobsets").DoRaw(ctx)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var l struct {
+		Items []podreq.JobSet `json:"items"`
+	}
+	if err := json.Unmarshal(raw, &l); err != nil {
+		return nil, fmt.Errorf("reading the JobSets: %w", err)
+	}
+	return l.Items, nil
 }
 
 // input lists what the report needs. Nodes and pods are required; without
@@ -79,6 +103,9 @@ func (f *fetcher) input(ctx context.Context, n need) (report.Input, error) {
 			return l.Items, l.Continue, nil
 		}, metav1.ListOptions{}); err != nil {
 			fmt.Fprintf(f.warn, "warning: list Jobs: %v; Jobs queued suspended are not listed\n", err)
+		}
+		if in.JobSets, err = f.jobSets(ctx); err != nil {
+			fmt.Fprintf(f.warn, "warning: list JobSets: %v; JobSets queued suspended are not listed\n", err)
 		}
 	}
 	// DRA: nodes whose GPUs a DRA driver publishes take no GPU work from

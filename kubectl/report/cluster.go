@@ -28,6 +28,9 @@ type Input struct {
 	// Jobs are the batch/v1 Jobs (for the Jobs queued suspended); none
 	// when the command does not read them.
 	Jobs []batchv1.Job
+	// JobSets are the JobSets (for those queued suspended); none when the
+	// command does not read them or the JobSet API is not served.
+	JobSets []podreq.JobSet
 	// Events are the events the report may read (a pod's, or the
 	// FailedCreate events of controllers); others are ignored.
 	Events []corev1.Event

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/podreq"
@@ -79,31 +80,23 @@ func (c *Cluster) Queue(team string) Queue {
 	return q
 }
 
-// queuedJobs lists the Jobs queued suspended that wait (suspended, with
-// no admission record), each as one entry; team, when set, only that
-// team's. A Job has no Queued condition: its Queued event, and the live
-// view (--extender-url), say where it stands.
+// queuedJobs lists the Jobs and JobSets queued suspended that wait
+// (suspended, with no admission record), each as one entry; team, when
+// set, only that team's. They have no Queued condition: their Queued
+// event, and the live view (--extender-url), say where they stand.
 func (c *Cluster) queuedJobs(team string) []QueuedPod {
 	var out []QueuedPod
-	for i := range c.in.Jobs {
-		j := &c.in.Jobs[i]
-		if !podreq.QueuedJob(j, c.o.Names) || !podreq.Suspended(j) || podreq.JobFinished(j) || j.DeletionTimestamp != nil {
-			continue
-		}
-		if _, recorded := j.Annotations[c.o.Names.AdmissionAnnotation]; recorded {
-			continue // suspended after its admission: its pods are ending
-		}
-		pods := podreq.JobPods(j, c.o.Names)
-		if len(pods) == 0 {
-			continue
+	add := func(kind, key string, annotations map[string]string, created metav1.Time, pods []*corev1.Pod) {
+		if _, recorded := annotations[c.o.Names.AdmissionAnnotation]; recorded || len(pods) == 0 {
+			return // suspended after its admission: its pods are ending
 		}
 		t := c.teamOf(pods[0])
 		if team != "" && t != team {
-			continue
+			return
 		}
-		qp := QueuedPod{Pod: podreq.JobWorkloadKey(j), Kind: "Job", Team: t, created: j.CreationTimestamp.Time,
-			Waiting: c.now.Sub(j.CreationTimestamp.Time).Round(time.Second).String(), Reason: "Suspended",
-			Message: fmt.Sprintf("a Job of %d pods queued suspended: no pod exists until the queue admits it", len(pods))}
+		qp := QueuedPod{Pod: key, Kind: kind, Team: t, created: created.Time,
+			Waiting: c.now.Sub(created.Time).Round(time.Second).String(), Reason: "Suspended",
+			Message: fmt.Sprintf("a %s of %d pods queued suspended: no pod exists until the queue admits it", kind, len(pods))}
 		if pods[0].Spec.Priority != nil {
 			qp.Priority = *pods[0].Spec.Priority
 		}
@@ -111,6 +104,18 @@ func (c *Cluster) queuedJobs(team string) []QueuedPod {
 			qp.Gang = g.Key
 		}
 		out = append(out, qp)
+	}
+	for i := range c.in.Jobs {
+		j := &c.in.Jobs[i]
+		if podreq.QueuedJob(j, c.o.Names) && podreq.Suspended(j) && !podreq.JobFinished(j) && j.DeletionTimestamp == nil {
+			add("Job", podreq.JobWorkloadKey(j), j.Annotations, j.CreationTimestamp, podreq.JobPods(j, c.o.Names))
+		}
+	}
+	for i := range c.in.JobSets {
+		j := &c.in.JobSets[i]
+		if j.Annotations[c.o.Names.QueuedJobAnnotation] == "true" && podreq.JobSetSuspended(j) && !podreq.JobSetFinished(j) && j.DeletionTimestamp == nil {
+			add("JobSet", podreq.JobSetWorkloadKey(j), j.Annotations, j.CreationTimestamp, podreq.JobSetPods(j, c.o.Names))
+		}
 	}
 	return out
 }

@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+
+	"github.com/rota-sched/rota/pkg/podreq"
 )
 
 func TestQueue(t *testing.T) {
@@ -130,11 +132,23 @@ func TestQueueListsSuspendedJobs(t *testing.T) {
 		Pods:       []corev1.Pod{gated},
 		Jobs: []batchv1.Job{job("old", 2*time.Hour, true, false), job("running", 3*time.Hour, false, true),
 			job("ending", 3*time.Hour, true, true), job("new", time.Minute, true, false)}}
+	// A JobSet queued suspended is listed the same way; one admitted is not.
+	for _, js := range []struct {
+		name      string
+		age       time.Duration
+		suspended bool
+	}{{"llm", 30 * time.Minute, true}, {"llm-running", 4 * time.Hour, false}} {
+		j := job(js.name, js.age, js.suspended, !js.suspended)
+		in.JobSets = append(in.JobSets, podreq.JobSet{ObjectMeta: j.ObjectMeta, Spec: podreq.JobSetSpec{Suspend: j.Spec.Suspend,
+			ReplicatedJobs: []podreq.ReplicatedJob{{Name: "w", Replicas: ptr.To[int32](2), Template: batchv1.JobTemplateSpec{Spec: j.Spec}}}}})
+	}
 	var got []string
 	for _, p := range Build(in, o).Queue("vision").Pods {
-		got = append(got, p.Pod+" "+p.Kind+" "+p.Waiting)
+		got = append(got, p.Pod+" "+p.Kind+" "+p.Waiting+" "+p.Message)
 	}
-	want := []string{"ml/Job/old Job 2h0m0s", "ml/p  1h0m0s", "ml/Job/new Job 1m0s"}
+	want := []string{"ml/Job/old Job 2h0m0s a Job of 4 pods queued suspended: no pod exists until the queue admits it", "ml/p  1h0m0s ",
+		"ml/JobSet/llm JobSet 30m0s a JobSet of 8 pods queued suspended: no pod exists until the queue admits it",
+		"ml/Job/new Job 1m0s a Job of 4 pods queued suspended: no pod exists until the queue admits it"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Queue(vision) (-want +got):\n%s", diff)
 	}

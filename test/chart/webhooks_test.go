@@ -56,8 +56,8 @@ func webhookConfigs(t *testing.T, sets []string) (*admissionregistrationv1.Valid
 			t.Fatal(err)
 		}
 	}
-	if v == nil || m == nil || len(v.Webhooks) != 1 || len(m.Webhooks) != 2 {
-		t.Fatalf("%v: want one validating and two mutating webhooks (pods, Jobs), got %v and %v", sets, v, m)
+	if v == nil || m == nil || len(v.Webhooks) != 1 || len(m.Webhooks) != 3 {
+		t.Fatalf("%v: want one validating and three mutating webhooks (pods, Jobs, JobSets), got %v and %v", sets, v, m)
 	}
 	return v, m
 }
@@ -72,8 +72,8 @@ func conditions(mcs []admissionregistrationv1.MatchCondition) string {
 
 // TestChartWebhooks checks the rendered webhook configurations: the
 // mutating one for pods CREATE on /mutate with failurePolicy Fail, sent
-// from every namespace; the mutating one for Jobs CREATE, sent only from
-// namespaces that queue Jobs suspended; the validating one for CREATE and UPDATE,
+// from every namespace; the mutating ones for Jobs and JobSets CREATE, sent
+// only from namespaces that queue Jobs suspended; the validating one for CREATE and UPDATE,
 // its UPDATEs narrowed to a gated old pod or a change of the quota keys;
 // every name in the CEL follows the domain value; cert-manager injects both
 // CA bundles; rota-admission is told who the queue controller is.
@@ -139,26 +139,35 @@ func TestChartWebhooks(t *testing.T) {
 			if !certManager && (len(mw.ClientConfig.CABundle) == 0 || string(mw.ClientConfig.CABundle) != string(vw.ClientConfig.CABundle)) {
 				t.Errorf("the webhooks' CA bundles differ or are empty")
 			}
-			// The Jobs webhook: Jobs CREATE, only in namespaces that queue
-			// Jobs suspended, only top-level Jobs asking for the domain's
-			// resources in their pod template.
-			jw := m.Webhooks[1]
-			if len(jw.Rules) != 1 || !slices.Equal(jw.Rules[0].Resources, []string{"jobs"}) || !slices.Equal(jw.Rules[0].APIGroups, []string{"batch"}) ||
-				!slices.Equal(jw.Rules[0].Operations, []admissionregistrationv1.OperationType{admissionregistrationv1.Create}) {
-				t.Errorf("Jobs webhook rules %+v, want batch jobs CREATE", jw.Rules)
-			}
+			// The Jobs and JobSets webhooks: CREATE, only in namespaces
+			// that queue Jobs suspended, only top-level ones asking for the
+			// domain's resources in their pod templates.
 			optOut := metav1.LabelSelectorRequirement{Key: tc.domain + "/queueing", Operator: metav1.LabelSelectorOpNotIn,
 				Values: []string{contract.QueueingGate, contract.QueueingOff, contract.QueueingKueue}}
-			switch {
-			case jw.NamespaceSelector == nil:
-				t.Errorf("Jobs webhook has no namespaceSelector")
-			case tc.suspendAll && (len(jw.NamespaceSelector.MatchLabels) != 0 ||
-				!slices.ContainsFunc(jw.NamespaceSelector.MatchExpressions, func(r metav1.LabelSelectorRequirement) bool {
-					return r.Key == optOut.Key && r.Operator == optOut.Operator && slices.Equal(r.Values, optOut.Values)
-				})):
-				t.Errorf("Jobs webhook namespaceSelector %+v, want every namespace but %v", jw.NamespaceSelector, optOut)
-			case !tc.suspendAll && jw.NamespaceSelector.MatchLabels[tc.domain+"/queueing"] != contract.QueueingSuspend:
-				t.Errorf("Jobs webhook namespaceSelector %+v, want %s/queueing=%s", jw.NamespaceSelector, tc.domain, contract.QueueingSuspend)
+			for i, want := range []struct{ group, resource, template string }{
+				{"batch", "jobs", "object.spec.template.spec.containers"},
+				{"jobset.x-k8s.io", "jobsets", "object.spec.replicatedJobs.exists(r, r.template.spec.template.spec.containers"},
+			} {
+				jw := m.Webhooks[1+i]
+				if len(jw.Rules) != 1 || !slices.Equal(jw.Rules[0].Resources, []string{want.resource}) || !slices.Equal(jw.Rules[0].APIGroups, []string{want.group}) ||
+					!slices.Equal(jw.Rules[0].Operations, []admissionregistrationv1.OperationType{admissionregistrationv1.Create}) {
+					t.Errorf("%s webhook rules %+v, want %s %s CREATE", want.resource, jw.Rules, want.group, want.resource)
+				}
+				switch {
+				case jw.NamespaceSelector == nil:
+					t.Errorf("%s webhook has no namespaceSelector", want.resource)
+				case tc.suspendAll && (len(jw.NamespaceSelector.MatchLabels) != 0 ||
+					!slices.ContainsFunc(jw.NamespaceSelector.MatchExpressions, func(r metav1.LabelSelectorRequirement) bool {
+						return r.Key == optOut.Key && r.Operator == optOut.Operator && slices.Equal(r.Values, optOut.Values)
+					})):
+					t.Errorf("%s webhook namespaceSelector %+v, want every namespace but %v", want.resource, jw.NamespaceSelector, optOut)
+				case !tc.suspendAll && jw.NamespaceSelector.MatchLabels[tc.domain+"/queueing"] != contract.QueueingSuspend:
+					t.Errorf("%s webhook namespaceSelector %+v, want %s/queueing=%s", want.resource, jw.NamespaceSelector, tc.domain, contract.QueueingSuspend)
+				}
+				if jc := conditions(jw.MatchConditions); !strings.Contains(jc, want.template) ||
+					!strings.Contains(jc, "'"+tc.domain+"/'") || !strings.Contains(jc, "ownerReferences") {
+					t.Errorf("%s webhook matchConditions:\n%s\nwant the templates' resources and top-level objects only", want.resource, jc)
+				}
 			}
 			want := "--suspend-jobs=labelled"
 			if tc.suspendAll {
@@ -166,10 +175,6 @@ func TestChartWebhooks(t *testing.T) {
 			}
 			if args := admissionArgs(t, tc.sets); !slices.Contains(args, want) {
 				t.Errorf("rota-admission args %q lack %s", args, want)
-			}
-			if jc := conditions(jw.MatchConditions); !strings.Contains(jc, "object.spec.template.spec.containers") ||
-				!strings.Contains(jc, "'"+tc.domain+"/'") || !strings.Contains(jc, "ownerReferences") {
-				t.Errorf("Jobs webhook matchConditions:\n%s\nwant the template's resources and top-level Jobs only", jc)
 			}
 			if args := admissionArgs(t, tc.sets); !slices.Contains(args, "--queue-controller-users="+tc.wantUsers) {
 				t.Errorf("rota-admission args %q lack --queue-controller-users=%s", args, tc.wantUsers)

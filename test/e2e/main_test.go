@@ -66,6 +66,8 @@ const quotaDoc = `teams:
     gpus: 2
   qwave:
     gpus: 2
+  qjsusp:
+    gpus: 4
   qskillj:
     gpus: 8
   qmodel:

@@ -625,26 +625,39 @@ func jobSetSpec(inOrder bool, rjobs ...map[string]any) map[string]any {
 // up) and deletes it when the test ends.
 func createJobSet(ctx context.Context, t *testing.T, ns, name string, spec map[string]any) *unstructured.Unstructured {
 	t.Helper()
+	return createJobSetAs(ctx, t, adminDynamic(t), ns, name, spec)
+}
+
+// adminDynamic is a dynamic client of the control plane's admin.
+func adminDynamic(t *testing.T) dynamic.Interface {
+	t.Helper()
 	dyn, err := dynamic.NewForConfig(env.Cluster.RESTConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dyn
+}
+
+// createJobSetAs is createJobSet through the client dyn (a user's).
+func createJobSetAs(ctx context.Context, t *testing.T, dyn dynamic.Interface, ns, name string, spec map[string]any) *unstructured.Unstructured {
+	t.Helper()
 	res := dyn.Resource(jobset.JobSets).Namespace(ns)
 	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
 		"metadata": map[string]any{"name": name}, "spec": spec}}
 	var got *unstructured.Unstructured
-	err = wait.PollUntilContextTimeout(ctx, 300*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		got, err = res.Create(ctx, obj, metav1.CreateOptions{})
-		return err == nil, nil
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 300*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, last = res.Create(ctx, obj, metav1.CreateOptions{})
+		return last == nil, nil
 	})
 	if err != nil {
-		t.Fatalf("creating JobSet %s: %v", name, err)
+		t.Fatalf("creating JobSet %s: %v (last answer: %v)", name, err, last)
 	}
 	t.Cleanup(func() {
 		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		bg := metav1.DeletePropagationBackground
-		if err := res.Delete(cctx, name, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil && !apierrors.IsNotFound(err) {
+		if err := adminDynamic(t).Resource(jobset.JobSets).Namespace(ns).Delete(cctx, name, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil && !apierrors.IsNotFound(err) {
 			t.Logf("deleting JobSet %s: %v", name, err)
 		}
 	})

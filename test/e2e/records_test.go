@@ -29,12 +29,15 @@ import (
 func userClient(ctx context.Context, t *testing.T, ns, user string) kubernetes.Interface {
 	t.Helper()
 	// The pod and Job rules of the aggregated edit ClusterRole (its aggregation is
-	// kube-controller-manager's, which this control plane does not run).
+	// kube-controller-manager's, which this control plane does not run), and
+	// JobSets (the rules a cluster aggregates into edit for its users).
 	if _, err := env.Client.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: user + "-edit"},
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"},
 			Verbs: []string{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}},
 			{APIGroups: []string{"batch"}, Resources: []string{"jobs"},
+				Verbs: []string{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}},
+			{APIGroups: []string{"jobset.x-k8s.io"}, Resources: []string{"jobsets"},
 				Verbs: []string{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

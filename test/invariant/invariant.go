@@ -38,8 +38,12 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/rota-sched/rota/pkg/contract"
@@ -102,6 +106,11 @@ type Options struct {
 	// is set): a Job queued suspended that is running holds quota for all
 	// its pods, created or not (see checkQuota).
 	Jobs []batchv1.Job
+	// JobSets are the cluster's JobSets, counted as Jobs are (Check lists
+	// them through Dynamic when it is set and the JobSet API is served).
+	JobSets []podreq.JobSet
+	// Dynamic, when set, lets Check list JobSets.
+	Dynamic dynamic.Interface
 }
 
 // Grant is what the kubelet granted one pod: the GPUs it holds whole (by
@@ -144,6 +153,11 @@ func Check(ctx context.Context, client kubernetes.Interface, o Options) ([]Viola
 			return nil, fmt.Errorf("listing jobs: %w", err)
 		}
 		o.Jobs = jobs.Items
+		if o.Dynamic != nil {
+			if o.JobSets, err = listJobSets(ctx, o.Dynamic); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return Evaluate(nodes.Items, pods.Items, namespaces, o), nil
 }
@@ -532,7 +546,11 @@ func checkQuota(pods []corev1.Pod, namespaces []corev1.Namespace, topo map[strin
 			u.Pending = u.Pending.Add(amt)
 		}
 		usage[acct] = u
-		if j := jobs[podreq.JobControllerUID(p)]; j != nil && j.team == team && j.amt == amt {
+		j := jobs[podreq.JobSetControllerUID(p)]
+		if j == nil {
+			j = jobs[podreq.JobControllerUID(p)]
+		}
+		if j != nil && j.team == team && j.amt == amt {
 			j.present++
 		}
 	}
@@ -608,18 +626,57 @@ func runningQueuedJobs(o Options) map[types.UID]*queuedJobCharge {
 		if !podreq.QueuedJob(j, o.Names) || podreq.Suspended(j) || podreq.JobFinished(j) || j.DeletionTimestamp != nil {
 			continue
 		}
-		planned := podreq.JobPods(j, o.Names)
-		if len(planned) == 0 {
+		if c := chargeOf(podreq.JobPods(j, o.Names), o); c != nil {
+			out[j.UID] = c
+		}
+	}
+	for i := range o.JobSets {
+		j := &o.JobSets[i]
+		if j.Annotations[o.Names.QueuedJobAnnotation] != "true" || podreq.JobSetSuspended(j) || podreq.JobSetFinished(j) || j.DeletionTimestamp != nil {
 			continue
 		}
-		req, err := podreq.FromPod(planned[0], podreq.Options{Names: o.Names, MemoryUnitMiB: o.MemoryUnitMiB})
-		if err != nil {
-			continue
+		if c := chargeOf(podreq.JobSetPods(j, o.Names), o); c != nil {
+			out[j.UID] = c
 		}
-		out[j.UID] = &queuedJobCharge{pod: planned[0], members: len(planned),
-			amt: quota.Amount{GPUs: int64(req.GPUs), MemoryMiB: contract.MiB(req.MemoryUnits) * o.MemoryUnitMiB}}
 	}
 	return out
+}
+
+// chargeOf is what a running Job or JobSet queued suspended holds: its
+// planned pods, each of the first one's request (rota-admission queues
+// only workloads of one request per pod).
+func chargeOf(planned []*corev1.Pod, o Options) *queuedJobCharge {
+	if len(planned) == 0 {
+		return nil
+	}
+	req, err := podreq.FromPod(planned[0], podreq.Options{Names: o.Names, MemoryUnitMiB: o.MemoryUnitMiB})
+	if err != nil {
+		return nil
+	}
+	return &queuedJobCharge{pod: planned[0], members: len(planned),
+		amt: quota.Amount{GPUs: int64(req.GPUs), MemoryMiB: contract.MiB(req.MemoryUnits) * o.MemoryUnitMiB}}
+}
+
+// listJobSets lists the cluster's JobSets (none when the API is not
+// served).
+func listJobSets(ctx context.Context, dyn dynamic.Interface) ([]podreq.JobSet, error) {
+	gvr := schema.GroupVersionResource{Group: podreq.JobSetGroup, Version: "v1alpha2", Resource: "jobsets"}
+	l, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("listing JobSets: %w", err)
+	}
+	out := make([]podreq.JobSet, 0, len(l.Items))
+	for i := range l.Items {
+		var js podreq.JobSet
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(l.Items[i].Object, &js); err != nil {
+			return nil, fmt.Errorf("reading JobSet %s/%s: %w", l.Items[i].GetNamespace(), l.Items[i].GetName(), err)
+		}
+		out = append(out, js)
+	}
+	return out, nil
 }
 
 // checkTree checks a nested quota configuration (quota.Group) from the

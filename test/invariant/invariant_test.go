@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/rota-sched/rota/pkg/contract"
+	"github.com/rota-sched/rota/pkg/podreq"
 	"github.com/rota-sched/rota/pkg/quota"
 	"github.com/rota-sched/rota/test/fixture"
 )
@@ -338,6 +339,24 @@ func TestCheck(t *testing.T) {
 			},
 			giveOpts: Options{Quota: quotaCfg},
 		},
+		{
+			name: "a running JobSet queued suspended holds quota for the pods not made yet",
+			give: []runtime.Object{fixture.GPUNode("n1").GPUs(8, 80*gib).NVLink(4).Obj(), fixture.Namespace("cv", "vision"),
+				fixture.Pod("cv", "w").GPUs(2).Whole("n1", 80*gib, 0, 1).Running("n1").Obj(),
+			},
+			giveOpts: Options{Quota: quotaCfg, JobSets: []podreq.JobSet{queuedJobSet("cv", "llm", 3, false)}},
+			want:     []Kind{QuotaExceeded, PoolExceeded},
+			wantText: "team vision",
+		},
+		{
+			name: "a JobSet queued suspended: its pods count once, suspended it holds nothing",
+			give: []runtime.Object{fixture.GPUNode("n1").GPUs(8, 80*gib).NVLink(4).Obj(), fixture.Namespace("cv", "vision"),
+				fixture.Pod("cv", "w").GPUs(2).Whole("n1", 80*gib, 0, 1).Running("n1").Obj(),
+				fixture.Pod("cv", "llm-w-0-0").GPUs(1).Whole("n1", 80*gib, 2).Label(podreq.JobSetUIDLabel, "uid-jobset-llm").Running("n1").Obj(),
+				fixture.Pod("cv", "llm-w-1-0").GPUs(1).Whole("n1", 80*gib, 3).Label(podreq.JobSetUIDLabel, "uid-jobset-llm").Running("n1").Obj(),
+			},
+			giveOpts: Options{Quota: quotaCfg, JobSets: []podreq.JobSet{queuedJobSet("cv", "llm", 2, false), queuedJobSet("cv", "waiting", 8, true)}},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -366,6 +385,18 @@ func queuedJob(ns, name string, n int32, suspended bool) *batchv1.Job {
 	return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-job-" + name),
 		Annotations: map[string]string{names.QueuedJobAnnotation: "true"}},
 		Spec: batchv1.JobSpec{Parallelism: &n, Completions: &n, Suspend: &suspended, Template: corev1.PodTemplateSpec{Spec: tmpl.Spec}}}
+}
+
+// queuedJobSet is a JobSet queued suspended (marked) of n Jobs of one
+// one-GPU pod.
+func queuedJobSet(ns, name string, n int32, suspended bool) podreq.JobSet {
+	tmpl := fixture.Pod(ns, "t").GPUs(1).Obj()
+	js := podreq.JobSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-jobset-" + name),
+		Annotations: map[string]string{names.QueuedJobAnnotation: "true"}}}
+	js.Spec.Suspend = &suspended
+	js.Spec.ReplicatedJobs = []podreq.ReplicatedJob{{Name: "w", Replicas: &n,
+		Template: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: tmpl.Spec}}}}}
+	return js
 }
 
 func TestSummary(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/rota-sched/rota/deviceplugin/handoff"
 	"github.com/rota-sched/rota/pkg/contract"
@@ -198,7 +199,12 @@ func (e *Env) Assignment(pod *corev1.Pod) (*contract.Assignment, error) {
 
 // CheckInvariants runs the invariant checker against the cluster.
 func (e *Env) CheckInvariants(ctx context.Context, q *quota.Config) ([]invariant.Violation, error) {
-	return invariant.Check(ctx, e.Client, invariant.Options{Names: e.Names, MemoryUnitMiB: e.unitMiB, Quota: q, Grants: e.Grants()})
+	dyn, err := dynamic.NewForConfig(e.Cluster.RESTConfig())
+	if err != nil {
+		return nil, err
+	}
+	return invariant.Check(ctx, e.Client, invariant.Options{Names: e.Names, MemoryUnitMiB: e.unitMiB, Quota: q, Grants: e.Grants(),
+		Dynamic: dyn})
 }
 
 // Grants are the devices the kubelet stand-in got from the device plugins

@@ -1,0 +1,139 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/rota-sched/rota/pkg/podreq"
+	"github.com/rota-sched/rota/test/jobset"
+)
+
+// TestQueueSuspendedJobSet: with the real JobSet controller, in a namespace
+// labelled queueing=suspend, a JobSet asking for GPUs is created suspended
+// and waits as the JobSet alone: the JobSet controller makes its Jobs
+// suspended, and no pod exists. Team qjsusp has quota for 4 GPUs. The
+// first JobSet (2 Jobs of 2 indexed one-GPU pods: one gang of 4) is
+// admitted by one patch (unsuspended, with its signed record), the JobSet
+// controller resumes its Jobs, and their pods are admitted through the
+// JobSet's record and run. The second waits suspended with no pod; a team
+// member with edit rights on JobSets cannot unsuspend it, copy the first's
+// record or remove its mark. When the first's pods succeed, the second is
+// admitted and runs.
+func TestQueueSuspendedJobSet(t *testing.T) {
+	const name = "qjsusp"
+	ctx, ns := suspendScenario(t, name, 6*time.Minute, 2, 4)
+	startJobSet(ctx, t)
+	userClient(ctx, t, ns, "alice") // alice's Role: pods, Jobs, JobSets
+	alice := userDynamic(t, "alice")
+
+	first := createJobSetAs(ctx, t, alice, ns, "first", jobSetSpec(false, replicatedJob("workers", 2, 2, 1)))
+	if js := readJobSetE2E(t, first); !podreq.JobSetSuspended(js) || js.Annotations[env.Names.QueuedJobAnnotation] != "true" {
+		t.Fatalf("first created with suspend %v and annotations %v; want suspended and marked", js.Spec.Suspend, js.Annotations)
+	}
+	pods := waitPods(ctx, t, ns, "first's four pods running", func(p []corev1.Pod) bool {
+		return len(runningOf(jobSetPods(p, "first"))) == 4
+	})
+	for _, p := range jobSetPods(pods, "first") {
+		adm, err := podreq.AdmissionOf(&p, env.Names)
+		if err != nil || adm == nil || adm.Team != name || !env.RecordsKey.VerifyAdmission(string(p.UID), *adm) {
+			t.Errorf("%s: admission record %+v (%v); want one signed for the pod, team %s", p.Name, adm, err, name)
+		}
+		if p.Labels[env.Names.GangLabel] != "first" {
+			t.Errorf("%s: gang %q; want the JobSet's gang first", p.Name, p.Labels[env.Names.GangLabel])
+		}
+	}
+	firstNow := getJobSetE2E(ctx, t, ns, "first")
+	adm, forged := records().WorkloadAdmission(firstNow.Annotations, podreq.JobSetRecordSubject(firstNow, env.Names), env.Names)
+	if adm == nil || forged != nil || adm.Team != name || podreq.JobSetSuspended(firstNow) {
+		t.Fatalf("first: suspended %v, record %+v (unbelieved %+v); want admitted with a record signed for the JobSet",
+			podreq.JobSetSuspended(firstNow), adm, forged)
+	}
+
+	createJobSetAs(ctx, t, alice, ns, "second", jobSetSpec(false, replicatedJob("workers", 1, 2, 1)))
+	waitEvent(ctx, t, ns, "second", "Queued")
+	if ps := jobSetPods(mustPods(ctx, t, ns), "second"); len(ps) != 0 || !podreq.JobSetSuspended(getJobSetE2E(ctx, t, ns, "second")) {
+		t.Fatalf("second, queued past quota, has %d pods; want none, and the JobSet suspended", len(ps))
+	}
+
+	// Alice, with edit rights on JobSets, tries to start it herself.
+	res := alice.Resource(jobset.JobSets).Namespace(ns)
+	for _, tc := range []struct{ what, patch, want string }{
+		{"unsuspend", `{"spec":{"suspend":false}}`, "only Rota's queue unsuspends it"},
+		{"copy first's record", mergeAnnotation(env.Names.AdmissionAnnotation, firstNow.Annotations[env.Names.AdmissionAnnotation]), "only rota-extender sets"},
+		{"drop the mark", `{"metadata":{"annotations":{"` + env.Names.QueuedJobAnnotation + `":null}}}`, "only rota-extender changes or removes it"},
+		{"write a reservation record", mergeAnnotation(env.Names.ReservationAnnotation, `{"version":1}`), "room the queue holds for the JobSet"},
+	} {
+		_, err := res.Patch(ctx, "second", types.MergePatchType, []byte(tc.patch), metav1.PatchOptions{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("alice's %s: got %v, want a refusal saying %q", tc.what, err, tc.want)
+		}
+	}
+	if !podreq.JobSetSuspended(getJobSetE2E(ctx, t, ns, "second")) {
+		t.Fatal("second was unsuspended by its owner")
+	}
+
+	// first's pods succeed; second is admitted and runs.
+	for _, p := range jobSetPods(pods, "first") {
+		if err := env.FinishPod(ctx, &p, corev1.PodSucceeded); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitPods(ctx, t, ns, "second's two pods running", func(p []corev1.Pod) bool {
+		return len(runningOf(jobSetPods(p, "second"))) == 2
+	})
+	second := getJobSetE2E(ctx, t, ns, "second")
+	if adm, _ := records().WorkloadAdmission(second.Annotations, podreq.JobSetRecordSubject(second, env.Names), env.Names); podreq.JobSetSuspended(second) || adm == nil {
+		t.Errorf("second: suspended %v, record %+v; want admitted", podreq.JobSetSuspended(second), adm)
+	}
+	q := quotaConfig(t)
+	checkInvariants(ctx, t, &q)
+	note(name, "JobSets queued suspended: the second waited with no pods and ran once the first finished")
+}
+
+// userDynamic is a dynamic client of user (userClient made their Role).
+func userDynamic(t *testing.T, user string) dynamic.Interface {
+	t.Helper()
+	path, err := env.Cluster.UserKubeconfig(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dyn
+}
+
+func getJobSetE2E(ctx context.Context, t *testing.T, ns, name string) *podreq.JobSet {
+	t.Helper()
+	u, err := adminDynamic(t).Resource(jobset.JobSets).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return readJobSetE2E(t, u)
+}
+
+func readJobSetE2E(t *testing.T, u *unstructured.Unstructured) *podreq.JobSet {
+	t.Helper()
+	js := &podreq.JobSet{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, js); err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
