@@ -190,6 +190,38 @@ func TestPassGangWholeAndNarrowed(t *testing.T) {
 	}
 }
 
+// A gang cut short (one member admitted, its others gated) is completed
+// without asking quota again, but only up to its size: a gated pod its
+// owner adds under the admitted gang's name is not admitted with it (that
+// would run it past quota); it waits as a gang of its own.
+func TestPassCompletesGangOnlyToItsSize(t *testing.T) {
+	cfg := &quota.Config{Teams: map[string]quota.Team{"vision": {GPUs: 2}}}
+	member := func(name string, gated bool) *corev1.Pod {
+		p := gpuPod(name, 1, time.Hour, gated)
+		p.Labels = map[string]string{names.GangLabel: "train"}
+		p.Annotations = map[string]string{names.GangSizeAnnotation: "2"}
+		if !gated {
+			p.Annotations[names.AdmissionAnnotation] = `{"version":"v1","admittedAt":"2026-12-01T08:00:00Z","team":"vision"}`
+		}
+		return p
+	}
+	extra := member("m2", true)
+	extra.CreationTimestamp = metav1.NewTime(t0.Add(-time.Minute)) // made after m1
+	r := &fakeRoom{free: 8}
+	c, client := start(t, cfg, r, member("m0", false), member("m1", true), extra)
+	c.Pass(t.Context())
+	if p := get(t, client, "m1"); podreq.Queued(p, names) {
+		t.Fatalf("m1, the gang's second member, was not completed: %v", r.held)
+	}
+	if !podreq.Queued(get(t, client, "m2"), names) {
+		t.Fatal("m2, a third pod under a gang of 2, was admitted with it past team vision's quota of 2")
+	}
+	c.Pass(t.Context())
+	if !podreq.Queued(get(t, client, "m2"), names) {
+		t.Fatal("m2 was admitted by a later pass")
+	}
+}
+
 func TestPassInvalidQuotaAdmitsNothing(t *testing.T) {
 	r := &fakeRoom{free: 8}
 	c, client := start(t, nil, r, gpuPod("p", 1, time.Hour, true))

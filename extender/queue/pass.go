@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -36,6 +37,7 @@ type passState struct {
 	in            pkgqueue.Input
 	queued        map[string]*workload
 	admittedGangs map[string]quota.Account    // gang key -> account, for gangs with admitted members
+	gangAdmitted  map[string]int              // gang key -> its admitted members that have not ended
 	victims       map[string]*pkgqueue.Victim // running admitted work, by workload key
 	victimPods    map[string][]*corev1.Pod
 	seen          map[types.UID]bool        // the GPU pods (and Jobs queued suspended) this pass read
@@ -57,7 +59,7 @@ func (c *Controller) collect(logger klog.Logger, cfg quota.Config, now time.Time
 	st := &passState{
 		in: pkgqueue.Input{Config: cfg, Admitted: map[quota.Account]quota.Usage{}, TeamUse: map[string]pkgqueue.Use{},
 			Capacity: capacity(c.o.Snapshot()), MaxAdmissions: c.o.MaxAdmissionsPerPass},
-		queued: map[string]*workload{}, admittedGangs: map[string]quota.Account{},
+		queued: map[string]*workload{}, admittedGangs: map[string]quota.Account{}, gangAdmitted: map[string]int{},
 		victims: map[string]*pkgqueue.Victim{}, victimPods: map[string][]*corev1.Pod{},
 		seen: map[types.UID]bool{}, still: map[types.UID]*corev1.Pod{},
 	}
@@ -159,6 +161,7 @@ func (c *Controller) countAdmitted(logger klog.Logger, st *passState, cfg quota.
 	in.TeamUse[team] = tu
 	if ref != nil {
 		st.admittedGangs[ref.Key] = acct
+		st.gangAdmitted[ref.Key]++
 	}
 	if pod.Spec.NodeName != "" {
 		c.addVictim(st.victims, st.victimPods, pod, adm, ref, acct, amt)
@@ -224,13 +227,30 @@ func (c *Controller) pass(ctx context.Context) (full bool) {
 	// A gang with members admitted and members still gated (an admission
 	// cut short, by a failed update or a restart) is completed first: its
 	// quota was taken when it was admitted, so its gated members count as
-	// admitted too.
+	// admitted too, up to the gang's size. A gated pod past that (its
+	// owner's, naming an admitted gang) is not the gang's to admit: it
+	// waits in the queue as a gang of its own, for quota.
 	for key, acct := range admittedGangs {
 		wl, ok := queued[key]
 		if !ok {
 			continue
 		}
-		delete(queued, key)
+		room := wl.w.Members - st.gangAdmitted[key]
+		if room <= 0 {
+			continue
+		}
+		if len(wl.pods) > room {
+			slices.SortFunc(wl.pods, func(x, y *corev1.Pod) int {
+				return cmp.Or(x.CreationTimestamp.Compare(y.CreationTimestamp.Time), strings.Compare(x.Name, y.Name))
+			})
+			rest := *wl
+			rest.pods = wl.pods[room:]
+			rest.w.Present = len(rest.pods)
+			queued[key] = &rest
+			wl.pods = wl.pods[:room:room]
+		} else {
+			delete(queued, key)
+		}
 		partial[key] = wl.pods
 		u := in.Admitted[acct]
 		u.Pending = u.Pending.Add(wl.w.PerMember.Times(int64(len(wl.pods))))
