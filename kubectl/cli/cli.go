@@ -62,6 +62,7 @@ Usage:
   kubectl rota why POD [-n NAMESPACE] [--extender-url URL]
   kubectl rota why --gang NAME [-n NAMESPACE]
   kubectl rota why job/NAME [-n NAMESPACE]
+  kubectl rota why jobset/NAME [-n NAMESPACE]
   kubectl rota top nodes|gpus|teams [--node NODE]
   kubectl rota top pods [-n NAMESPACE] [--node NODE]
   kubectl rota ledger --node NODE
@@ -262,12 +263,12 @@ func checkArgs(cmd string, rest []string, o options) error {
 }
 
 func runWhy(ctx context.Context, f *fetcher, p *printer, env Env, ro report.Options, ns string, rest []string, o options) error {
-	job := false
+	job, jobSet := false, false
 	if o.gang == "" {
 		kind, _, ok := strings.Cut(rest[0], "/")
-		job = ok && isJobKind(kind)
+		job, jobSet = ok && isJobKind(kind), ok && isJobSetKind(kind)
 	}
-	in, err := f.input(ctx, need{namespaces: true, quota: true, podEvents: ns, jobs: job})
+	in, err := f.input(ctx, need{namespaces: true, quota: true, podEvents: ns, jobs: job || jobSet})
 	if err != nil {
 		return err
 	}
@@ -280,6 +281,9 @@ func runWhy(ctx context.Context, f *fetcher, p *printer, env Env, ro report.Opti
 	case job:
 		_, name, _ := strings.Cut(rest[0], "/")
 		w, err = c.WhyJob(ns, name)
+	case jobSet:
+		_, name, _ := strings.Cut(rest[0], "/")
+		w, err = c.WhyJobSet(ns, name)
 	default:
 		name := rest[0]
 		if _, n, ok := strings.Cut(name, "/"); ok {
@@ -290,7 +294,7 @@ func runWhy(ctx context.Context, f *fetcher, p *printer, env Env, ro report.Opti
 	if err != nil {
 		return err
 	}
-	if o.extenderURL != "" && !job {
+	if o.extenderURL != "" && !job && !jobSet {
 		podNS, podName, _ := strings.Cut(w.Pod, "/")
 		w.Extender = fetchExtender(ctx, env.HTTP, o.extenderURL, podNS, podName)
 	}
@@ -326,6 +330,10 @@ func runTop(ctx context.Context, f *fetcher, p *printer, env Env, ro report.Opti
 // isJobKind reports whether a kubectl kind names batch/v1 Jobs.
 func isJobKind(kind string) bool {
 	return kind == "job" || kind == "jobs" || kind == "job.batch" || kind == "jobs.batch"
+}
+
+func isJobSetKind(kind string) bool {
+	return kind == "jobset" || kind == "jobsets" || kind == "jobset.jobset.x-k8s.io" || kind == "jobsets.jobset.x-k8s.io"
 }
 
 // IsUsage reports whether err asks for the usage to be shown (exit code 2).

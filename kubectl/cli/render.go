@@ -43,8 +43,8 @@ func (p *printer) whyText(out io.Writer, w report.Why) error {
 	lw := &lineWriter{w: out}
 	kv := &table{noHeader: true}
 	label := "Pod:"
-	if w.Kind == "Job" {
-		label = "Job:"
+	if w.Kind != "" {
+		label = w.Kind + ":"
 	}
 	kv.row(plain, label, w.Pod+" ("+w.Phase+")")
 	sc := yellow

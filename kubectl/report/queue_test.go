@@ -202,4 +202,31 @@ func TestWhyJob(t *testing.T) {
 	if _, err := c.WhyJob("ml", "nope"); err == nil {
 		t.Error("WhyJob of a missing Job: no error")
 	}
+
+	// A JobSet is explained the same way, its pods found by the JobSet
+	// controller's label.
+	jobSet := func(j batchv1.Job) podreq.JobSet {
+		return podreq.JobSet{ObjectMeta: j.ObjectMeta, Spec: podreq.JobSetSpec{Suspend: j.Spec.Suspend,
+			ReplicatedJobs: []podreq.ReplicatedJob{{Name: "w", Replicas: ptr.To[int32](2), Template: batchv1.JobTemplateSpec{Spec: j.Spec}}}}}
+	}
+	podOf := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "llm-w-0-0", UID: "u-pod",
+		Labels: map[string]string{podreq.JobSetUIDLabel: "u-running"}}, Spec: corev1.PodSpec{NodeName: "n1"}}
+	in.JobSets = []podreq.JobSet{jobSet(job("waiting", true, true, "")), jobSet(job("running", false, true, rec))}
+	in.Pods = []corev1.Pod{podOf}
+	c = Build(in, o)
+	for name, want := range map[string]string{
+		"waiting": "queued suspended (team vision): no pod exists until the queue admits all 4 at once; its Queued event said where it stood (kubectl describe jobset waiting)",
+		"running": "admitted to team vision 30m0s ago; 1 of its 4 pods exist",
+	} {
+		w, err := c.WhyJobSet("ml", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(w.Summary, want) || w.Kind != "JobSet" || w.Pod != "ml/JobSet/"+name {
+			t.Errorf("WhyJobSet(%s) = %q (%s %s), want it to say %q", name, w.Summary, w.Kind, w.Pod, want)
+		}
+	}
+	if _, err := c.WhyJobSet("ml", "nope"); err == nil {
+		t.Error("WhyJobSet of a missing JobSet: no error")
+	}
 }

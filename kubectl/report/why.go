@@ -19,7 +19,7 @@ type Why struct {
 	// Pod is the pod the report is about (for a gang: its first unplaced
 	// member, else its first member); for a Job, "namespace/Job/name".
 	Pod string `json:"pod"`
-	// Kind is "Job" when the report is about a Job; empty for a pod.
+	// Kind is "Job" or "JobSet" when the report is about one; empty for a pod.
 	Kind  string `json:"kind,omitempty"`
 	Phase string `json:"phase"`
 	// Summary is the answer in one sentence.

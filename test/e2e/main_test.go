@@ -68,6 +68,8 @@ const quotaDoc = `teams:
     gpus: 2
   qjsusp:
     gpus: 4
+  qskilljs:
+    gpus: 8
   qskillj:
     gpus: 8
   qmodel:

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -100,6 +102,47 @@ func TestQueueSuspendedJobSet(t *testing.T) {
 	q := quotaConfig(t)
 	checkInvariants(ctx, t, &q)
 	note(name, "JobSets queued suspended: the second waited with no pods and ran once the first finished")
+}
+
+// TestQueueSuspendedJobSetsKill: JobSets queued suspended (gangs of 2 Jobs
+// of 2 one-GPU pods, and single pods of two GPUs) drain through team
+// qskilljs's quota of 8 GPUs while the extender is killed with SIGKILL as
+// JobSets finish and the next are being admitted. After each round the
+// invariant checker (which counts a running JobSet queued suspended for
+// all its GPU pods, made or not) finds admitted use within the quota and
+// no gang partly bound; every JobSet completes.
+func TestQueueSuspendedJobSetsKill(t *testing.T) {
+	const name = "qskilljs"
+	ctx, ns := suspendScenario(t, name, 8*time.Minute, 2, 8)
+	startJobSet(ctx, t)
+	q := quotaConfig(t)
+	var sets []string
+	for i := range 8 {
+		spec := jobSetSpec(false, replicatedJob("w", 1, 1, 2))
+		if i%2 == 0 {
+			spec = jobSetSpec(false, replicatedJob("w", 2, 2, 1))
+		}
+		js := fmt.Sprintf("s%02d", i)
+		if got := readJobSetE2E(t, createJobSet(ctx, t, ns, js, spec)); !podreq.JobSetSuspended(got) {
+			t.Fatalf("%s created unsuspended", js)
+		}
+		sets = append(sets, js)
+	}
+	const pods = 4*4 + 4 // every GPU pod of every JobSet, run once (backoffLimit 0)
+	rounds, kills := drainWithKills(ctx, t, ns, &q, pods)
+	// The JobSet controller marks the last ones completed a moment later.
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		for _, js := range sets {
+			if !podreq.JobSetFinished(getJobSetE2E(ctx, t, ns, js)) {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatalf("not every JobSet completed: %v", err)
+	}
+	checkInvariants(ctx, t, &q)
+	note(name, "%d JobSets queued suspended (4 gangs of 4) ran in %d rounds with %d kill -9 of the extender; no invariant violation", len(sets), rounds, kills)
 }
 
 // userDynamic is a dynamic client of user (userClient made their Role).

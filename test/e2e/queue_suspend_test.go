@@ -19,6 +19,7 @@ import (
 
 	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/podreq"
+	"github.com/rota-sched/rota/pkg/quota"
 	"github.com/rota-sched/rota/test/e2e/harness"
 )
 
@@ -198,54 +199,8 @@ func TestQueueSuspendedJobsKill(t *testing.T) {
 		jobs = append(jobs, j.Name)
 		deleteJobAtEnd(t, ns, j.Name)
 	}
-	kill := func(why string) {
-		if err := env.KillExtender(); err != nil {
-			t.Fatalf("kill (%s): %v", why, err)
-		}
-		time.Sleep(300 * time.Millisecond)
-		if err := env.StartExtender(ctx); err != nil {
-			t.Fatalf("restart (%s): %v", why, err)
-		}
-	}
 	const pods = 7*4 + 7 // every pod of every Job, run once (backoffLimit 0)
-	rounds, kills := 0, 0
-	for {
-		// A round: the admitted Jobs' pods all placed (none admitted and
-		// waiting for a node), at least one running; or every pod done.
-		done := 0
-		cur := waitPods(ctx, t, ns, "a round running", func(p []corev1.Pod) bool {
-			run, waiting, succeeded := 0, 0, 0
-			for i := range p {
-				switch {
-				case p[i].Status.Phase == corev1.PodSucceeded:
-					succeeded++
-				case p[i].DeletionTimestamp != nil || podreq.Terminal(&p[i]):
-				case p[i].Status.Phase == corev1.PodRunning:
-					run++
-				case !gated(&p[i]):
-					waiting++
-				}
-			}
-			done = succeeded
-			return (run > 0 && waiting == 0) || succeeded == pods
-		})
-		checkInvariants(ctx, t, &q)
-		if done == pods {
-			break
-		}
-		for i := range cur {
-			if cur[i].Status.Phase == corev1.PodRunning && cur[i].DeletionTimestamp == nil {
-				if err := env.FinishPod(ctx, &cur[i], corev1.PodSucceeded); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-		rounds++
-		if rounds == 2 || rounds == 4 {
-			kill(fmt.Sprintf("round %d", rounds)) // as the next Jobs are admitted
-			kills++
-		}
-	}
+	rounds, kills := drainWithKills(ctx, t, ns, &q, pods)
 	// The Job controller counts the last pods' successes a moment later.
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		for _, j := range jobs {
@@ -513,4 +468,60 @@ func TestQueueSuspendedJobLastWave(t *testing.T) {
 	q := quotaConfig(t)
 	checkInvariants(ctx, t, &q)
 	note(name, "a Job's last wave (1 of parallelism 2) was charged for 1 GPU; a second Job ran beside it in a quota of 2")
+}
+
+// drainWithKills runs the queued work of namespace ns to its end, round by
+// round: each round waits until the admitted pods are all placed and some
+// run (or all pods succeeded), checks the invariants, and finishes the
+// running pods; the extender is killed with SIGKILL and restarted after
+// rounds 2 and 4, as the next work is being admitted.
+func drainWithKills(ctx context.Context, t *testing.T, ns string, q *quota.Config, pods int) (rounds, kills int) {
+	t.Helper()
+	kill := func(why string) {
+		if err := env.KillExtender(); err != nil {
+			t.Fatalf("kill (%s): %v", why, err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		if err := env.StartExtender(ctx); err != nil {
+			t.Fatalf("restart (%s): %v", why, err)
+		}
+	}
+	for {
+		// A round: the admitted Jobs' pods all placed (none admitted and
+		// waiting for a node), at least one running; or every pod done.
+		done := 0
+		cur := waitPods(ctx, t, ns, "a round running", func(p []corev1.Pod) bool {
+			run, waiting, succeeded := 0, 0, 0
+			for i := range p {
+				switch {
+				case p[i].Status.Phase == corev1.PodSucceeded:
+					succeeded++
+				case p[i].DeletionTimestamp != nil || podreq.Terminal(&p[i]):
+				case p[i].Status.Phase == corev1.PodRunning:
+					run++
+				case !gated(&p[i]):
+					waiting++
+				}
+			}
+			done = succeeded
+			return (run > 0 && waiting == 0) || succeeded == pods
+		})
+		checkInvariants(ctx, t, q)
+		if done == pods {
+			break
+		}
+		for i := range cur {
+			if cur[i].Status.Phase == corev1.PodRunning && cur[i].DeletionTimestamp == nil {
+				if err := env.FinishPod(ctx, &cur[i], corev1.PodSucceeded); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		rounds++
+		if rounds == 2 || rounds == 4 {
+			kill(fmt.Sprintf("round %d", rounds)) // as the next Jobs are admitted
+			kills++
+		}
+	}
+	return rounds, kills
 }
