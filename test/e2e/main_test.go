@@ -102,6 +102,10 @@ const quotaDoc = `teams:
     models: {"Rota SJob GPU": {gpus: 4}}
   qrsusp-b:
     models: {"Rota SJob GPU": {gpus: 0, borrow: {gpus: 4}}}
+  qrjs-g:
+    models: {"Rota SJS GPU": {gpus: 4}}
+  qrjs-b:
+    models: {"Rota SJS GPU": {gpus: 0, borrow: {gpus: 4}}}
   qpdb-g:
     models: {"Rota PDB GPU": {gpus: 4}}
   qpdb-b:
@@ -142,6 +146,7 @@ modelPools:
   "Rota Young GPU": {gpus: 4}
   "Rota PDB GPU": {gpus: 4}
   "Rota SJob GPU": {gpus: 4}
+  "Rota SJS GPU": {gpus: 4}
   "Rota Guard GPU": {gpus: 2}
   "Rota Defrag GPU": {gpus: 4}
 unknownTeams: unlimited

@@ -16,9 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/rota-sched/rota/pkg/podreq"
+	"github.com/rota-sched/rota/test/e2e/harness"
 	"github.com/rota-sched/rota/test/jobset"
 )
 
@@ -145,18 +145,48 @@ func TestQueueSuspendedJobSetsKill(t *testing.T) {
 	note(name, "%d JobSets queued suspended (4 gangs of 4) ran in %d rounds with %d kill -9 of the extender; no invariant violation", len(sets), rounds, kills)
 }
 
+// TestQueueSuspendedJobSetReclaimed: team qrjs-b borrows the 4 GPUs of
+// team qrjs-g's guarantee with a JobSet queued suspended (2 Jobs of 2
+// indexed pods, one gang). When qrjs-g asks for 2, reclaim takes the
+// JobSet back by suspending it: the real JobSet controller suspends its
+// Jobs, their pods go, qrjs-g's pod runs, and the JobSet, its record
+// removed, waits in the queue again with no pods.
+func TestQueueSuspendedJobSetReclaimed(t *testing.T) {
+	const name = "qrjs"
+	ctx, nsG := setup(t, name, "qrjs-g", 4*time.Minute)
+	nsB := teamNamespace(ctx, t, "e2e-qrjs-b", "qrjs-b")
+	queueing(ctx, t)
+	if err := env.StartControllerManager(ctx, "job"); err != nil {
+		t.Fatal(err)
+	}
+	startJobSet(ctx, t)
+	nodes(ctx, t, name, name, 1, harness.GPUNodeSpec{Model: "Rota SJS GPU", MemoryMiB: h100.MemoryMiB, Count: 4})
+	suspendJobs(ctx, t, nsB)
+	createJobSet(ctx, t, nsB, "borrowed", jobSetSpec(false, replicatedJob("w", 2, 2, 1)))
+	waitPods(ctx, t, nsB, "the borrowed JobSet's 4 pods running", func(p []corev1.Pod) bool {
+		return len(runningOf(jobSetPods(p, "borrowed"))) == 4
+	})
+
+	create(ctx, t, pod(nsG, "mine", name).GPUs(2).Obj())
+	waitPods(ctx, t, nsG, "the guaranteed pod running", func(p []corev1.Pod) bool { return running(p, "mine") })
+	waitEvent(ctx, t, nsB, "borrowed", "Requeued")
+	js := getJobSetE2E(ctx, t, nsB, "borrowed")
+	if _, recorded := js.Annotations[env.Names.AdmissionAnnotation]; !podreq.JobSetSuspended(js) || recorded ||
+		js.Annotations[env.Names.QueuedJobAnnotation] != "true" {
+		t.Fatalf("the reclaimed JobSet: suspended %v, annotations %v; want suspended, marked, without a record", podreq.JobSetSuspended(js), js.Annotations)
+	}
+	if live := jobSetPods(mustPods(ctx, t, nsB), "borrowed"); len(live) != 0 {
+		t.Errorf("the reclaimed JobSet still has %d pods", len(live))
+	}
+	q := quotaConfig(t)
+	checkInvariants(ctx, t, &q)
+	note(name, "a borrowed JobSet queued suspended taken back by suspending it; its Jobs' pods gone, it waits again")
+}
+
 // userDynamic is a dynamic client of user (userClient made their Role).
 func userDynamic(t *testing.T, user string) dynamic.Interface {
 	t.Helper()
-	path, err := env.Cluster.UserKubeconfig(user)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
+	dyn, err := dynamic.NewForConfig(userConfig(t, user))
 	if err != nil {
 		t.Fatal(err)
 	}

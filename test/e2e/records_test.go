@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/rota-sched/rota/pkg/contract"
@@ -49,15 +50,7 @@ func userClient(ctx context.Context, t *testing.T, ns, user string) kubernetes.I
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	path, err := env.Cluster.UserKubeconfig(user)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := kubernetes.NewForConfig(cfg)
+	c, err := kubernetes.NewForConfig(userConfig(t, user))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,4 +324,19 @@ func freeGPU(t *testing.T, node string, held ...*contract.Assignment) contract.T
 	}
 	t.Fatalf("node %s has no free GPU", node)
 	return contract.TopologyGPU{}
+}
+
+// userConfig is the client configuration of user (a client certificate
+// the control plane's CA signed).
+func userConfig(t *testing.T, user string) *rest.Config {
+	t.Helper()
+	path, err := env.Cluster.UserKubeconfig(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
