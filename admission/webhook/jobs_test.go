@@ -219,33 +219,56 @@ func TestMutatingSuspendsJobSets(t *testing.T) {
 				}
 				return
 			}
-			patch, err := jsonpatch.DecodePatch(resp.Patch)
-			if err != nil {
-				t.Fatalf("patch %s: %v", resp.Patch, err)
-			}
-			out, err := patch.Apply([]byte(tc.raw))
-			if err != nil {
-				t.Fatalf("patch %s does not apply: %v", resp.Patch, err)
-			}
-			got, err := podreq.ReadJobSet(out)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !podreq.JobSetSuspended(got) || got.Annotations[contract.Default.QueuedJobAnnotation] != "true" {
-				t.Fatalf("after the patch: %s", out)
-			}
-			var before, after map[string]any
-			if err := json.Unmarshal([]byte(tc.raw), &before); err != nil {
-				t.Fatal(err)
-			}
-			if err := json.Unmarshal(out, &after); err != nil {
-				t.Fatal(err)
-			}
-			delete(after["spec"].(map[string]any), "suspend")
-			delete(after["metadata"].(map[string]any), "annotations")
-			if !equality.Semantic.DeepEqual(before, after) {
-				t.Fatalf("the patch changed more than suspend and the mark: %s", resp.Patch)
-			}
+			checkJobSetPatch(t, []byte(tc.raw), resp)
 		})
+	}
+}
+
+// checkJobSetPatch checks a patch of a JobSet review: the JobSet was one
+// to suspend, and applied, the patch suspends and marks it and changes
+// nothing else.
+func checkJobSetPatch(t *testing.T, raw []byte, resp *admissionv1.AdmissionResponse) {
+	t.Helper()
+	in, err := podreq.ReadJobSet(raw)
+	if err != nil || !podreq.JobSetSuspendable(in, contract.Default) {
+		t.Fatalf("patched a JobSet that is not to be suspended (%v): %s", err, raw)
+	}
+	patch, err := jsonpatch.DecodePatch(resp.Patch)
+	if err != nil {
+		t.Fatalf("patch %s: %v", resp.Patch, err)
+	}
+	out, err := patch.Apply(raw)
+	if err != nil {
+		t.Fatalf("patch %s does not apply: %v", resp.Patch, err)
+	}
+	got, err := podreq.ReadJobSet(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !podreq.JobSetSuspended(got) || got.Annotations[contract.Default.QueuedJobAnnotation] != "true" {
+		t.Fatalf("after the patch: %s", out)
+	}
+	var before, after map[string]any
+	if err := json.Unmarshal(raw, &before); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(out, &after); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []map[string]any{before, after} {
+		if spec, ok := m["spec"].(map[string]any); ok {
+			delete(spec, "suspend")
+		}
+		if meta, ok := m["metadata"].(map[string]any); ok {
+			if ann, ok := meta["annotations"].(map[string]any); ok {
+				delete(ann, contract.Default.QueuedJobAnnotation)
+				if len(ann) == 0 {
+					delete(meta, "annotations")
+				}
+			}
+		}
+	}
+	if !equality.Semantic.DeepEqual(before, after) {
+		t.Fatalf("the patch changed more than suspend and the mark: %s", resp.Patch)
 	}
 }

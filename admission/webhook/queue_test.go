@@ -295,6 +295,8 @@ func FuzzMutate(f *testing.F) {
 	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"x","kind":{"kind":"Pod","version":"v1"},"operation":"CREATE","object":{"spec":{"schedulingGates":null}}}}`))
 	f.Add(jobReview(suspendable("susp")))
 	f.Add(jobReview(suspendable("ns")))
+	f.Add(jobSetReview("susp", jobSetOf("susp", "1", "", "")))
+	f.Add(jobSetReview("susp", jobSetOf("susp", "1", "2", "")))
 	_, m, v := queueHandlers(f)
 	v.UpsertNamespace(suspendNamespace())
 	gate := contract.Default.QueueGate
@@ -315,8 +317,15 @@ func FuzzMutate(f *testing.F) {
 		if out.Response.Patch == nil {
 			return
 		}
-		if in.Request.Kind.Kind == "Job" {
+		switch in.Request.Kind.Kind {
+		case "Job":
 			checkSuspendPatch(t, in.Request, out.Response)
+			return
+		case "JobSet":
+			if in.Request.Operation != admissionv1.Create {
+				t.Fatalf("patched a JobSet on %s", in.Request.Operation)
+			}
+			checkJobSetPatch(t, in.Request.Object.Raw, out.Response)
 			return
 		}
 		var pod corev1.Pod
