@@ -190,6 +190,10 @@ type Controller struct {
 	jobHolds     map[types.UID]room.Hold
 	admittedJobs map[types.UID]*jobState
 	jobSetsGVR   schema.GroupVersionResource // where the JobSets are served
+	// jobSetsWaitSince is when passes began to wait for the JobSet cache
+	// (zero: they do not); jobSetsWarned that the wait was reported.
+	jobSetsWaitSince time.Time
+	jobSetsWarned    bool
 	// events gathers the current pass's Queued and Admitted events (only
 	// Pass replaces it; passes never run at once).
 	events *passEvents

@@ -196,6 +196,21 @@ func (c *Controller) addQueued(st *passState, cfg quota.Config, pod *corev1.Pod,
 	}
 }
 
+// jobSetsUnsynced notes a pass skipped while the JobSet cache has not
+// synced (an admitted JobSet's charge would be missed): said once when it
+// lasts a minute (rota-extender cannot list or watch JobSets?).
+func (c *Controller) jobSetsUnsynced(logger klog.Logger, now time.Time) {
+	logger.V(2).Info("The JobSet cache has not synced; nothing is admitted until it has")
+	switch {
+	case c.jobSetsWaitSince.IsZero():
+		c.jobSetsWaitSince = now
+	case now.Sub(c.jobSetsWaitSince) >= time.Minute && !c.jobSetsWarned:
+		c.jobSetsWarned = true
+		logger.Error(nil, "The JobSet cache has not synced for a minute: the queue admits nothing until it has; does rota-extender's ClusterRole let it list and watch jobsets?",
+			"since", c.jobSetsWaitSince)
+	}
+}
+
 // Pass runs one admission pass.
 func (c *Controller) Pass(ctx context.Context) { c.pass(ctx) }
 
@@ -217,9 +232,10 @@ func (c *Controller) pass(ctx context.Context) (full bool) {
 	}
 	st := c.collect(logger, cfg, now)
 	if st == nil {
-		logger.V(2).Info("The JobSet cache has not synced; nothing is admitted until it has")
+		c.jobSetsUnsynced(logger, now)
 		return false
 	}
+	c.jobSetsWaitSince = time.Time{}
 	defer func() { c.forgetDisbelief(st.seen) }() // pods gone since the last pass are forgotten
 	defer c.keepUngated(st.still)
 	in, queued, admittedGangs, victims, victimPods := st.in, st.queued, st.admittedGangs, st.victims, st.victimPods
