@@ -72,7 +72,7 @@ Usage:
 Commands:
   why      why a pod (or gang) is pending: submitted at, team and quota, the
            latest scheduling refusal, gang progress, and what would make it fit;
-           for a Job queued suspended, whether it waits, runs or was taken back
+           for a Job or JobSet queued suspended, whether it waits, runs or was taken back
   top      GPU use per node, per GPU (memory, whole GPUs, health, NVLink
            island) or per team (quota, running, pending); cluster fragmentation;
            top pods: each GPU pod's SM utilization, GPU memory used and idle
@@ -224,8 +224,8 @@ func checkArgs(cmd string, rest []string, o options) error {
 		}
 		if len(rest) == 1 && strings.Contains(rest[0], "/") {
 			kind, _, _ := strings.Cut(rest[0], "/")
-			if kind != "pod" && kind != "pods" && kind != "po" && !isJobKind(kind) {
-				return fmt.Errorf("why: %s: only pods and Jobs can be explained (or a gang with --gang)", rest[0])
+			if kind != "pod" && kind != "pods" && kind != "po" && !isJobKind(kind) && !isJobSetKind(kind) {
+				return fmt.Errorf("why: %s: only pods, Jobs and JobSets can be explained (or a gang with --gang)", rest[0])
 			}
 		}
 	case "top":

@@ -69,6 +69,16 @@ func TestQueueSuspendedJobSet(t *testing.T) {
 		t.Fatalf("second, queued past quota, has %d pods; want none, and the JobSet suspended", len(ps))
 	}
 
+	// kubectl rota lists and explains it from the JobSet alone.
+	bin := buildKubectlRota(ctx, t)
+	if out := runKubectlRota(ctx, t, bin, "queue", "--team", name); !strings.Contains(out, ns+"/JobSet/second") {
+		t.Errorf("kubectl rota queue does not list the JobSet queued suspended:\n%s", out)
+	}
+	if out := runKubectlRota(ctx, t, bin, "why", "jobset/second", "-n", ns); !strings.Contains(out, "queued suspended (team "+name+")") ||
+		!strings.Contains(out, "all 2 at once") {
+		t.Errorf("kubectl rota why jobset/second:\n%s\nwant it queued suspended, 2 pods at once", out)
+	}
+
 	// Alice, with edit rights on JobSets, tries to start it herself.
 	res := alice.Resource(jobset.JobSets).Namespace(ns)
 	for _, tc := range []struct{ what, patch, want string }{
