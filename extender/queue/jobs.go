@@ -261,7 +261,15 @@ func (c *Controller) planOf(logger klog.Logger, job queuedOwner) *jobPlan {
 	}
 	plan := &jobPlan{rv: job.GetResourceVersion(), pods: pods, p: p,
 		amt: quota.AmountOf(p.Request.GPUs, p.Request.MemoryUnits, c.o.MemoryUnitMiB)}
+	seen := map[string]bool{}
 	for _, pod := range pods {
+		// Pods of one template ask alike: one of each replicated job
+		// (a Job's pods share one template) is read.
+		rjob := pod.Labels[podreq.ReplicatedJobLabel]
+		if seen[rjob] {
+			continue
+		}
+		seen[rjob] = true
 		q := c.o.Parser.Of(pod)
 		amt := quota.AmountOf(q.Request.GPUs, q.Request.MemoryUnits, c.o.MemoryUnitMiB)
 		if q.Err != nil || amt != plan.amt || q.Request.CPUMilli != p.Request.CPUMilli || (q.Gang == nil) != (p.Gang == nil) {
