@@ -624,24 +624,21 @@ func (h *Handler) suspendJobSet(ctx context.Context, req *admissionv1.AdmissionR
 	if r, ok := h.suspendsIn(ctx, o.Namespace); !ok {
 		return r
 	}
-	pods := podreq.JobSetPods(o, names)
-	seen := map[string]bool{}
-	for _, pod := range pods {
-		rjob := pod.Labels[podreq.ReplicatedJobLabel]
-		if seen[rjob] {
-			continue
+	// Its pods do not exist while it waits: what the webhook would refuse
+	// of each replicated job's pods is refused of the JobSet now.
+	var opts podreq.Options
+	for i, pod := range podreq.OnePerTemplate(podreq.JobSetPods(o, names)) {
+		podOpts, _, bad := h.checkRequest(pod)
+		if bad != "" {
+			return deny(reasonInvalid, fmt.Sprintf("the JobSet's replicated job %q: %s", pod.Labels[podreq.ReplicatedJobLabel], bad))
 		}
-		seen[rjob] = true
-		if _, _, bad := h.checkRequest(pod); bad != "" {
-			return deny(reasonInvalid, fmt.Sprintf("the JobSet's replicated job %q: %s", rjob, bad))
+		if i == 0 {
+			opts = podOpts
 		}
 	}
-	if len(pods) > 0 {
-		opts, _, _ := h.checkRequest(pods[0])
-		if err := podreq.JobSetOneShape(o, opts); err != nil {
-			klog.FromContext(ctx).V(2).Info("A JobSet keeps gated pods: its GPU pods are of several shapes", "jobset", klog.KObj(o), "reason", err.Error())
-			return allow(reasonSeveralShapes)
-		}
+	if err := podreq.JobSetOneShape(o, opts); err != nil {
+		klog.FromContext(ctx).V(2).Info("A JobSet keeps gated pods: its GPU pods are of several shapes", "jobset", klog.KObj(o), "reason", err.Error())
+		return allow(reasonSeveralShapes)
 	}
 	return h.suspendOps(o.Annotations)
 }

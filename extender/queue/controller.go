@@ -9,7 +9,6 @@ import (
 
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
@@ -189,7 +188,6 @@ type Controller struct {
 	jobPlans     map[types.UID]*jobPlan
 	jobHolds     map[types.UID]room.Hold
 	admittedJobs map[types.UID]*jobState
-	jobSetsGVR   schema.GroupVersionResource // where the JobSets are served
 	// jobSetsWaitSince is when passes began to wait for the JobSet cache
 	// (zero: they do not); jobSetsWarned that the wait was reported.
 	jobSetsWaitSince time.Time

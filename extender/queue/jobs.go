@@ -108,11 +108,7 @@ type jobSetOwner struct{ *podreq.JobSet }
 
 func (j jobSetOwner) kind() string { return "JobSet" }
 func (j jobSetOwner) eventObject() runtime.Object {
-	apiVersion := j.APIVersion
-	if apiVersion == "" {
-		apiVersion = podreq.JobSetGroup + "/v1alpha2"
-	}
-	return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: apiVersion, Kind: "JobSet"},
+	return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: j.GroupVersion(), Kind: "JobSet"},
 		ObjectMeta: metav1.ObjectMeta{Name: j.Name, Namespace: j.Namespace, UID: j.UID, ResourceVersion: j.ResourceVersion}}
 }
 func (j jobSetOwner) suspended() bool { return podreq.JobSetSuspended(j.JobSet) }
@@ -194,13 +190,10 @@ func (c *Controller) readJobs(logger klog.Logger, cfg quota.Config, ns map[strin
 		}
 	}
 	if c.o.Owners != nil {
-		sets, gvr, synced := c.o.Owners.QueuedJobSets()
+		sets, synced := c.o.Owners.QueuedJobSets()
 		if !synced {
 			return nil, false
 		}
-		c.mu.Lock()
-		c.jobSetsGVR = gvr
-		c.mu.Unlock()
 		for _, js := range sets {
 			if js.Annotations[c.o.Names.QueuedJobAnnotation] == "true" {
 				owners = append(owners, jobSetOwner{js})
@@ -261,15 +254,7 @@ func (c *Controller) planOf(logger klog.Logger, job queuedOwner) *jobPlan {
 	}
 	plan := &jobPlan{rv: job.GetResourceVersion(), pods: pods, p: p,
 		amt: quota.AmountOf(p.Request.GPUs, p.Request.MemoryUnits, c.o.MemoryUnitMiB)}
-	seen := map[string]bool{}
-	for _, pod := range pods {
-		// Pods of one template ask alike: one of each replicated job
-		// (a Job's pods share one template) is read.
-		rjob := pod.Labels[podreq.ReplicatedJobLabel]
-		if seen[rjob] {
-			continue
-		}
-		seen[rjob] = true
+	for _, pod := range podreq.OnePerTemplate(pods) {
 		q := c.o.Parser.Of(pod)
 		amt := quota.AmountOf(q.Request.GPUs, q.Request.MemoryUnits, c.o.MemoryUnitMiB)
 		if q.Err != nil || amt != plan.amt || q.Request.CPUMilli != p.Request.CPUMilli || (q.Gang == nil) != (p.Gang == nil) {
@@ -531,13 +516,10 @@ func (c *Controller) patchJob(ctx context.Context, job queuedOwner, body func() 
 		}
 		return jobOwner{got}, nil
 	default:
-		c.mu.Lock()
-		gvr := c.jobSetsGVR
-		c.mu.Unlock()
-		if c.o.Dynamic == nil {
-			return nil, fmt.Errorf("patch JobSet %s/%s: no dynamic client", job.GetNamespace(), job.GetName())
+		if c.o.Dynamic == nil || c.o.Owners == nil {
+			return nil, fmt.Errorf("patch JobSet %s/%s: the queue reads no JobSets", job.GetNamespace(), job.GetName())
 		}
-		u, err := c.o.Dynamic.Resource(gvr).Namespace(job.GetNamespace()).Patch(ctx, job.GetName(), types.MergePatchType, data, opts)
+		u, err := c.o.Dynamic.Resource(c.o.Owners.JobSetResource()).Namespace(job.GetNamespace()).Patch(ctx, job.GetName(), types.MergePatchType, data, opts)
 		if err != nil {
 			return nil, fmt.Errorf("patch JobSet %s/%s: %w", job.GetNamespace(), job.GetName(), err)
 		}

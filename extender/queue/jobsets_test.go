@@ -69,7 +69,7 @@ func getJobSet(t *testing.T, dyn *dynamicfake.FakeDynamicClient, name string) *p
 func waitJobSets(t *testing.T, c *Controller, dyn *dynamicfake.FakeDynamicClient) {
 	t.Helper()
 	waitFor(t, func() bool {
-		in, _, ok := c.o.Owners.QueuedJobSets()
+		in, ok := c.o.Owners.QueuedJobSets()
 		if !ok {
 			return false
 		}
@@ -190,7 +190,7 @@ func TestJobSetLastWaveCharge(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool {
-		in, _, _ := c.o.Owners.QueuedJobSets()
+		in, _ := c.o.Owners.QueuedJobSets()
 		for _, js := range in {
 			if js.Name == "a" && len(js.Status.ReplicatedJobsStatus) == 1 {
 				return len(in) == 2

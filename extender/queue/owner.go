@@ -89,27 +89,34 @@ func (o *Owners) QueueJobSets(client dynamic.Interface, names contract.Names) {
 	o.dynamic, o.names = client, names
 }
 
+// JobSetResource is the resource the JobSets are served at (zero while
+// the JobSet API is not served).
+func (o *Owners) JobSetResource() schema.GroupVersionResource {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	return o.jobSetsGVR
+}
+
 // QueuedJobSets returns the JobSets in the cache (those not queued
-// suspended with their metadata only) and the resource they are served
-// at. ok is false while a JobSet informer has not synced: a JobSet
+// suspended with their metadata only). ok is false while a JobSet informer has not synced: a JobSet
 // admitted earlier would be missed. Without QueueJobSets, or while the
 // JobSet API is not served, it returns none, ok.
-func (o *Owners) QueuedJobSets() (list []*podreq.JobSet, gvr schema.GroupVersionResource, ok bool) {
+func (o *Owners) QueuedJobSets() (list []*podreq.JobSet, ok bool) {
 	o.mu.RLock()
-	inf, gvr := o.jobSets, o.jobSetsGVR
+	inf := o.jobSets
 	o.mu.RUnlock()
 	if o.dynamic == nil || inf == nil {
-		return nil, gvr, true
+		return nil, true
 	}
 	if !inf.HasSynced() {
-		return nil, gvr, false
+		return nil, false
 	}
 	for _, obj := range inf.GetStore().List() {
 		if js, ok := obj.(*podreq.JobSet); ok {
 			list = append(list, js)
 		}
 	}
-	return list, gvr, true
+	return list, true
 }
 
 // Run watches pods, Jobs and (when served) JobSets until ctx ends. It may be
@@ -237,14 +244,7 @@ func (o *Owners) trimJobSet(obj any) (any, error) {
 		js.ManagedFields = nil
 		return js, nil
 	}
-	js := &podreq.JobSet{TypeMeta: metav1.TypeMeta{APIVersion: u.GetAPIVersion(), Kind: u.GetKind()}, ObjectMeta: metav1.ObjectMeta{
-		Name: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(), ResourceVersion: u.GetResourceVersion(),
-		CreationTimestamp: u.GetCreationTimestamp()}}
-	if ref := metav1.GetControllerOfNoCopy(u); ref != nil {
-		js.OwnerReferences = []metav1.OwnerReference{{APIVersion: ref.APIVersion, Kind: ref.Kind, Name: ref.Name,
-			UID: ref.UID, Controller: ref.Controller}}
-	}
-	return js, nil
+	return &podreq.JobSet{TypeMeta: metav1.TypeMeta{APIVersion: u.GetAPIVersion(), Kind: u.GetKind()}, ObjectMeta: ownedMeta(u)}, nil
 }
 
 // jobSetFrom reads a JobSet the API server answered.
@@ -357,13 +357,16 @@ func trimOwned(obj any) (any, error) {
 	if !ok {
 		return obj, nil // DeletedFinalStateUnknown and friends
 	}
-	out := &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: metav1.ObjectMeta{
-		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
-		CreationTimestamp: m.CreationTimestamp,
-	}}
+	return &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: ownedMeta(m)}, nil
+}
+
+// ownedMeta is what trimOwned keeps of an object's metadata.
+func ownedMeta(m metav1.Object) metav1.ObjectMeta {
+	out := metav1.ObjectMeta{Name: m.GetName(), Namespace: m.GetNamespace(), UID: m.GetUID(), ResourceVersion: m.GetResourceVersion(),
+		CreationTimestamp: m.GetCreationTimestamp()}
 	if ref := metav1.GetControllerOfNoCopy(m); ref != nil {
 		out.OwnerReferences = []metav1.OwnerReference{{APIVersion: ref.APIVersion, Kind: ref.Kind, Name: ref.Name,
 			UID: ref.UID, Controller: ref.Controller}}
 	}
-	return out, nil
+	return out
 }

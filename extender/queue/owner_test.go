@@ -317,14 +317,14 @@ func TestOwnersQueuedJobSets(t *testing.T) {
 	o.QueueJobSets(dyn, names)
 	stop := runOwners(t, o)
 	defer stop()
-	if got, _, ok := o.QueuedJobSets(); !ok || len(got) != 0 {
+	if got, ok := o.QueuedJobSets(); !ok || len(got) != 0 {
 		t.Fatalf("QueuedJobSets without the JobSet API = %d, %v; want none, ok", len(got), ok)
 	}
 	f.serveJobSets()
 	var got []*podreq.JobSet
 	if err := wait.PollUntilContextTimeout(t.Context(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		var ok bool
-		got, _, ok = o.QueuedJobSets()
+		got, ok = o.QueuedJobSets()
 		return ok && len(got) == 2, nil
 	}); err != nil {
 		t.Fatalf("the JobSets never came (no pod asked for a recheck): %d", len(got))

@@ -82,7 +82,7 @@ func (c *Cluster) whySuspendable(v queuedView) Why {
 	if g, err := podreq.GangOf(pods[0], c.o.Names); err == nil && g != nil {
 		w.Gang = &GangProgress{Name: g.Key, Size: g.Size}
 	}
-	adm, admErr := podreq.AdmissionOfJob(&batchv1.Job{ObjectMeta: *v.meta}, c.o.Names)
+	adm, admErr := podreq.AdmissionOfWorkload(v.meta.Annotations, c.o.Names)
 	if admErr != nil {
 		w.AdmissionError = admErr.Error()
 	}

@@ -94,7 +94,13 @@ func JobRecordSubject(job *batchv1.Job) string {
 // AdmissionOfJob reads the admission record on a Job queued suspended,
 // believed or not; nil when it has none.
 func AdmissionOfJob(job *batchv1.Job, names contract.Names) (*contract.Admission, error) {
-	return admissionIn(job.Annotations, names)
+	return AdmissionOfWorkload(job.Annotations, names)
+}
+
+// AdmissionOfWorkload reads the admission record in a Job's or JobSet's
+// annotations, believed or not; nil when there is none.
+func AdmissionOfWorkload(annotations map[string]string, names contract.Names) (*contract.Admission, error) {
+	return admissionIn(annotations, names)
 }
 
 // JobAdmission reads the admission record on a Job queued suspended, split

@@ -67,6 +67,14 @@ const (
 	JobSetUIDLabel  = "jobset.sigs.k8s.io/jobset-uid"
 )
 
+// GroupVersion is the JobSet's apiVersion, v1alpha2 when it names none.
+func (o *JobSet) GroupVersion() string {
+	if o.APIVersion == "" {
+		return JobSetGroup + "/v1alpha2"
+	}
+	return o.APIVersion
+}
+
 // ReadJobSet reads a JobSet object (JSON, any served version).
 func ReadJobSet(raw []byte) (*JobSet, error) {
 	o := &JobSet{}
@@ -250,12 +258,8 @@ func JobSetPods(o *JobSet, names contract.Names) []*corev1.Pod {
 	for _, s := range o.Status.ReplicatedJobsStatus {
 		succeeded[s.Name] = s.Succeeded
 	}
-	apiVersion := o.APIVersion
-	if apiVersion == "" {
-		apiVersion = JobSetGroup + "/v1alpha2"
-	}
 	yes := true
-	owner := metav1.OwnerReference{APIVersion: apiVersion, Kind: "JobSet", Name: o.Name, UID: o.UID, Controller: &yes, BlockOwnerDeletion: &yes}
+	owner := metav1.OwnerReference{APIVersion: o.GroupVersion(), Kind: "JobSet", Name: o.Name, UID: o.UID, Controller: &yes, BlockOwnerDeletion: &yes}
 	var pods []*corev1.Pod
 	for i := range o.Spec.ReplicatedJobs {
 		r := &o.Spec.ReplicatedJobs[i]
@@ -292,6 +296,22 @@ func JobSetPods(o *JobSet, names contract.Names) []*corev1.Pod {
 		}
 	}
 	return pods
+}
+
+// OnePerTemplate returns the first of the planned pods (JobSetPods,
+// JobPods) of each pod template, in order: pods of one template ask alike,
+// so these are the ones to read (one for a Job, one per replicated job for
+// a JobSet).
+func OnePerTemplate(pods []*corev1.Pod) []*corev1.Pod {
+	var out []*corev1.Pod
+	seen := map[string]bool{}
+	for _, pod := range pods {
+		if rjob := pod.Labels[ReplicatedJobLabel]; !seen[rjob] {
+			seen[rjob] = true
+			out = append(out, pod)
+		}
+	}
+	return out
 }
 
 // JobSetControllerUID is the UID of the JobSet whose Job created the pod,
