@@ -5,6 +5,7 @@ package realnode
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
 	"github.com/rota-sched/rota/test/cluster"
@@ -228,12 +230,13 @@ func chartPodsState(ctx context.Context, e *Env) string {
 
 func labelNode(ctx context.Context, t *testing.T, e *Env, key, value string) {
 	t.Helper()
-	n, err := e.Client.CoreV1().Nodes().Get(ctx, e.NodeName, metav1.GetOptions{})
+	// A merge patch carries no resourceVersion: the kubelet writes the Node
+	// all the time while it starts, and a read-then-update races with it.
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{key: value}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.Labels[key] = value
-	if _, err := e.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+	if _, err := e.Client.CoreV1().Nodes().Patch(ctx, e.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
