@@ -190,9 +190,16 @@ func TestHTTPErrors(t *testing.T) {
 	}
 	// The object is not a pod: denied with a message, not a 500.
 	body := at.Body(&admissionv1.AdmissionRequest{UID: "1", Operation: admissionv1.Create,
-		Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, Object: runtimeRaw(`{"spec":7}`)})
+		Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, Object: runtimeRaw(`{"metadata":{},"spec":7}`)})
 	if got := post(t, routes, body); got.Allowed || !strings.Contains(message(got), "decoding the pod") {
 		t.Errorf("bad pod object: allowed=%v %q", got.Allowed, message(got))
+	}
+	// A pod without metadata, which the API server never sends: no patch
+	// could write its labels, so it is refused by name.
+	body = at.Body(&admissionv1.AdmissionRequest{UID: "1", Operation: admissionv1.Create,
+		Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, Object: runtimeRaw(`{"spec":{}}`)})
+	if got := post(t, routes, body); got.Allowed || !strings.Contains(message(got), "has no metadata") {
+		t.Errorf("pod without metadata: allowed=%v %q", got.Allowed, message(got))
 	}
 }
 

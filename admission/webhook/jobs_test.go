@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	kjson "sigs.k8s.io/json"
 
 	at "github.com/rota-sched/rota/admission/admissiontest"
 	"github.com/rota-sched/rota/pkg/contract"
@@ -124,7 +125,7 @@ func checkSuspendPatch(t *testing.T, req *admissionv1.AdmissionRequest, resp *ad
 		t.Fatalf("patched %s of a Job in namespace %q", req.Operation, req.Namespace)
 	}
 	var job batchv1.Job
-	if err := json.Unmarshal(req.Object.Raw, &job); err != nil {
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(req.Object.Raw, &job); err != nil { // as the API server reads it
 		t.Fatalf("patched a Job that does not decode: %v", err)
 	}
 	if !podreq.Suspendable(&job, contract.Default) {
@@ -139,7 +140,7 @@ func checkSuspendPatch(t *testing.T, req *admissionv1.AdmissionRequest, resp *ad
 		t.Fatalf("patch %s does not apply: %v", resp.Patch, err)
 	}
 	var got batchv1.Job
-	if err := json.Unmarshal(out, &got); err != nil {
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(out, &got); err != nil {
 		t.Fatal(err)
 	}
 	if !podreq.Suspended(&got) || !podreq.QueuedJob(&got, contract.Default) {

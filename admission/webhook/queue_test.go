@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	kjson "sigs.k8s.io/json"
 
 	at "github.com/rota-sched/rota/admission/admissiontest"
 	"github.com/rota-sched/rota/admission/view"
@@ -329,7 +330,7 @@ func FuzzMutate(f *testing.F) {
 			return
 		}
 		var pod corev1.Pod
-		if err := json.Unmarshal(in.Request.Object.Raw, &pod); err != nil {
+		if err := kjson.UnmarshalCaseSensitivePreserveInts(in.Request.Object.Raw, &pod); err != nil { // as the API server reads it
 			t.Fatalf("patched a pod that does not decode: %v", err)
 		}
 		if in.Request.Operation != admissionv1.Create || view.Gated(&pod, contract.Default) {

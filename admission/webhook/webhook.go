@@ -260,7 +260,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // DecodeReview parses an admission.k8s.io/v1 AdmissionReview request.
 func DecodeReview(body []byte) (*admissionv1.AdmissionReview, error) {
 	var review admissionv1.AdmissionReview
-	if err := json.Unmarshal(body, &review); err != nil {
+	if err := podreq.Decode(body, &review); err != nil {
 		return nil, fmt.Errorf("decoding AdmissionReview: %w", err)
 	}
 	if review.APIVersion != admissionv1.SchemeGroupVersion.String() || review.Kind != "AdmissionReview" {
@@ -289,12 +289,31 @@ func (h *Handler) decide(ctx context.Context, req *admissionv1.AdmissionRequest)
 	}
 }
 
-func decodePod(raw []byte, req *admissionv1.AdmissionRequest) (*corev1.Pod, error) {
+// carriesObject refuses a request's object the API server never sends:
+// none, not a JSON object, or one without metadata (a patch that writes a
+// label or an annotation could not apply to it).
+func carriesObject(raw []byte, what string) error {
 	if len(raw) == 0 {
-		return nil, errors.New("the request carries no pod")
+		return fmt.Errorf("the request carries no %s", what)
+	}
+	var o struct {
+		Metadata *struct{} `json:"metadata"`
+	}
+	if err := podreq.Decode(raw, &o); err != nil {
+		return fmt.Errorf("decoding the %s: %w", what, err)
+	}
+	if o.Metadata == nil {
+		return fmt.Errorf("the %s has no metadata", what)
+	}
+	return nil
+}
+
+func decodePod(raw []byte, req *admissionv1.AdmissionRequest) (*corev1.Pod, error) {
+	if err := carriesObject(raw, "pod"); err != nil {
+		return nil, err
 	}
 	pod := &corev1.Pod{}
-	if err := json.Unmarshal(raw, pod); err != nil {
+	if err := podreq.Decode(raw, pod); err != nil {
 		return nil, fmt.Errorf("decoding the pod: %w", err)
 	}
 	if pod.Namespace == "" {
@@ -574,10 +593,10 @@ func (h *Handler) decideMutation(ctx context.Context, req *admissionv1.Admission
 // that is not for Rota, or whose namespace queues pods, is left alone.
 func (h *Handler) suspendJob(ctx context.Context, req *admissionv1.AdmissionRequest) result {
 	job := &batchv1.Job{}
-	if len(req.Object.Raw) == 0 {
-		return deny(reasonBadObject, "the request carries no Job")
+	if err := carriesObject(req.Object.Raw, "Job"); err != nil {
+		return deny(reasonBadObject, err.Error())
 	}
-	if err := json.Unmarshal(req.Object.Raw, job); err != nil {
+	if err := podreq.Decode(req.Object.Raw, job); err != nil {
 		return deny(reasonBadObject, "decoding the Job: "+err.Error())
 	}
 	if job.Namespace == "" {
@@ -607,8 +626,8 @@ func (h *Handler) suspendJob(ctx context.Context, req *admissionv1.AdmissionRequ
 // JobSet whose GPU pods differ in what they ask for (podreq.JobSetOneShape)
 // keeps gated pods: the queue holds room for workloads of one shape.
 func (h *Handler) suspendJobSet(ctx context.Context, req *admissionv1.AdmissionRequest) result {
-	if len(req.Object.Raw) == 0 {
-		return deny(reasonBadObject, "the request carries no JobSet")
+	if err := carriesObject(req.Object.Raw, "JobSet"); err != nil {
+		return deny(reasonBadObject, err.Error())
 	}
 	o, err := podreq.ReadJobSet(req.Object.Raw)
 	if err != nil {

@@ -89,3 +89,15 @@ func TestJobRunsNow(t *testing.T) {
 		}
 	}
 }
+
+// Decode reads field names as the API server does, case-sensitively: a
+// key that only resembles a field is not read as it.
+func TestDecodeIsCaseSensitive(t *testing.T) {
+	var job batchv1.Job
+	if err := Decode([]byte(`{"metadata":{"name":"j","nAme":"x"},"speC":{"parallelism":4},"spec":{"completions":2}}`), &job); err != nil {
+		t.Fatal(err)
+	}
+	if job.Name != "j" || job.Spec.Parallelism != nil || job.Spec.Completions == nil || *job.Spec.Completions != 2 {
+		t.Errorf("read name %q, parallelism %v, completions %v; want j, none, 2", job.Name, job.Spec.Parallelism, job.Spec.Completions)
+	}
+}

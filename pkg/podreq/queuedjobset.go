@@ -1,7 +1,6 @@
 package podreq
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -78,7 +77,7 @@ func (o *JobSet) GroupVersion() string {
 // ReadJobSet reads a JobSet object (JSON, any served version).
 func ReadJobSet(raw []byte) (*JobSet, error) {
 	o := &JobSet{}
-	if err := json.Unmarshal(raw, o); err != nil {
+	if err := Decode(raw, o); err != nil {
 		return nil, fmt.Errorf("reading the JobSet: %w", err)
 	}
 	for _, r := range o.Spec.ReplicatedJobs {

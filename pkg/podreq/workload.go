@@ -269,7 +269,7 @@ type lwsObject struct {
 // it.
 func ParseLWS(raw []byte, names contract.Names) (LWSShape, error) {
 	var o lwsObject
-	if err := json.Unmarshal(raw, &o); err != nil {
+	if err := Decode(raw, &o); err != nil {
 		return LWSShape{}, fmt.Errorf("reading the LeaderWorkerSet: %w", err)
 	}
 	t := &o.Spec.LeaderWorkerTemplate
@@ -359,7 +359,7 @@ func ParseTrainingJob(kind string, raw []byte, names contract.Names) (TrainingJo
 		Metadata metav1.ObjectMeta          `json:"metadata"`
 		Spec     map[string]json.RawMessage `json:"spec"`
 	}
-	if err := json.Unmarshal(raw, &o); err != nil {
+	if err := Decode(raw, &o); err != nil {
 		return TrainingJobShape{}, fmt.Errorf("reading the %s: %w", kind, err)
 	}
 	var specs map[string]struct {
@@ -367,13 +367,13 @@ func ParseTrainingJob(kind string, raw []byte, names contract.Names) (TrainingJo
 		Template corev1.PodTemplateSpec `json:"template"`
 	}
 	if r, ok := o.Spec[field]; ok {
-		if err := json.Unmarshal(r, &specs); err != nil {
+		if err := Decode(r, &specs); err != nil {
 			return TrainingJobShape{}, fmt.Errorf("reading the %s's %s: %w", kind, field, err)
 		}
 	}
 	var launcherPolicy string
 	if r, ok := o.Spec["launcherCreationPolicy"]; ok {
-		_ = json.Unmarshal(r, &launcherPolicy) // anything but the string WaitForWorkersReady is the default
+		_ = Decode(r, &launcherPolicy) // anything but the string WaitForWorkersReady is the default
 	}
 	_, elastic := o.Spec["elasticPolicy"]
 	j := TrainingJobShape{Name: o.Metadata.Name, NoGang: o.Metadata.Annotations[names.NoGangAnnotation] == "true" || elastic}
