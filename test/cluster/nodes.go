@@ -253,25 +253,31 @@ func (s *NodeSimulator) SetHeartbeat(ctx context.Context, name string, on bool) 
 	if err := s.renewLease(ctx, name, ""); err != nil {
 		return err
 	}
-	node, err := s.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
-	now := metav1.Now()
-	ready := condition(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "simulated node is ready", now)
-	found := false
-	for i, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			if c.Status == corev1.ConditionTrue {
-				ready.LastTransitionTime = c.LastTransitionTime
-			}
-			node.Status.Conditions[i], found = ready, true
+	// The node lifecycle controller may be marking the silent node's
+	// status Unknown at the same moment: read again on a conflict.
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		node, err := s.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
 		}
-	}
-	if !found {
-		node.Status.Conditions = append(node.Status.Conditions, ready)
-	}
-	if _, err := s.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		now := metav1.Now()
+		ready := condition(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "simulated node is ready", now)
+		found := false
+		for i, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				if c.Status == corev1.ConditionTrue {
+					ready.LastTransitionTime = c.LastTransitionTime
+				}
+				node.Status.Conditions[i], found = ready, true
+			}
+		}
+		if !found {
+			node.Status.Conditions = append(node.Status.Conditions, ready)
+		}
+		_, err = s.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("posting node %s ready: %w", name, err)
 	}
 	return nil
