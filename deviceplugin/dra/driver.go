@@ -236,8 +236,10 @@ func Plan(c *resourcev1.ResourceClaim, driver string, gpus map[string]contract.T
 		if q.Sign() <= 0 {
 			return p, fmt.Errorf("claim %s consumed %s of device %s's memory", p.Claim, q.String(), r.Device)
 		}
-		mib := contract.MiB(q.Value() >> 20)
-		if q.Value()%(1<<20) != 0 || mib > g.MemoryMiB {
+		// AsInt64, not Value: Value reads a quantity past int64 (1e30) as 0.
+		v, exact := q.AsInt64()
+		mib := contract.MiB(v >> 20)
+		if !exact || v%(1<<20) != 0 || mib > g.MemoryMiB {
 			return p, fmt.Errorf("claim %s consumed %s of device %s, which has %d MiB", p.Claim, q.String(), r.Device, g.MemoryMiB)
 		}
 		if mib < g.MemoryMiB {
