@@ -78,7 +78,7 @@ func recordChecks(sc evaluate.Scenario, r evaluate.Run, s evalkit.Shape) []evalu
 		}
 	}
 	out := []evaluate.Check{capCheck, quotaCheck}
-	if s.GangLabels {
+	if s.GangsWhole {
 		gangCheck := evaluate.Check{Name: "gangs whole: no gang ended with only some members started"}
 		started := map[string]int{}
 		for _, p := range r.Pods {

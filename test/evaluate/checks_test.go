@@ -23,7 +23,7 @@ func TestRecordChecks(t *testing.T) {
 	run := func(pods ...evaluate.PodRecord) map[string][]string {
 		r := evaluate.Run{Start: t0, End: at(100), Pods: pods}
 		out := map[string][]string{}
-		for _, c := range recordChecks(sc, r, evalkit.Shape{GangLabels: true}) {
+		for _, c := range recordChecks(sc, r, evalkit.Shape{GangsWhole: true}) {
 			out[strings.SplitN(c.Name, ":", 2)[0]] = c.Violations
 		}
 		return out

@@ -31,9 +31,9 @@ type existingStack struct {
 	kubeconfig string
 	prefix     string
 	// as is the job shape: "whole" (whole GPUs, as with NVIDIA's device
-	// plugin), "rota" (memory shares, Rota's team labels and gang labels)
-	// or "kueue" (whole GPUs, queued through a LocalQueue in each
-	// namespace that points at kueueCQ).
+	// plugin), "rota" (memory shares, in namespaces with Rota's team label
+	// that queue Jobs suspended) or "kueue" (whole GPUs, queued through a
+	// LocalQueue in each namespace that points at kueueCQ).
 	as      string
 	kueueCQ string
 	names   contract.Names
@@ -70,6 +70,7 @@ func (s *existingStack) start(ctx context.Context, sc evaluate.Scenario, _ strin
 		l := map[string]string{"app.kubernetes.io/managed-by": "rota-evaluate"}
 		if s.as == "rota" {
 			l[s.names.TeamLabel] = team
+			l[s.names.QueueingLabel] = contract.QueueingSuspend
 		}
 		return l
 	}
@@ -109,7 +110,7 @@ func (s *existingStack) check(context.Context) []evaluate.Check { return nil }
 func (s *existingStack) shape() evalkit.Shape {
 	switch s.as {
 	case "rota":
-		return evalkit.Shape{Shares: true, GangLabels: true}
+		return evalkit.Shape{Shares: true, GangsWhole: true}
 	case "kueue":
 		return evalkit.Shape{Labels: map[string]string{"kueue.x-k8s.io/queue-name": localQueue}}
 	}

@@ -10,7 +10,7 @@
 //     request becomes one whole GPU), a ResourceQuota per team namespace;
 //   - kueue: the Kueue controller manager built at a pinned version beside
 //     the default kube-scheduler (whole GPUs);
-//   - rota: Rota with the chart's defaults.
+//   - rota: Rota with the chart's defaults, Jobs queued suspended.
 //
 // Pods run `sleep <runtime>`; on the simulated nodes a stand-in ends them
 // when their sleep is over, so Jobs complete as on a real cluster. The
@@ -67,7 +67,7 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep each control plane's folder (logs, audit log) after its run")
 	kubeconfig := flag.String("kubeconfig", "", "measure the stack of this cluster instead of starting local ones (namespaces <prefix>-<team>, deleted afterwards)")
 	prefix := flag.String("namespace-prefix", "rota-eval", "with -kubeconfig: prefix of the namespaces the job set runs in (they must not exist)")
-	as := flag.String("as", "whole", "with -kubeconfig: how jobs ask for GPUs: whole (whole GPUs, NVIDIA's device plugin), rota (memory shares, team and gang labels) or kueue (whole GPUs through a LocalQueue per namespace)")
+	as := flag.String("as", "whole", "with -kubeconfig: how jobs ask for GPUs: whole (whole GPUs, NVIDIA's device plugin), rota (memory shares, team label, Jobs queued suspended) or kueue (whole GPUs through a LocalQueue per namespace)")
 	kueueCQ := flag.String("kueue-cluster-queue", "", "with -as kueue: the ClusterQueue the namespaces' LocalQueues point at")
 	domain := flag.String("domain", names.Domain, "resource domain of the GPUs (<domain>/gpu, <domain>/gpu-memory); nvidia.com for NVIDIA's device plugin")
 	label := flag.String("stack-name", "existing", "with -kubeconfig: the stack's name in the report")

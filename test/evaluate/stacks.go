@@ -105,7 +105,8 @@ func (s *stockStack) stop() error {
 	return s.c.Stop()
 }
 
-// ---- Rota: the chart's defaults.
+// ---- Rota: the chart's defaults, each team's namespace queueing its Jobs
+// suspended (example.com/queueing=suspend), as Kueue queues them.
 
 type rotaStack struct {
 	env *harness.Env
@@ -132,12 +133,12 @@ func (s *rotaStack) start(ctx context.Context, sc evaluate.Scenario, dir string)
 		return err
 	}
 	return evalkit.CreateTeams(ctx, s.env.Client, sc, s.namespace, func(team string) map[string]string {
-		return map[string]string{names.TeamLabel: team}
+		return map[string]string{names.TeamLabel: team, names.QueueingLabel: contract.QueueingSuspend}
 	})
 }
 
 func (s *rotaStack) client() kubernetes.Interface { return s.env.Client }
-func (s *rotaStack) shape() evalkit.Shape         { return evalkit.Shape{Shares: true, GangLabels: true} }
+func (s *rotaStack) shape() evalkit.Shape         { return evalkit.Shape{Shares: true, GangsWhole: true} }
 func (s *rotaStack) namespace(team string) string { return "team-" + team }
 func (s *rotaStack) pids() map[string]int {
 	out := s.env.Cluster.PIDs()
@@ -156,7 +157,35 @@ func (s *rotaStack) check(ctx context.Context) []evaluate.Check {
 	for _, v := range vs {
 		c.Violations = append(c.Violations, fmt.Sprintf("%s %s: %s", v.Kind, v.Object, v.Message))
 	}
-	return []evaluate.Check{c}
+	return []evaluate.Check{c, s.queuedSuspended(ctx)}
+}
+
+// queuedSuspended checks that the run measured what it says: each GPU Job
+// was created suspended and marked by rota-admission, and admitted by the
+// queue, rather than run as gated pods.
+func (s *rotaStack) queuedSuspended(ctx context.Context) evaluate.Check {
+	c := evaluate.Check{Name: "Jobs queued suspended: every GPU Job created suspended, marked and admitted by the queue"}
+	jobs, err := s.env.Client.BatchV1().Jobs("").List(ctx, metav1.ListOptions{LabelSelector: evalkit.JobLabel})
+	if err != nil {
+		c.Violations = append(c.Violations, "listing the Jobs: "+err.Error())
+		return c
+	}
+	for i := range jobs.Items {
+		j := &jobs.Items[i]
+		switch {
+		case j.Labels[evalkit.KindLabel] == string(evaluate.Preprocess):
+			// CPU preprocessing asks for no GPU: not the queue's.
+		case j.Annotations[names.QueuedJobAnnotation] != "true":
+			c.Violations = append(c.Violations, fmt.Sprintf("Job %s/%s was not queued suspended", j.Namespace, j.Name))
+		case j.Status.StartTime != nil && j.Annotations[names.AdmissionAnnotation] == "":
+			// The Job controller clears startTime when a Job is suspended.
+			c.Violations = append(c.Violations, fmt.Sprintf("Job %s/%s started without the queue's admission record", j.Namespace, j.Name))
+		}
+		if len(c.Violations) >= 5 {
+			break
+		}
+	}
+	return c
 }
 func (s *rotaStack) stop() error {
 	if s.env == nil {

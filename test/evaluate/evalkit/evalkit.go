@@ -31,8 +31,13 @@ const (
 // ask for a whole GPU instead of a share, as NVIDIA's device plugin does.
 type Shape struct {
 	Shares bool
-	// GangLabels marks a gang's pods with Rota's gang label and size.
+	// GangLabels marks a gang's pods with Rota's gang label and size. A
+	// gang is an Indexed Job with completions equal to parallelism, which
+	// Rota reads as a gang of that size without them.
 	GangLabels bool
+	// GangsWhole says the stack starts a gang's pods all or none: the
+	// evaluation checks it.
+	GangsWhole bool
 	// Labels and Suspend are what the stack's queue wants on a Job.
 	Labels  map[string]string
 	Suspend bool
