@@ -194,61 +194,15 @@ func (v *View) Queue(req Request) Outcome {
 		out.Reason, out.Message = r, msg
 		return out
 	}
-
-	size := 1
 	var g *gang
 	if req.Gang != nil {
 		g = v.gangs[req.Gang.Key]
 		if msg := gangMismatch(req, g); msg != "" {
 			return deny(GangMismatch, msg)
 		}
-		size = max(req.Gang.Size, 1)
 	}
-	total := req.Amount.Times(int64(size))
-	caps, perModel := v.capsFor(req.Models)
-	if req.Gang != nil && req.Gang.Size > 0 {
-		where := "the whole cluster has"
-		if perModel {
-			where = fmt.Sprintf("the cluster's nodes with the GPU models it accepts (%s) have", quoteList(req.Models))
-		}
-		if msg := tooLarge(req, total, caps, where); msg != "" {
-			return deny(GangTooLarge, msg)
-		}
-	}
-
-	if msg := v.poolFit(cfg, team, req, total); msg != "" {
-		r := NeverFits
-		if req.Gang != nil && req.Gang.Size > 0 {
-			r = GangTooLarge
-		}
+	if r, msg := v.neverRuns(cfg, req, team, t, known); msg != "" {
 		return deny(r, msg)
-	}
-	if known {
-		accounts := cfg.Accounts(team, req.Models)
-		if len(t.Models) > 0 && len(accounts) == 0 {
-			models := make([]string, 0, len(t.Models))
-			for m := range t.Models {
-				models = append(models, m)
-			}
-			slices.Sort(models)
-			return deny(NoAcceptedModel, fmt.Sprintf(
-				"team %s has GPU quota only for GPU models %s; this pod accepts only %s (annotation %s), so it can never run: add one of the team's models to the annotation, or remove the annotation to accept any model",
-				team, quoteList(models), quoteList(req.Models), v.o.Names.GPUModelsAnnotation))
-		}
-		fits := false
-		for _, a := range accounts {
-			if total.Fits(cfg.ReachableAccount(a)) {
-				fits = true
-				break
-			}
-		}
-		if !fits {
-			r := NeverFits
-			if size > 1 {
-				r = GangNeverFits
-			}
-			return deny(r, neverHolds(cfg, accounts, req, size, total))
-		}
 	}
 
 	queueCap := quota.DefaultMaxQueuedPods
@@ -400,4 +354,86 @@ func (v *View) poolFit(cfg *quota.Config, team string, req Request, total quota.
 		return tooLarge(req, total, c, where+" "+verb)
 	}
 	return ""
+}
+
+// WorkloadEverRuns applies to a whole workload queued suspended (a Job or
+// JobSet whose pods do not exist yet; req is one of its planned pods, with
+// the gang its pods will form) what Queue refuses of a gated pod because
+// it can never run: the team's policy and priority ceiling, a pod or gang
+// larger than the cluster or than every account it may be charged to can
+// ever hold, a team with per-model quota and no model it accepts. Nothing
+// is reserved, and the queued-pod cap does not apply: the workload's pods
+// do not exist while it waits.
+func (v *View) WorkloadEverRuns(req Request) Outcome {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	cfg := v.cfg
+	if cfg == nil {
+		return v.noConfig()
+	}
+	out, t, known, denied := v.teamChecks(cfg, bucketKey{ns: req.Namespace, podTeam: req.PodTeam}, req)
+	if denied {
+		return out
+	}
+	if r, msg := v.neverRuns(cfg, req, out.Team, t, known); msg != "" {
+		out.Reason, out.Message = r, msg
+		return out
+	}
+	out.Allowed, out.Reason = true, Queued
+	return out
+}
+
+// neverRuns is why a queued request of the team can never run whatever the
+// queue holds now, with its reason; "" when it can. v.mu is held.
+func (v *View) neverRuns(cfg *quota.Config, req Request, team string, t quota.Team, known bool) (Reason, string) {
+	size := 1
+	if req.Gang != nil {
+		size = max(req.Gang.Size, 1)
+	}
+	total := req.Amount.Times(int64(size))
+	caps, perModel := v.capsFor(req.Models)
+	if req.Gang != nil && req.Gang.Size > 0 {
+		where := "the whole cluster has"
+		if perModel {
+			where = fmt.Sprintf("the cluster's nodes with the GPU models it accepts (%s) have", quoteList(req.Models))
+		}
+		if msg := tooLarge(req, total, caps, where); msg != "" {
+			return GangTooLarge, msg
+		}
+	}
+	if msg := v.poolFit(cfg, team, req, total); msg != "" {
+		r := NeverFits
+		if req.Gang != nil && req.Gang.Size > 0 {
+			r = GangTooLarge
+		}
+		return r, msg
+	}
+	if known {
+		accounts := cfg.Accounts(team, req.Models)
+		if len(t.Models) > 0 && len(accounts) == 0 {
+			models := make([]string, 0, len(t.Models))
+			for m := range t.Models {
+				models = append(models, m)
+			}
+			slices.Sort(models)
+			return NoAcceptedModel, fmt.Sprintf(
+				"team %s has GPU quota only for GPU models %s; this pod accepts only %s (annotation %s), so it can never run: add one of the team's models to the annotation, or remove the annotation to accept any model",
+				team, quoteList(models), quoteList(req.Models), v.o.Names.GPUModelsAnnotation)
+		}
+		fits := false
+		for _, a := range accounts {
+			if total.Fits(cfg.ReachableAccount(a)) {
+				fits = true
+				break
+			}
+		}
+		if !fits {
+			r := NeverFits
+			if size > 1 {
+				r = GangNeverFits
+			}
+			return r, neverHolds(cfg, accounts, req, size, total)
+		}
+	}
+	return "", ""
 }

@@ -101,6 +101,45 @@ func TestMutatingRefusesInvalidJob(t *testing.T) {
 	}
 }
 
+// A Job whose gang can never run whole is refused at creation, as its
+// gated pods would be, rather than left to wait suspended for ever; the
+// queued-pod cap, which counts pods, does not apply to a Job whose pods do
+// not exist yet.
+func TestMutatingRefusesJobThatNeverRuns(t *testing.T) {
+	_, m, v := queueHandlers(t) // 10 GPUs; team a: 4, borrowing 2; at most 3 pods queued
+	v.UpsertNamespace(suspendNamespace())
+	gang := func(pods int32, gpus int) *batchv1.Job {
+		j := suspendable("susp")
+		j.Spec.Parallelism, j.Spec.Completions = ptr.To(pods), ptr.To(pods)
+		j.Spec.CompletionMode = ptr.To(batchv1.IndexedCompletion)
+		j.Spec.Template.Spec = at.Pod("x", "t").GPUs(gpus).Obj().Spec
+		return j
+	}
+	for _, tc := range []struct {
+		name    string
+		job     *batchv1.Job
+		refused string
+	}{
+		{"larger than the cluster", gang(6, 2), "the whole cluster has 10"},
+		{"larger than the team can hold", gang(4, 2), "team a may hold at most 6"},
+		{"more pods than the queued-pod cap", gang(5, 1), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := answer(t, m, jobReview(tc.job))
+			if tc.refused == "" {
+				if !resp.Allowed || resp.Patch == nil {
+					t.Fatalf("allowed %v, patch %s, result %+v; want it queued suspended", resp.Allowed, resp.Patch, resp.Result)
+				}
+				return
+			}
+			if resp.Allowed || resp.Result == nil || !strings.Contains(resp.Result.Message, tc.refused) ||
+				!strings.HasPrefix(resp.Result.Message, "the Job: ") {
+				t.Fatalf("allowed %v, result %+v; want a refusal saying %q", resp.Allowed, resp.Result, tc.refused)
+			}
+		})
+	}
+}
+
 // suspendNamespace is namespace susp of team a, labelled to queue Jobs
 // suspended.
 func suspendNamespace() *corev1.Namespace {
@@ -202,6 +241,10 @@ func TestMutatingSuspendsJobSets(t *testing.T) {
 		{"Kueue's", jobSetOf("susp", "1", "", `,"labels":{"kueue.x-k8s.io/queue-name":"q"}`), "", false},
 		{"no GPUs", jobSetOf("susp", "", "", ""), "", false},
 		{"pods the webhook refuses", jobSetOf("susp", "64", "", ""), `replicated job "workers"`, false},
+		// 2 Jobs x 2 pods x 4 GPUs, one gang: 16 GPUs, the cluster has 10.
+		{"gang larger than the cluster", jobSetOf("susp", "4", "", ""), "the whole cluster has 10", false},
+		// 8 GPUs: the cluster has them, team a can never hold more than 6.
+		{"gang larger than the team can hold", jobSetOf("susp", "2", "", ""), "team a may hold at most 6", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp := answer(t, m, jobSetReview("susp", tc.raw))

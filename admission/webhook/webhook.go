@@ -613,8 +613,12 @@ func (h *Handler) suspendJob(ctx context.Context, req *admissionv1.AdmissionRequ
 	// of each pod at its creation is refused of the Job now, rather than
 	// left to wait for ever.
 	if pods := podreq.JobPods(job, names); len(pods) > 0 {
-		if _, _, bad := h.checkRequest(pods[0]); bad != "" {
+		opts, models, bad := h.checkRequest(pods[0])
+		if bad != "" {
 			return deny(reasonInvalid, "the Job's pod template: "+bad)
+		}
+		if r, ok := h.workloadEverRuns(pods[0], opts, models, "the Job:"); !ok {
+			return r
 		}
 	}
 	return h.suspendOps(job.Annotations)
@@ -646,20 +650,55 @@ func (h *Handler) suspendJobSet(ctx context.Context, req *admissionv1.AdmissionR
 	// Its pods do not exist while it waits: what the webhook would refuse
 	// of each replicated job's pods is refused of the JobSet now.
 	var opts podreq.Options
-	for i, pod := range podreq.OnePerTemplate(podreq.JobSetPods(o, names)) {
-		podOpts, _, bad := h.checkRequest(pod)
+	templates := podreq.OnePerTemplate(podreq.JobSetPods(o, names))
+	var models []string
+	for i, pod := range templates {
+		podOpts, podModels, bad := h.checkRequest(pod)
 		if bad != "" {
 			return deny(reasonInvalid, fmt.Sprintf("the JobSet's replicated job %q: %s", pod.Labels[podreq.ReplicatedJobLabel], bad))
 		}
 		if i == 0 {
-			opts = podOpts
+			opts, models = podOpts, podModels
 		}
 	}
 	if err := podreq.JobSetOneShape(o, opts); err != nil {
 		klog.FromContext(ctx).V(2).Info("A JobSet keeps gated pods: its GPU pods are of several shapes", "jobset", klog.KObj(o), "reason", err.Error())
 		return allow(reasonSeveralShapes)
 	}
+	for _, pod := range templates {
+		what := fmt.Sprintf("the JobSet's replicated job %q:", pod.Labels[podreq.ReplicatedJobLabel])
+		if r, ok := h.workloadEverRuns(pod, opts, models, what); !ok {
+			return r
+		}
+	}
 	return h.suspendOps(o.Annotations)
+}
+
+// workloadEverRuns refuses a Job or JobSet queued suspended that can never
+// run, as the pod webhook refuses such a gated pod (view.Queue): judged on
+// one of its planned pods (podreq.JobPods, JobSetPods), which carries the
+// gang its pods will form. what names the template in the message. The
+// planned pod's priority is not resolved yet: the priority ceiling is
+// checked on each pod as the Job controller creates it.
+func (h *Handler) workloadEverRuns(pod *corev1.Pod, opts podreq.Options, models []string, what string) (result, bool) {
+	v := h.o.View
+	pr, err := podreq.FromPod(pod, opts)
+	if err != nil {
+		return deny(reasonInvalid, what+" "+err.Error()), false
+	}
+	if msg := modelFit(pr, v, models, h.o.Names); len(models) > 0 && msg != "" {
+		return deny(reasonInvalid, what+" "+msg), false
+	}
+	gang, err := podreq.GangOf(pod, h.o.Names)
+	if err != nil {
+		return deny(reasonInvalid, what+" "+err.Error()), false
+	}
+	out := v.WorkloadEverRuns(view.Request{Namespace: pod.Namespace, Name: pod.Name, PodTeam: pod.Labels[h.o.Names.TeamLabel],
+		Amount: quota.AmountOf(pr.GPUs, pr.MemoryUnits, v.MemoryUnitMiB()), Gang: gang, Models: models})
+	if !out.Allowed {
+		return result{reason: out.Reason, team: out.Team, message: what + " " + out.Message}, false
+	}
+	return result{}, true
 }
 
 // suspendsIn reports whether the namespace queues its Jobs and JobSets
