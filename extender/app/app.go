@@ -708,6 +708,7 @@ func (a *App) addQueue(ctx context.Context, cfg config.Config, maxGrace time.Dur
 		DeadlineLead: q.DeadlineLead, FairShareHalfLife: q.FairShareHalfLife, HistoryNamespace: q.Namespace, HistoryConfigMap: q.HistoryConfigMap,
 		Quota: quotaFn, MemoryUnitMiB: contract.MiB(cfg.MemoryUnitMiB)}
 	o.Jobs, o.Dynamic = a.nodeFactory.Batch().V1().Jobs().Informer(), dyn
+	o.PriorityClasses = a.nodeFactory.Scheduling().V1().PriorityClasses().Informer()
 	if err := o.Jobs.SetTransform(queue.JobTransform(names)); err != nil {
 		return err
 	}

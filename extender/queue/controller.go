@@ -52,6 +52,11 @@ type Options struct {
 	// suspended from it (jobs.go). nil reads none (their pods, once some
 	// other writer unsuspends them, queue as gated pods).
 	Jobs cache.SharedIndexInformer
+	// PriorityClasses is a scheduling/v1 PriorityClass informer: the pods
+	// of a Job or JobSet queued suspended, which do not exist yet, queue at
+	// the priority the API server will give them (priority.go). nil queues
+	// them at the priority their template spells out, if any.
+	PriorityClasses cache.SharedIndexInformer
 	// Dynamic patches the JobSets queued suspended, which Owners reads
 	// (Owners.QueueJobSets); nil admits none.
 	Dynamic dynamic.Interface
@@ -262,6 +267,9 @@ func (c *Controller) Run(ctx context.Context) {
 	synced := append([]cache.InformerSynced{c.o.Pods.HasSynced, c.o.Namespaces.HasSynced}, c.o.Synced...)
 	if c.o.Jobs != nil {
 		synced = append(synced, c.o.Jobs.HasSynced)
+	}
+	if c.o.PriorityClasses != nil {
+		synced = append(synced, c.o.PriorityClasses.HasSynced)
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return

@@ -86,6 +86,7 @@ func start(t testing.TB, cfg *quota.Config, h Holder, objs ...runtime.Object) (*
 	client := fake.NewClientset(append(objs, ns)...)
 	f := informers.NewSharedInformerFactory(client, 0)
 	pods, nss, jobs := f.Core().V1().Pods().Informer(), f.Core().V1().Namespaces().Informer(), f.Batch().V1().Jobs().Informer()
+	classes := f.Scheduling().V1().PriorityClasses().Informer()
 	// The extender's pod informer trims pods (state.PodTransform): the
 	// controller reads only what that keeps.
 	if err := pods.SetTransform(state.PodTransform(names)); err != nil {
@@ -97,8 +98,8 @@ func start(t testing.TB, cfg *quota.Config, h Holder, objs ...runtime.Object) (*
 	ctx, cancel := context.WithCancel(t.Context())
 	t.Cleanup(cancel)
 	f.Start(ctx.Done())
-	cache.WaitForCacheSync(ctx.Done(), pods.HasSynced, nss.HasSynced, jobs.HasSynced)
-	c, err := New(Options{Names: names, Client: client, Pods: pods, Namespaces: nss, Jobs: jobs, Holder: h,
+	cache.WaitForCacheSync(ctx.Done(), pods.HasSynced, nss.HasSynced, jobs.HasSynced, classes.HasSynced)
+	c, err := New(Options{Names: names, Client: client, Pods: pods, Namespaces: nss, Jobs: jobs, PriorityClasses: classes, Holder: h,
 		Snapshot: func() *ledger.Snapshot { return ledger.New().Snapshot() }, TierLabels: []string{names.Domain + "/leaf"},
 		Quota: func() (*quota.Config, bool) { return cfg, true }, Now: func() time.Time { return t0 }})
 	if err != nil {

@@ -247,6 +247,10 @@ func (c *Controller) planOf(logger klog.Logger, job queuedOwner) *jobPlan {
 	if len(pods) == 0 {
 		return nil
 	}
+	if err := c.setPlannedPriority(pods); err != nil {
+		logger.V(2).Info("A workload queued suspended names a priority its pods cannot have; it stays queued", "kind", job.kind(), "name", klog.KObj(job), "err", err)
+		return nil
+	}
 	p := c.o.Parser.Of(pods[0])
 	if p.Err != nil {
 		logger.V(2).Info("A workload queued suspended asks for what no pod may; it stays queued", "kind", job.kind(), "name", klog.KObj(job), "err", p.Err)
