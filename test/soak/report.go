@@ -151,8 +151,8 @@ func (r *Result) Summary() string {
 		}
 	}
 	j := r.Jobs
-	fmt.Fprintf(&b, "\nJobs: %d submitted, %d completed; of those that can never fit, %d queued with a reason and %d refused at creation with a reason; %d failed, %d lost. Job creations retried: %d.\n",
-		j.Submitted, j.Completed, j.QueuedWithReason, j.Refused, j.Failed, j.Lost, r.CreateRetries)
+	fmt.Fprintf(&b, "\nJobs: %d submitted, %d completed (%d of them queued suspended, the others as gated pods); of those that can never fit, %d queued with a reason and %d refused at creation with a reason; %d failed, %d lost. Job creations retried: %d.\n",
+		j.Submitted, j.Completed, j.CompletedSuspended, j.QueuedWithReason, j.Refused, j.Failed, j.Lost, r.CreateRetries)
 	if len(r.PodFailures) > 0 {
 		var parts []string
 		for _, k := range slices.Sorted(maps.Keys(r.PodFailures)) {

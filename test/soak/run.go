@@ -19,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/rota-sched/rota/pkg/contract"
 	"github.com/rota-sched/rota/pkg/evaluate"
 	"github.com/rota-sched/rota/pkg/podreq"
 	"github.com/rota-sched/rota/pkg/quota"
@@ -54,6 +55,11 @@ type soak struct {
 	start time.Time
 	wave  int
 
+	// suspends holds the teams whose namespace queues Jobs suspended
+	// (every other team's, from the first): the other teams' Jobs queue as
+	// gated pods, so both ways are soaked at once.
+	suspends map[string]bool
+
 	mu      sync.Mutex
 	jobs    map[string]*jobState
 	res     *Result
@@ -65,6 +71,10 @@ type jobState struct {
 	ns        string
 	segment   int
 	accounted bool
+	// refused is why the API server refused to create the Job (a
+	// namespace that queues Jobs suspended refuses one that can never
+	// run at creation, as it refuses such a gated pod).
+	refused string
 }
 
 func run(ctx context.Context, o options, logf func(string, ...any)) (*Result, error) {
@@ -198,8 +208,16 @@ func (s *soak) setUp(ctx context.Context, dir string) error {
 	if _, err := s.env.AddGPUNodes(ctx, evalkit.RotaNodes(s.sc, plugins)...); err != nil {
 		return err
 	}
+	s.suspends = map[string]bool{}
+	for i, t := range s.sc.Teams {
+		s.suspends[t.Name] = i%2 == 0
+	}
 	if err := evalkit.CreateTeams(ctx, s.env.Client, s.sc, namespace, func(team string) map[string]string {
-		return map[string]string{s.env.Names.TeamLabel: team}
+		l := map[string]string{s.env.Names.TeamLabel: team}
+		if s.suspends[team] {
+			l[s.env.Names.QueueingLabel] = contract.QueueingSuspend
+		}
+		return l
 	}); err != nil {
 		return err
 	}
@@ -207,8 +225,14 @@ func (s *soak) setUp(ctx context.Context, dir string) error {
 	if err := sleeper.Start(ctx); err != nil {
 		return err
 	}
-	s.logf("cluster up in %s: %d nodes x %d GPUs (device plugins on %d), 2 extenders, %d webhooks, teams %v",
-		time.Since(began).Round(time.Second), s.sc.Cluster.Nodes, s.sc.Cluster.GPUsPerNode, plugins, webhooks, teamNames(s.sc))
+	var suspended []string
+	for _, t := range s.sc.Teams {
+		if s.suspends[t.Name] {
+			suspended = append(suspended, t.Name)
+		}
+	}
+	s.logf("cluster up in %s: %d nodes x %d GPUs (device plugins on %d), 2 extenders, %d webhooks, teams %v (Jobs queued suspended: %v; the others' pods gated)",
+		time.Since(began).Round(time.Second), s.sc.Cluster.Nodes, s.sc.Cluster.GPUsPerNode, plugins, webhooks, teamNames(s.sc), suspended)
 	return nil
 }
 
@@ -260,7 +284,9 @@ func (s *soak) load(ctx context.Context, seg int, end time.Time) {
 // user's client would): a Job is never given up on.
 func (s *soak) submit(ctx context.Context, j evaluate.Job, seg int) {
 	ns := namespace(j.Team)
-	obj := evalkit.Object(j, ns, evalkit.Shape{Shares: true, GangLabels: true}, "soak", s.env.Names)
+	// Gated teams' gangs carry Rota's gang label; suspended teams' are
+	// read from the Job's shape (Indexed, completions equal to parallelism).
+	obj := evalkit.Object(j, ns, evalkit.Shape{Shares: true, GangLabels: !s.suspends[j.Team]}, "soak", s.env.Names)
 	// As jobs on a cluster with faults do, a pod that fails is retried a
 	// few times; every failure is still counted by reason in the report.
 	retries := int32(3)
@@ -271,6 +297,15 @@ func (s *soak) submit(ctx context.Context, j evaluate.Job, seg int) {
 		cancel()
 		if err == nil || apierrors.IsAlreadyExists(err) {
 			break
+		}
+		if apierrors.IsForbidden(err) {
+			// A webhook's answer, not an outage (which fails the call
+			// with an internal error): accounted, never retried.
+			s.mu.Lock()
+			s.jobs[j.Name] = &jobState{job: j, ns: ns, segment: seg, refused: err.Error()}
+			s.res.Jobs.Submitted++
+			s.mu.Unlock()
+			return
 		}
 		if ctx.Err() != nil {
 			return
@@ -374,7 +409,7 @@ func (s *soak) unfinished(ctx context.Context) map[string]string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for name, st := range s.jobs {
-		if st.accounted || st.job.NeverFits {
+		if st.accounted || st.job.NeverFits || st.refused != "" {
 			continue
 		}
 		if err != nil {
@@ -466,6 +501,11 @@ func (s *soak) account(ctx context.Context, unfinished map[string]string) {
 		}
 		j := jobs[name]
 		switch {
+		case st.refused != "" && st.job.NeverFits:
+			s.res.Jobs.Refused++
+		case st.refused != "":
+			s.res.Jobs.Failed++
+			s.res.addViolationLocked(at, "job refused", fmt.Sprintf("%s/%s, which fits, was refused at creation: %s", st.ns, name, st.refused))
 		case st.job.NeverFits:
 			why := queuedWithoutReason(pods[name], s.env.Names.QueuedCondition)
 			switch {
@@ -480,8 +520,17 @@ func (s *soak) account(ctx context.Context, unfinished map[string]string) {
 		case j == nil:
 			s.res.Jobs.Lost++
 			s.res.addViolationLocked(at, "job lost", fmt.Sprintf("%s/%s: the Job is gone", st.ns, name))
+		case finished(j) == "Complete" && s.suspends[st.job.Team] && st.job.GPUs+st.job.MemoryGiB > 0 &&
+			j.Annotations[s.env.Names.QueuedJobAnnotation] != "true":
+			// The measure of both ways of queueing: a GPU Job of a team
+			// that queues Jobs suspended must have waited suspended.
+			s.res.Jobs.Failed++
+			s.res.addViolationLocked(at, "job not queued suspended", fmt.Sprintf("%s/%s ran, but was not queued suspended", st.ns, name))
 		case finished(j) == "Complete":
 			s.res.Jobs.Completed++
+			if j.Annotations[s.env.Names.QueuedJobAnnotation] == "true" {
+				s.res.Jobs.CompletedSuspended++
+			}
 		default:
 			s.res.Jobs.Failed++
 			s.res.addViolationLocked(at, "job failed", fmt.Sprintf("%s/%s failed: %s%s", st.ns, name, jobFailure(j), podStates(pods[name])))
@@ -723,7 +772,7 @@ type Result struct {
 	Began, Ended time.Time
 	Faults       []FaultRecord
 	Rolls        []Roll
-	Jobs         struct{ Submitted, Completed, Failed, QueuedWithReason, Refused, Lost int }
+	Jobs         struct{ Submitted, Completed, CompletedSuspended, Failed, QueuedWithReason, Refused, Lost int }
 	Checks       struct {
 		Run, Unavailable int
 		// Transient counts gangs seen partly bound; LongestPartialGang is

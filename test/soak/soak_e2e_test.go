@@ -44,6 +44,11 @@ func TestShortSoak(t *testing.T) {
 	if res.Jobs.Completed == 0 {
 		t.Error("no job completed")
 	}
+	// Both ways of queueing ran: some teams queue Jobs suspended, the
+	// others' pods gated.
+	if s, g := res.Jobs.CompletedSuspended, res.Jobs.Completed-res.Jobs.CompletedSuspended; s == 0 || g == 0 {
+		t.Errorf("%d jobs completed queued suspended and %d as gated pods; want both", s, g)
+	}
 	if !res.Passed() {
 		t.Errorf("%s\n%s", res.FailureSummary(), res.Summary())
 	}
