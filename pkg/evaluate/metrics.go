@@ -38,6 +38,10 @@ type JobRecord struct {
 	// FailReason is the reason and message of the job's Failed
 	// condition (empty unless Failed).
 	FailReason string
+	// Refused is why the API server refused to create a job that can never
+	// fit (a webhook's answer; empty when it was created). Such a job
+	// never started, as it never starts where it waits for ever.
+	Refused string
 }
 
 // Process is one control-plane process's cost over a run.
@@ -91,6 +95,8 @@ type Result struct {
 	// Makespan is the first job's creation to the last completion.
 	Makespan                        float64
 	Completed, Failed, NeverStarted int
+	// Refused counts the never-started jobs refused at creation.
+	Refused int
 	// Failures counts the failed jobs by the reason of their Failed
 	// condition.
 	Failures map[string]int
@@ -161,6 +167,9 @@ func Summarize(r Run, compression float64) Result {
 		if !all {
 			if !j.Failed && j.Completed.IsZero() {
 				res.NeverStarted++
+				if j.Refused != "" {
+					res.Refused++
+				}
 				if !j.Job.NeverFits {
 					res.NeverStartedFits++
 				}

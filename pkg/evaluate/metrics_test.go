@@ -20,7 +20,7 @@ func TestSummarize(t *testing.T) {
 	r := Run{Stack: "s", Scenario: "x", Start: t0, End: at(40), Cluster: c,
 		Teams: []Team{{"a", 8}, {"b", 8}},
 		Jobs: []JobRecord{{Job: gang, Created: t0, Completed: at(30)}, {Job: share, Created: t0, Completed: at(40)},
-			{Job: waits, Created: t0}, {Job: never, Created: t0}},
+			{Job: waits, Created: t0}, {Job: never, Created: t0, Refused: "denied: it can never run"}},
 		Pods: []PodRecord{{Job: "gang", GPUs: 8, Asked: 8, Started: at(8), Finished: at(30)}, {Job: "gang", GPUs: 8, Asked: 8, Started: at(10), Finished: at(30)},
 			{Job: "share", MemoryGiB: 40, Asked: 0.5, Started: t0, Finished: at(40)}, {Job: "waits", GPUs: 1, Asked: 1}},
 		Processes: []Process{{Name: "kube-scheduler", CPUSeconds: 3}}, APIWrites: map[string]int{"rota": 6}}
@@ -34,9 +34,9 @@ func TestSummarize(t *testing.T) {
 	if w := res.Wait["big"]; w.N != 1 || w.Max != 10 {
 		t.Errorf("big gang wait = %+v; want the 16-GPU gang (half the cluster) at 10 s", w)
 	}
-	if res.Makespan != 40 || res.Completed != 2 || res.NeverStarted != 2 || res.NeverStartedFits != 1 {
-		t.Errorf("makespan %v, completed %d, never started %d (%d could fit); want 40, 2, 2, 1",
-			res.Makespan, res.Completed, res.NeverStarted, res.NeverStartedFits)
+	if res.Makespan != 40 || res.Completed != 2 || res.NeverStarted != 2 || res.NeverStartedFits != 1 || res.Refused != 1 {
+		t.Errorf("makespan %v, completed %d, never started %d (%d could fit, %d refused at creation); want 40, 2, 2, 1, 1",
+			res.Makespan, res.Completed, res.NeverStarted, res.NeverStartedFits, res.Refused)
 	}
 	// Use in GPUs: a half GPU for 40 s, 8 GPUs 8-10 s, 16 GPUs 10-30 s: 20 + 16 + 320 = 356 GPU-s
 	// over 16 GPUs x 40 s.

@@ -32,6 +32,7 @@ import (
 	"syscall"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
@@ -227,7 +228,12 @@ func runOne(ctx context.Context, st stack, sc evaluate.Scenario, o options) (r e
 	cpu0 := cpuSeconds(st.pids())
 	r.Start = time.Now()
 	submitted := make(chan error, 1)
-	go func() { submitted <- submit(rctx, st, sc, o.image, r.Start) }()
+	var refused []evaluate.JobRecord // written before submitted is sent
+	go func() {
+		var err error
+		refused, err = submit(rctx, st, sc, o.image, r.Start)
+		submitted <- err
+	}()
 	jobs := map[string]evaluate.Job{}
 	var nss []string
 	for _, j := range sc.Jobs {
@@ -287,6 +293,9 @@ func runOne(ctx context.Context, st stack, sc evaluate.Scenario, o options) (r e
 	if r.Jobs, err = jobRecords(ctx, client, jobs, nss); err != nil {
 		checks = append(checks, evaluate.Check{Name: "reading the jobs", Violations: []string{err.Error()}})
 	}
+	if submitDone {
+		r.Jobs = append(r.Jobs, refused...)
+	}
 	r.Pods = rec.records()
 	r.Checks = append(checks, st.check(ctx)...)
 	if _, theirs := st.(*existingStack); !theirs {
@@ -316,25 +325,33 @@ func stackName(st stack) string {
 	return "kueue"
 }
 
-// submit creates each job's object at its arrival time.
-func submit(ctx context.Context, st stack, sc evaluate.Scenario, image string, start time.Time) error {
+// submit creates each job's object at its arrival time. A job that can
+// never fit and that the API server refuses (a webhook's answer: Rota
+// refuses at creation what can never run) is returned as refused; any
+// other job not created is an error.
+func submit(ctx context.Context, st stack, sc evaluate.Scenario, image string, start time.Time) (refused []evaluate.JobRecord, err error) {
 	client := st.client()
 	var errs []string
 	for _, j := range sc.Jobs {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return refused, ctx.Err()
 		case <-time.After(time.Until(start.Add(j.Arrival))):
 		}
 		obj := evalkit.Object(j, st.namespace(j.Team), st.shape(), image, names)
-		if _, err := client.BatchV1().Jobs(obj.Namespace).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+		_, err := client.BatchV1().Jobs(obj.Namespace).Create(ctx, obj, metav1.CreateOptions{})
+		switch {
+		case err == nil:
+		case j.NeverFits && apierrors.IsForbidden(err):
+			refused = append(refused, evaluate.JobRecord{Job: j, Created: time.Now(), Refused: err.Error()})
+		default:
 			errs = append(errs, fmt.Sprintf("job %s: %v", j.Name, err))
 		}
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("%d jobs not created: %s", len(errs), strings.Join(errs, "; "))
+		return refused, fmt.Errorf("%d jobs not created: %s", len(errs), strings.Join(errs, "; "))
 	}
-	return nil
+	return refused, nil
 }
 
 func cpuSeconds(pids map[string]int) map[string]float64 {

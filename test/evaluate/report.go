@@ -159,14 +159,14 @@ func (r *report) scenarioMarkdown(sc evaluate.Scenario) string {
 		"%d jobs (%s); runtimes compressed %gx.\n\n", sc.Cluster.Nodes, sc.Cluster.GPUsPerNode, sc.Cluster.GPUMemoryGiB,
 		sc.Cluster.RackSize, teamNames(sc), sc.Teams[0].GPUs, sc.Pool(), len(sc.Jobs), jobMix(sc), sc.Compression)
 	results := r.resultsOf(sc.Name)
-	b.WriteString("| stack | completed | failed | never started (could fit) | makespan s | GPUs allocated, mean / peak | work served, mean | fairness (Jain) | disrupted pods (GPU-h lost) |\n|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| stack | completed | failed | never started (could fit; refused at creation) | makespan s | GPUs allocated, mean / peak | work served, mean | fairness (Jain) | disrupted pods (GPU-h lost) |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, res := range results {
 		if res.Skipped != "" {
 			fmt.Fprintf(&b, "| %s | not run: %s ||||||||\n", res.Stack, oneLine(res.Skipped))
 			continue
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d | %d (%d) | %s | %.0f%% / %.0f%% | %.0f%% | %.2f | %d (%.2f) |\n", res.Stack, res.Completed, res.Failed,
-			res.NeverStarted, res.NeverStartedFits, secs(res.Makespan), 100*res.MeanUse, 100*res.PeakUse, 100*res.MeanServed, res.Jain,
+		fmt.Fprintf(&b, "| %s | %d | %d | %d (%d; %d) | %s | %.0f%% / %.0f%% | %.0f%% | %.2f | %d (%.2f) |\n", res.Stack, res.Completed, res.Failed,
+			res.NeverStarted, res.NeverStartedFits, res.Refused, secs(res.Makespan), 100*res.MeanUse, 100*res.PeakUse, 100*res.MeanServed, res.Jain,
 			res.Disrupted, res.LostGPUHours)
 	}
 	b.WriteString("\nQueue wait, seconds (p50 / p95 / max (jobs)):\n\n| stack | A training | A gangs of half the cluster or more | B inference | C short | D preprocessing |\n|---|---|---|---|---|---|\n")
