@@ -345,21 +345,12 @@ func (h *Handler) create(ctx context.Context, req *admissionv1.AdmissionRequest)
 		return result{reason: reasonNotActive, internal: true, message: "this Rota admission replica is not the active one " +
 			"(another replica holds the lease) and does not admit GPU pods; try again in a few seconds"}
 	}
-	pr, err := podreq.FromPod(pod, opts)
-	if err != nil {
-		return deny(reasonInvalid, err.Error())
-	}
 	// A gated pod waits in Rota's queue; one without the gate (queueing is
 	// off for it) is admitted now within quota, or refused.
 	gated := view.Gated(pod, names)
-	if gated && len(models) > 0 {
-		if msg := modelFit(pr, v, models, names); msg != "" {
-			return deny(reasonInvalid, msg)
-		}
-	}
-	gang, err := podreq.GangOf(pod, names)
-	if err != nil {
-		return deny(reasonInvalid, err.Error())
+	vr, bad := h.viewRequest(pod, opts, models, gated)
+	if bad != "" {
+		return deny(reasonInvalid, bad)
 	}
 	if err := h.learnNamespace(ctx, pod.Namespace); err != nil {
 		return result{reason: reasonNamespace, internal: true, message: err.Error()}
@@ -368,25 +359,15 @@ func (h *Handler) create(ctx context.Context, req *admissionv1.AdmissionRequest)
 		// Kueue queues this namespace and its ClusterQueues are the quota:
 		// Rota checks the request (above) and places the pod, nothing more.
 		res := allow(reasonKueue)
-		if gang != nil {
-			res.warnings = kueueTopologyWarning(pod, gang.Name)
+		if vr.Gang != nil {
+			res.warnings = kueueTopologyWarning(pod, vr.Gang.Name)
 		}
 		return res
 	}
 	// Quota and gangs.
 	// The API server assigns the pod's UID before it calls validating
 	// webhooks; when it is missing the reservation matches by name only.
-	vr := view.Request{
-		Namespace: pod.Namespace,
-		Name:      pod.Name,
-		UID:       string(pod.UID),
-		PodTeam:   pod.Labels[names.TeamLabel],
-		Amount:    quota.AmountOf(pr.GPUs, pr.MemoryUnits, v.MemoryUnitMiB()),
-		Gang:      gang,
-		Priority:  pod.Spec.Priority,
-		Models:    models,
-		DryRun:    req.DryRun != nil && *req.DryRun,
-	}
+	vr.UID, vr.Priority, vr.DryRun = string(pod.UID), pod.Spec.Priority, req.DryRun != nil && *req.DryRun
 	var out view.Outcome
 	if gated {
 		out = v.Queue(vr)
@@ -681,24 +662,40 @@ func (h *Handler) suspendJobSet(ctx context.Context, req *admissionv1.AdmissionR
 // planned pod's priority is not resolved yet: the priority ceiling is
 // checked on each pod as the Job controller creates it.
 func (h *Handler) workloadEverRuns(pod *corev1.Pod, opts podreq.Options, models []string, what string) (result, bool) {
-	v := h.o.View
-	pr, err := podreq.FromPod(pod, opts)
-	if err != nil {
-		return deny(reasonInvalid, what+" "+err.Error()), false
+	vr, bad := h.viewRequest(pod, opts, models, true)
+	if bad != "" {
+		return deny(reasonInvalid, what+" "+bad), false
 	}
-	if msg := modelFit(pr, v, models, h.o.Names); len(models) > 0 && msg != "" {
-		return deny(reasonInvalid, what+" "+msg), false
-	}
-	gang, err := podreq.GangOf(pod, h.o.Names)
-	if err != nil {
-		return deny(reasonInvalid, what+" "+err.Error()), false
-	}
-	out := v.WorkloadEverRuns(view.Request{Namespace: pod.Namespace, Name: pod.Name, PodTeam: pod.Labels[h.o.Names.TeamLabel],
-		Amount: quota.AmountOf(pr.GPUs, pr.MemoryUnits, v.MemoryUnitMiB()), Gang: gang, Models: models})
+	out := h.o.View.WorkloadEverRuns(vr)
 	if !out.Allowed {
 		return result{reason: out.Reason, team: out.Team, message: what + " " + out.Message}, false
 	}
 	return result{}, true
+}
+
+// viewRequest is what the view judges of a GPU pod (one the webhook
+// creates, or one a Job or JobSet queued suspended plans): its request in
+// the quota's units, its gang and its team label, the GPU models it
+// accepts checked against the cluster's when it will queue. bad says why
+// it can never be judged. The caller adds what only a real pod has (UID,
+// resolved priority, dry run).
+func (h *Handler) viewRequest(pod *corev1.Pod, opts podreq.Options, models []string, queued bool) (vr view.Request, bad string) {
+	v, names := h.o.View, h.o.Names
+	pr, err := podreq.FromPod(pod, opts)
+	if err != nil {
+		return vr, err.Error()
+	}
+	if queued && len(models) > 0 {
+		if msg := modelFit(pr, v, models, names); msg != "" {
+			return vr, msg
+		}
+	}
+	gang, err := podreq.GangOf(pod, names)
+	if err != nil {
+		return vr, err.Error()
+	}
+	return view.Request{Namespace: pod.Namespace, Name: pod.Name, PodTeam: pod.Labels[names.TeamLabel],
+		Amount: quota.AmountOf(pr.GPUs, pr.MemoryUnits, v.MemoryUnitMiB()), Gang: gang, Models: models}, ""
 }
 
 // suspendsIn reports whether the namespace queues its Jobs and JobSets

@@ -43,14 +43,20 @@ func plannedPriority(classes cache.Store, pod *corev1.Pod) (int32, error) {
 
 // setPlannedPriority gives the planned pods their priority (plannedPriority)
 // where the queue reads PriorityClasses; the pods are the plan's own copies.
+// Pods of one template name one class: it is resolved once per class.
 func (c *Controller) setPlannedPriority(pods []*corev1.Pod) error {
 	if c.o.PriorityClasses == nil {
 		return nil
 	}
+	byClass := map[string]int32{}
 	for _, pod := range pods {
-		v, err := plannedPriority(c.o.PriorityClasses.GetStore(), pod)
-		if err != nil {
-			return err
+		v, ok := byClass[pod.Spec.PriorityClassName]
+		if !ok {
+			var err error
+			if v, err = plannedPriority(c.o.PriorityClasses.GetStore(), pod); err != nil {
+				return err
+			}
+			byClass[pod.Spec.PriorityClassName] = v
 		}
 		pod.Spec.Priority = &v
 	}

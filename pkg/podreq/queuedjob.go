@@ -91,12 +91,6 @@ func JobRecordSubject(job *batchv1.Job) string {
 	return "job/" + string(job.UID) + "/" + strconv.Itoa(JobMembers(job))
 }
 
-// AdmissionOfJob reads the admission record on a Job queued suspended,
-// believed or not; nil when it has none.
-func AdmissionOfJob(job *batchv1.Job, names contract.Names) (*contract.Admission, error) {
-	return AdmissionOfWorkload(job.Annotations, names)
-}
-
 // AdmissionOfWorkload reads the admission record in a Job's or JobSet's
 // annotations, believed or not; nil when there is none.
 func AdmissionOfWorkload(annotations map[string]string, names contract.Names) (*contract.Admission, error) {

@@ -209,8 +209,12 @@ func (s *soak) setUp(ctx context.Context, dir string) error {
 		return err
 	}
 	s.suspends = map[string]bool{}
+	var suspended []string
 	for i, t := range s.sc.Teams {
-		s.suspends[t.Name] = i%2 == 0
+		if i%2 == 0 {
+			s.suspends[t.Name] = true
+			suspended = append(suspended, t.Name)
+		}
 	}
 	if err := evalkit.CreateTeams(ctx, s.env.Client, s.sc, namespace, func(team string) map[string]string {
 		l := map[string]string{s.env.Names.TeamLabel: team}
@@ -224,12 +228,6 @@ func (s *soak) setUp(ctx context.Context, dir string) error {
 	sleeper := cluster.NewSleeper(s.env.Client, func(node string) bool { return s.env.GPUNode(node) != nil })
 	if err := sleeper.Start(ctx); err != nil {
 		return err
-	}
-	var suspended []string
-	for _, t := range s.sc.Teams {
-		if s.suspends[t.Name] {
-			suspended = append(suspended, t.Name)
-		}
 	}
 	s.logf("cluster up in %s: %d nodes x %d GPUs (device plugins on %d), 2 extenders, %d webhooks, teams %v (Jobs queued suspended: %v; the others' pods gated)",
 		time.Since(began).Round(time.Second), s.sc.Cluster.Nodes, s.sc.Cluster.GPUsPerNode, plugins, webhooks, teamNames(s.sc), suspended)
